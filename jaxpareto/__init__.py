@@ -1,0 +1,35 @@
+"""jaxpareto: agent-serving performance model in JAX, swept over configuration grids.
+
+Public API::
+
+    import jaxpareto as jp
+    ds = jp.sweep(gpu="h100-sxm", model="llama-3.1-70b", tp=[1, 2, 4, 8], concurrency=[1, 32, 256],
+                  think_time_s=2.0, context_tokens=32768, hit_rate=0.9)
+    front = jp.pareto_front(ds)
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from jaxpareto import catalog
+from jaxpareto.errors import JaxparetoError
+from jaxpareto.hardware import Hardware
+from jaxpareto.model import Model
+from jaxpareto.pareto import frontier_table, pareto_front
+from jaxpareto.sweep import sweep, to_zarr
+
+try:
+    __version__ = version("jaxpareto")
+except PackageNotFoundError:  # running from a source tree without installing
+    __version__ = "0.0.0+source"
+
+__all__ = [
+    "Hardware",
+    "JaxparetoError",
+    "Model",
+    "catalog",
+    "frontier_table",
+    "pareto_front",
+    "sweep",
+    "to_zarr",
+    "__version__",
+]

@@ -1,0 +1,129 @@
+"""The whole model at one grid point: memory, prefill, decode and the closed loop together.
+
+This is the scalar function the grid code vmaps (once). Infeasible points are evaluated at
+safe stand-in values and then masked to NaN (the double-where pattern), so they neither crash
+nor leak NaN into gradients of the feasible points.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxpareto.closed_loop import active_ratio, solve_effective_batch
+from jaxpareto.decode import decode_step
+from jaxpareto.hardware import HardwareParams, effective_tflops
+from jaxpareto.memory import memory_budget
+from jaxpareto.model import ModelParams
+from jaxpareto.prefill import prefill_tokens, ttft_ms
+from jaxpareto.settings import Efficiency, Solver, Workload
+from jaxpareto.units import MS_PER_S
+
+DECODE_MEMORY, DECODE_COMPUTE, DECODE_NONE = 0, 1, -1
+
+
+class PointOutputs(NamedTuple):
+    """Every output of SPEC.md section 4 for one point (scalars; see `jaxpareto.schema`)."""
+
+    ttft_ms: jax.Array
+    tpot_ms: jax.Array
+    latency_ms: jax.Array
+    batch_eff: jax.Array
+    gpu_active_ratio: jax.Array
+    turns_per_s: jax.Array
+    output_tokens_per_s_per_user: jax.Array
+    output_tokens_per_s_per_gpu: jax.Array
+    kv_per_session_gb: jax.Array
+    concurrency_max: jax.Array
+    concurrency_eff: jax.Array
+    prefill_tokens: jax.Array
+    t_weight_ms: jax.Array
+    t_kv_ms: jax.Array
+    t_compute_ms: jax.Array
+    decode_bound: jax.Array
+    feasible: jax.Array
+    converged: jax.Array
+    iterations: jax.Array
+
+
+def evaluate_point(
+    hw: HardwareParams,
+    model: ModelParams,
+    tp: jax.Array,
+    concurrency: jax.Array,
+    think_time_s: jax.Array,
+    context_tokens: jax.Array,
+    hit_rate: jax.Array,
+    workload: Workload,
+    efficiency: Efficiency,
+    solver: Solver,
+) -> PointOutputs:
+    """Evaluate seed eqs. 1-5 at one configuration (SPEC.md section 3).
+
+    Args:
+        hw: one GPU (scalars).
+        model: one model (scalars).
+        tp: G, tensor-parallel GPUs.
+        concurrency: C, sessions offered.
+        think_time_s: Z, pause between turns [s].
+        context_tokens: L, context of the turn [tokens].
+        hit_rate: h, prefix-cache hit rate in [0, 1].
+        workload, efficiency, solver: shared scalars.
+
+    Returns:
+        `PointOutputs`. Where ``feasible`` is False (no memory left for KV, or not one
+        session fits) every performance output is NaN, ``decode_bound`` is -1,
+        ``iterations`` 0 and ``converged`` False; the memory outputs and ``prefill_tokens``
+        are still reported, as they explain the infeasibility.
+    """
+    kv_context = jnp.where(workload.kv_context_tokens > 0, workload.kv_context_tokens, context_tokens)
+    memory = memory_budget(hw, model, tp, concurrency, kv_context)
+    ok = memory.feasible
+    concurrency_eff = jnp.where(ok, memory.concurrency_eff, 1.0)  # safe stand-in when infeasible
+
+    tflops = effective_tflops(hw, model.compute_bits)
+    tokens = prefill_tokens(context_tokens, workload.delta_tokens, hit_rate)
+    ttft = ttft_ms(model.params_active_b, tokens, tp, tflops, efficiency.eta_prefill)
+    think_ms = think_time_s * MS_PER_S
+
+    def step_at(batch):
+        return decode_step(
+            hw, model, tp, batch, context_tokens, tflops, efficiency.eta_decode, efficiency.elementwise_overhead
+        )
+
+    def latency_at(batch):  # seed eq. 1: R = TTFT + TPOT x OSL
+        return ttft + step_at(batch).tpot_ms * workload.osl
+
+    solution = solve_effective_batch(latency_at, concurrency_eff, think_ms, solver)
+    step = step_at(solution.batch)
+    latency = ttft + step.tpot_ms * workload.osl
+    turns_per_s = concurrency_eff / ((latency + think_ms) / MS_PER_S)
+
+    def masked(value):
+        return jnp.where(ok, value, jnp.nan)
+
+    return PointOutputs(
+        ttft_ms=masked(ttft),
+        tpot_ms=masked(step.tpot_ms),
+        latency_ms=masked(latency),
+        batch_eff=masked(solution.batch),
+        gpu_active_ratio=masked(active_ratio(latency, think_ms)),
+        turns_per_s=masked(turns_per_s),
+        output_tokens_per_s_per_user=masked(MS_PER_S / step.tpot_ms),
+        output_tokens_per_s_per_gpu=masked(turns_per_s * workload.osl / tp),
+        kv_per_session_gb=memory.kv_per_session_gb,
+        concurrency_max=memory.concurrency_max.astype(jnp.int32),
+        concurrency_eff=memory.concurrency_eff.astype(jnp.int32),
+        prefill_tokens=tokens,
+        t_weight_ms=masked(step.t_weight_ms),
+        t_kv_ms=masked(step.t_kv_ms),
+        t_compute_ms=masked(step.t_compute_ms),
+        decode_bound=jnp.where(ok, jnp.where(step.compute_bound, DECODE_COMPUTE, DECODE_MEMORY), DECODE_NONE).astype(
+            jnp.int8
+        ),
+        feasible=ok,
+        converged=ok & solution.converged,
+        iterations=jnp.where(ok, solution.iterations, 0).astype(jnp.int32),
+    )

@@ -1,0 +1,50 @@
+"""Names, units and descriptions of the dataset's axes and variables (SPEC.md section 4)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+# Grid axes, in the dataset's dimension order (SPEC.md section 2).
+AXES: tuple[str, ...] = ("gpu", "model", "tp", "concurrency", "think_time_s", "context_tokens", "hit_rate")
+
+
+class VariableInfo(NamedTuple):
+    units: str
+    long_name: str
+
+
+AXIS_INFO: dict[str, VariableInfo] = {
+    "gpu": VariableInfo("1", "GPU type"),
+    "model": VariableInfo("1", "model"),
+    "tp": VariableInfo("GPUs", "tensor-parallel degree G"),
+    "concurrency": VariableInfo("sessions", "concurrent agent sessions offered C"),
+    "think_time_s": VariableInfo("s", "pause between turns Z (tool calls, user)"),
+    "context_tokens": VariableInfo("tokens", "context length of the turn L"),
+    "hit_rate": VariableInfo("1", "prefix-cache hit rate h"),
+}
+
+OUTPUTS: dict[str, VariableInfo] = {
+    "ttft_ms": VariableInfo("ms", "time to first token (prefill), seed eq. 2"),
+    "tpot_ms": VariableInfo("ms", "time per output token at the effective batch, seed eq. 3"),
+    "latency_ms": VariableInfo("ms", "turn latency R = TTFT + TPOT x OSL, seed eq. 1"),
+    "batch_eff": VariableInfo("sessions", "effective decode batch B = C_eff x rho, seed eq. 4"),
+    "gpu_active_ratio": VariableInfo("1", "active ratio rho = R / (R + Z)"),
+    "turns_per_s": VariableInfo("turns/s", "turn throughput X = C_eff / (R + Z)"),
+    "output_tokens_per_s_per_user": VariableInfo("tokens/s", "interactivity 1000 / TPOT"),
+    "output_tokens_per_s_per_gpu": VariableInfo("tokens/s/GPU", "output throughput per GPU X x OSL / G"),
+    "kv_per_session_gb": VariableInfo("GB", "KV cache held per session, seed eq. 5"),
+    "concurrency_max": VariableInfo("sessions", "sessions that fit in KV memory, seed eq. 5"),
+    "concurrency_eff": VariableInfo("sessions", "sessions admitted min(C, concurrency_max)"),
+    "prefill_tokens": VariableInfo("tokens", "tokens prefilled per turn h min(dL, L) + (1 - h) L"),
+    "t_weight_ms": VariableInfo("ms", "weight loading per decode step, seed eq. 3a"),
+    "t_kv_ms": VariableInfo("ms", "KV-cache loading per decode step, seed eq. 3b"),
+    "t_compute_ms": VariableInfo("ms", "matmul time per decode step, seed eq. 3c"),
+    "decode_bound": VariableInfo("1", "what bounds a decode step (flag: 0 memory, 1 compute, -1 infeasible)"),
+    "feasible": VariableInfo("1", "KV memory admits at least one session"),
+    "converged": VariableInfo("1", "closed-loop fixed point converged to tol"),
+    "iterations": VariableInfo("1", "damped fixed-point updates performed"),
+}
+
+# CF-style flag encoding of the categorical decode_bound.
+DECODE_BOUND_FLAGS = {"flag_values": [-1, 0, 1], "flag_meanings": "infeasible memory compute"}
+DECODE_BOUND_LABELS = {-1: "infeasible", 0: "memory", 1: "compute"}

@@ -1,0 +1,96 @@
+"""Scalar inputs shared by every grid point: workload, efficiency factors, solver controls.
+
+Each is a frozen pytree dataclass whose fields are all leaves, so changing a value re-uses the
+compiled sweep instead of recompiling it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+
+from jaxpareto.errors import JaxparetoError
+
+
+def _check(field: str, value, *, low: float, low_inclusive: bool = True, high: float = math.inf,
+           integer: bool = False, high_inclusive: bool = True) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not float(value).is_integer()):
+        kind = "an integer" if integer else "a number"
+        raise JaxparetoError(field, f"must be {kind}, got {value!r}")
+    ok_low = value >= low if low_inclusive else value > low
+    ok_high = value <= high if high_inclusive else value < high
+    if not (math.isfinite(value) and ok_low and ok_high):
+        lo = "[" if low_inclusive else "("
+        hi = "]" if high_inclusive else ")"
+        raise JaxparetoError(field, f"out of range: {value!r}", f"{lo}{low}, {high}{hi}")
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """Per-turn workload scalars (SPEC.md section 2).
+
+    Attributes:
+        osl: output tokens per turn (OSL) [tokens], > 0.
+        delta_tokens: tokens prefilled on a prefix-cache hit ΔL [tokens], >= 0: the previous
+            turn's output plus the new tool result (seed code agent: 128 + 2000 = 2128).
+        kv_context_tokens: context L̄ held in KV memory per session [tokens]; 0 means "the
+            point's own context_tokens" (SPEC.md default).
+    """
+
+    osl: float = 128.0
+    delta_tokens: float = 2128.0
+    kv_context_tokens: float = 0.0
+
+    def validate(self) -> "Workload":
+        _check("osl", self.osl, low=0, low_inclusive=False)
+        _check("delta_tokens", self.delta_tokens, low=0)
+        _check("kv_context_tokens", self.kv_context_tokens, low=0)
+        return self
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Efficiency:
+    """Achieved fractions of the roofline (seed section 3, steps 6-7).
+
+    Attributes:
+        eta_prefill: prefill efficiency η_p in (0, 1] (seed 0.65).
+        eta_decode: decode efficiency η_d in (0, 1] (seed 0.40).
+        elementwise_overhead: multiplier >= 1 on decode memory time for LayerNorm, RoPE,
+            activations and residual adds (seed 1.10).
+    """
+
+    eta_prefill: float = 0.65
+    eta_decode: float = 0.40
+    elementwise_overhead: float = 1.10
+
+    def validate(self) -> "Efficiency":
+        _check("eta_prefill", self.eta_prefill, low=0, low_inclusive=False, high=1)
+        _check("eta_decode", self.eta_decode, low=0, low_inclusive=False, high=1)
+        _check("elementwise_overhead", self.elementwise_overhead, low=1)
+        return self
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Solver:
+    """Controls of the damped fixed-point iteration (SPEC.md section 3, eq. 4).
+
+    Attributes:
+        damping: weight of the new iterate in (0, 1] (seed 0.4).
+        tol: relative residual |B_target - B| <= tol x B that stops the iteration.
+        max_iter: damped updates before giving up (point flagged unconverged).
+    """
+
+    damping: float = 0.4
+    tol: float = 1e-6
+    max_iter: int = 10_000
+
+    def validate(self) -> "Solver":
+        _check("damping", self.damping, low=0, low_inclusive=False, high=1)
+        _check("tol", self.tol, low=0, low_inclusive=False, high=1, high_inclusive=False)
+        _check("max_iter", self.max_iter, low=1, high=2**31 - 1, integer=True)
+        return self

@@ -1,0 +1,189 @@
+"""Sweep specification files (TOML, SPEC.md section 6).
+
+A spec has a ``[grid]`` (every axis as a list, a scalar, or a range table), optional
+``[workload]``, ``[efficiency]``, ``[solver]`` and ``[report]`` tables, and optional
+``[[hardware]]`` / ``[[model]]`` definitions that the grid may name. Unknown keys and wrong
+types are errors that name the key and list what is allowed.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pydantic
+
+from jaxpareto.errors import JaxparetoError
+from jaxpareto.hardware import Hardware
+from jaxpareto.model import Model
+from jaxpareto.pareto import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y
+from jaxpareto.schema import AXES
+
+DEFAULT_SPEC = "code_agent.toml"
+
+
+class _Table(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class AxisRange(_Table):
+    """``{ start, stop, num, scale }``: num values from start to stop inclusive."""
+
+    start: float
+    stop: float
+    num: int = pydantic.Field(ge=1)
+    scale: Literal["linear", "log"] = "linear"
+
+    def values(self, integer: bool) -> list:
+        if self.scale == "log":
+            if self.start <= 0 or self.stop <= 0:
+                raise ValueError("scale 'log' needs start > 0 and stop > 0")
+            points = np.geomspace(self.start, self.stop, self.num)
+        else:
+            points = np.linspace(self.start, self.stop, self.num)
+        if integer:  # rounded to unique integers (SPEC.md section 6)
+            return [int(v) for v in np.unique(np.round(points))]
+        return [float(v) for v in points]
+
+
+Names = str | list[str]
+Numbers = float | list[float] | AxisRange
+
+
+class GridSpec(_Table):
+    gpu: Names
+    model: Names
+    tp: Numbers
+    concurrency: Numbers
+    think_time_s: Numbers = 0.0
+    context_tokens: Numbers
+    hit_rate: Numbers = 0.0
+
+
+class WorkloadSpec(_Table):
+    osl: float = 128
+    delta_tokens: float = 2128
+    kv_context_tokens: float | None = None
+
+
+class EfficiencySpec(_Table):
+    eta_prefill: float = 0.65
+    eta_decode: float = 0.40
+    elementwise_overhead: float = 1.10
+
+
+class SolverSpec(_Table):
+    damping: float = 0.4
+    tol: float = 1e-6
+    max_iter: int = 10_000
+    dtype: Literal["float32", "float64"] = "float32"
+
+
+class ReportSpec(_Table):
+    """What the CLI prints: the frontier of one headline cell of the grid."""
+
+    x: str = DEFAULT_X
+    y: str = DEFAULT_Y
+    dims: list[str] = list(DEFAULT_DIMS)
+    headline: dict[str, str | int | float] = pydantic.Field(default_factory=dict)
+
+
+class SweepSpec(_Table):
+    """A whole spec file."""
+
+    description: str = ""
+    grid: GridSpec
+    workload: WorkloadSpec = WorkloadSpec()
+    efficiency: EfficiencySpec = EfficiencySpec()
+    solver: SolverSpec = SolverSpec()
+    report: ReportSpec = ReportSpec()
+    hardware: list[Hardware] = pydantic.Field(default_factory=list)
+    model: list[Model] = pydantic.Field(default_factory=list)
+
+    def sweep_kwargs(self) -> dict:
+        """Keyword arguments of `jaxpareto.sweep` for this spec."""
+        grid = {}
+        for axis in AXES:
+            value = getattr(self.grid, axis)
+            if isinstance(value, AxisRange):
+                value = value.values(integer=axis in ("tp", "concurrency", "context_tokens"))
+            grid[axis] = value
+        solver = self.solver.model_dump()
+        return {
+            **grid,
+            **self.workload.model_dump(),
+            **self.efficiency.model_dump(),
+            **solver,
+            "hardware": self.hardware,
+            "models": self.model,
+        }
+
+
+def _describe(error: pydantic.ValidationError, source: str) -> JaxparetoError:
+    """One readable error naming every offending key, with the allowed keys for typos."""
+    lines = []
+    for item in error.errors():
+        loc = ".".join(str(p) for p in item["loc"] if not str(p).startswith(("function-", "list[", "float", "str")))
+        msg = item["msg"]
+        if item["type"] == "extra_forbidden":
+            parent = _table_for(item["loc"][:-1])
+            if parent is not None:
+                msg += f" (allowed keys: {', '.join(parent.model_fields)})"
+        lines.append(f"{loc or '(top level)'}: {msg}")
+    unique = list(dict.fromkeys(lines))
+    return JaxparetoError(source, "invalid sweep spec:\n  " + "\n  ".join(unique))
+
+
+def _table_for(loc: tuple) -> type[pydantic.BaseModel] | None:
+    table: type[pydantic.BaseModel] = SweepSpec
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = table.model_fields.get(str(part))
+        if field is None:
+            return None
+        annotation = field.annotation
+        args = getattr(annotation, "__args__", ())
+        candidates = [a for a in (annotation, *args) if isinstance(a, type) and issubclass(a, pydantic.BaseModel)]
+        if not candidates:
+            return None
+        table = candidates[0]
+    return table
+
+
+def parse_spec(data: dict, source: str = "spec") -> SweepSpec:
+    """Validate a parsed TOML document.
+
+    Raises:
+        JaxparetoError: unknown keys (with the allowed ones), wrong types, bad values.
+    """
+    try:
+        return SweepSpec.model_validate(data)
+    except pydantic.ValidationError as error:
+        raise _describe(error, source) from None
+    except ValueError as error:
+        raise JaxparetoError(source, str(error)) from None
+
+
+def load_spec(path: str | Path | None = None) -> SweepSpec:
+    """Read a spec file; with no path, the built-in default (the seed's code agent).
+
+    Raises:
+        JaxparetoError: missing file, TOML syntax error, or an invalid spec.
+    """
+    if path is None:
+        text = importlib.resources.files("jaxpareto").joinpath(f"data/{DEFAULT_SPEC}").read_text()
+        source = f"(built-in {DEFAULT_SPEC})"
+    else:
+        path = Path(path)
+        if not path.is_file():
+            raise JaxparetoError("spec", f"no such file: {path}")
+        text, source = path.read_text(), str(path)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise JaxparetoError(source, f"TOML syntax error: {error}") from None
+    return parse_spec(data, source)

@@ -1,0 +1,25 @@
+import jax
+import pytest
+from hypothesis import settings
+
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+# JIT compilation makes a first example slow; determinism matters more than a deadline.
+settings.register_profile("jaxpareto", deadline=None, derandomize=True, max_examples=40)
+settings.load_profile("jaxpareto")
+
+
+@pytest.fixture(scope="session")
+def small_grid():
+    """A small sweep over every kind of catalog model, shared by several tests."""
+    import jaxpareto as jp
+
+    return jp.sweep(
+        gpu=["h100-sxm", "b200", "l40s"],
+        model=["llama-3.1-8b", "llama-3.1-70b", "deepseek-v3", "qwen3-235b-a22b", "gpt-oss-120b"],
+        tp=[1, 2, 8],
+        concurrency=[1, 7, 64, 700],
+        think_time_s=[0.0, 2.0],
+        context_tokens=[4096, 65536],
+        hit_rate=[0.0, 0.9],
+    )

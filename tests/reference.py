@@ -1,0 +1,89 @@
+"""An independent float64 implementation of SPEC.md section 3, one configuration at a time.
+
+Plain Python floats and the math module only: no JAX, no NumPy, no code shared with the
+package, so that it checks the vmapped path rather than repeating it.
+"""
+
+from __future__ import annotations
+
+import math
+
+BYTES = {"fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "fp4": 0.5, "int4": 0.5}
+
+
+def reference_point(gpu: dict, model: dict, tp: int, concurrency: int, think_time_s: float,
+                    context_tokens: int, hit_rate: float, osl: float = 128, delta_tokens: float = 2128,
+                    eta_prefill: float = 0.65, eta_decode: float = 0.40, overhead: float = 1.10,
+                    damping: float = 0.4, tol: float = 1e-6, max_iter: int = 10_000) -> dict:
+    """All outputs for one point; ``gpu``/``model`` are plain dicts of the definitions."""
+    d = BYTES[model["weight_dtype"]]
+    dtype = model["weight_dtype"]
+    fp8 = gpu.get("tflops_fp8")
+    fp4 = gpu.get("tflops_fp4")
+    if dtype == "fp4":
+        flops = fp4 if fp4 else (fp8 if fp8 else gpu["tflops_fp16"])
+    elif dtype == "fp8":
+        flops = fp8 if fp8 else gpu["tflops_fp16"]
+    else:
+        flops = gpu["tflops_fp16"]
+    kv_width = 1.0 if model.get("kv_dtype") == "fp8" else 2.0
+    if model.get("attention") == "mla":
+        kappa = (model["kv_lora_rank"] + model["rope_head_dim"]) * model["layers"] * kv_width
+        n_kv = 1
+    else:
+        kappa = 2 * model["layers"] * model["kv_heads"] * model["head_dim"] * kv_width
+        n_kv = model["kv_heads"]
+    p_total = model["params_total_b"]
+    p_active = model["params_active_b"]
+    experts = model.get("experts") or 0
+    top_k = model.get("experts_per_token") or 0
+    p_expert = model.get("expert_params_b") or 0.0
+    p_nonmoe = model["nonmoe_params_b"]
+    bw = gpu["bandwidth_gbs"]
+
+    m_model = p_total * d
+    m_avail = tp * gpu["memory_gb"] - m_model
+    r_kv = tp / min(tp, n_kv)
+    kv_gb = context_tokens * kappa * r_kv / 1e9
+    c_max = math.floor(max(m_avail, 0.0) / kv_gb)
+    c_eff = min(concurrency, c_max)
+    out = {"kv_per_session_gb": kv_gb, "concurrency_max": c_max, "concurrency_eff": c_eff,
+           "feasible": m_avail > 0 and c_eff >= 1}
+    prefill = hit_rate * min(delta_tokens, context_tokens) + (1 - hit_rate) * context_tokens
+    out["prefill_tokens"] = prefill
+    if not out["feasible"]:
+        return out
+    ttft = 2 * p_active * 1e9 * prefill / (tp * flops * 1e12) * 1e3 / eta_prefill
+    z_ms = think_time_s * 1e3
+
+    def step(b):
+        if experts:
+            t_weight = p_nonmoe * d / (tp * bw) * 1e3 + (min(b * top_k, experts) / tp) * p_expert * d / bw * 1e3
+        else:
+            t_weight = p_active * d / (tp * bw) * 1e3
+        t_kv = b * context_tokens * kappa / (min(tp, n_kv) * bw * 1e9) * 1e3
+        t_compute = 2 * p_active * 1e9 * b / (tp * flops * 1e12) * 1e3
+        tpot = max((t_weight + t_kv) * overhead, t_compute) / eta_decode
+        return t_weight, t_kv, t_compute, tpot
+
+    def target(b):
+        r = ttft + step(b)[3] * osl
+        return c_eff * r / (r + z_ms)
+
+    b, iterations = 1.0, 0
+    t = target(b)
+    while abs(t - b) > tol * b and iterations < max_iter:
+        b = (1 - damping) * b + damping * t
+        t = target(b)
+        iterations += 1
+    t_weight, t_kv, t_compute, tpot = step(b)
+    latency = ttft + tpot * osl
+    turns = c_eff / ((latency + z_ms) / 1e3)
+    out.update(
+        ttft_ms=ttft, tpot_ms=tpot, latency_ms=latency, batch_eff=b, gpu_active_ratio=latency / (latency + z_ms),
+        turns_per_s=turns, output_tokens_per_s_per_user=1e3 / tpot, output_tokens_per_s_per_gpu=turns * osl / tp,
+        t_weight_ms=t_weight, t_kv_ms=t_kv, t_compute_ms=t_compute,
+        decode_bound=1 if t_compute > (t_weight + t_kv) * overhead else 0,
+        converged=abs(t - b) <= tol * b, iterations=iterations,
+    )
+    return out

@@ -1,0 +1,70 @@
+"""Closed-loop invariants (seed eq. 4) on every converged point of a sweep."""
+
+import numpy as np
+
+import jaxpareto as jp
+
+
+def _converged(ds):
+    return ds.where(ds.converged)
+
+
+def test_fixed_point_equation_holds_to_tol(small_grid):
+    ds = _converged(small_grid)
+    tol = small_grid.attrs["tol"]
+    b = ds.batch_eff.values
+    target = ds.concurrency_eff.values * ds.gpu_active_ratio.values
+    ok = np.isfinite(b)
+    assert ok.sum() > 500
+    # |B_target - B| <= tol x B at the B kept, plus float32 rounding of the stored outputs.
+    assert np.all(np.abs(target[ok] - b[ok]) <= (tol + 4e-7) * b[ok] + 1e-6)
+
+
+def test_zero_think_time_gives_batch_equal_to_admitted_sessions(small_grid):
+    ds = _converged(small_grid).sel(think_time_s=0.0)
+    ok = np.isfinite(ds.batch_eff.values)
+    np.testing.assert_allclose(ds.batch_eff.values[ok], ds.concurrency_eff.values[ok], rtol=2e-6)
+    np.testing.assert_allclose(ds.gpu_active_ratio.values[ok], 1.0)
+
+
+def test_littles_law(small_grid):
+    ds = _converged(small_grid)
+    z_ms = ds.think_time_s * 1e3
+    sessions = ds.turns_per_s * (ds.latency_ms + z_ms) / 1e3
+    ok = np.isfinite(sessions.values)
+    np.testing.assert_allclose(sessions.values[ok], ds.concurrency_eff.broadcast_like(sessions).values[ok], rtol=1e-5)
+
+
+def test_infeasible_points_carry_nan_and_flags(small_grid):
+    raw = small_grid
+    mask = ~raw.feasible.values
+    assert mask.sum() > 50
+    for name in ("ttft_ms", "tpot_ms", "latency_ms", "batch_eff", "turns_per_s", "output_tokens_per_s_per_gpu"):
+        assert np.isnan(raw[name].values[mask]).all(), name
+    assert not raw.converged.values[mask].any()
+    assert (raw.decode_bound.values[mask] == -1).all()
+    assert (raw.iterations.values[mask] == 0).all()
+    # and the reason is visible: no memory for KV, or not one session fits
+    assert (raw.concurrency_eff.values[mask] < 1).all()
+
+
+def test_unconverged_points_are_flagged_not_hidden():
+    ds = jp.sweep(gpu="h100-sxm", model="llama-3.1-70b", tp=8, concurrency=64, think_time_s=1.0,
+                  context_tokens=16384, max_iter=2)
+    assert not bool(ds.converged.squeeze())
+    assert bool(ds.feasible.squeeze())
+    assert int(ds.iterations.squeeze()) == 2
+    assert not jp.pareto_front(ds).any()
+
+
+def test_float64_agrees_with_float32():
+    kwargs = dict(gpu=["h100-sxm", "mi300x"], model=["llama-3.1-70b", "qwen3-235b-a22b"], tp=[2, 8],
+                  concurrency=[1, 30, 300], think_time_s=[0.0, 5.0], context_tokens=[8192, 100000], hit_rate=[0.0, 0.95])
+    a = jp.sweep(**kwargs)
+    b = jp.sweep(**kwargs, dtype="float64")
+    assert a.ttft_ms.dtype == np.float32 and b.ttft_ms.dtype == np.float64
+    np.testing.assert_array_equal(a.feasible.values, b.feasible.values)
+    both = (a.converged & b.converged).values
+    assert both.sum() > 50
+    for name in ("ttft_ms", "tpot_ms", "latency_ms", "batch_eff", "turns_per_s", "output_tokens_per_s_per_gpu"):
+        np.testing.assert_allclose(a[name].values[both], b[name].values[both], rtol=1e-4, err_msg=name)

@@ -1,0 +1,91 @@
+"""zarr round trip, the CLI end to end, and compile-once behaviour."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import jaxpareto as jp
+from jaxpareto.grid import evaluate_block
+from jaxpareto.schema import AXES, OUTPUTS
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_zarr_round_trip_identical(small_grid, tmp_path):
+    path = jp.to_zarr(small_grid, tmp_path / "s.zarr")
+    back = xr.open_zarr(path)
+    xr.testing.assert_identical(small_grid, back)
+    xr.testing.assert_identical(small_grid, back.load())
+    with pytest.raises(jp.JaxparetoError, match="already exists"):
+        jp.to_zarr(small_grid, path)
+    jp.to_zarr(small_grid, path, overwrite=True)
+
+
+def test_schema(small_grid):
+    assert tuple(small_grid.ttft_ms.dims) == AXES
+    assert set(small_grid.data_vars) == set(OUTPUTS)
+    for name in (*small_grid.data_vars, *small_grid.coords):
+        assert small_grid[name].attrs["units"] and small_grid[name].attrs["long_name"], name
+    for key in ("jaxpareto_version", "created", "osl", "delta_tokens", "eta_prefill", "eta_decode",
+                "elementwise_overhead", "damping", "tol", "max_iter", "hardware", "models", "dtype"):
+        assert key in small_grid.attrs, key
+    assert small_grid.feasible.dtype == bool and small_grid.converged.dtype == bool
+    assert small_grid.iterations.dtype == np.int32
+
+
+def test_second_sweep_of_same_block_shape_does_not_recompile():
+    kwargs = dict(gpu="h100-sxm", model="llama-3.1-70b", tp=[1, 2, 4], concurrency=[1, 5, 9, 33],
+                  think_time_s=[0.0, 1.0], context_tokens=[1000, 2000], hit_rate=[0.0, 0.5])
+    jp.sweep(**kwargs)
+    before = evaluate_block._cache_size()
+    # same shapes, other values: other GPUs, models, axes and scalars
+    jp.sweep(gpu="mi300x", model="deepseek-v3", tp=[2, 4, 8], concurrency=[2, 6, 10, 40],
+             think_time_s=[3.0, 9.0], context_tokens=[5000, 9000], hit_rate=[0.1, 0.7], osl=512, eta_decode=0.5, tol=1e-5)
+    assert evaluate_block._cache_size() == before
+
+
+def _cli(*args, cwd):
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    return subprocess.run([sys.executable, "-m", "jaxpareto.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_cli_default_sweep_writes_dataset(tmp_path):
+    out = tmp_path / "default.zarr"
+    result = _cli("sweep", "--out", str(out), cwd=tmp_path)  # from a directory without sweeps/
+    assert result.returncode == 0, result.stderr
+    assert "configurations" in result.stdout and "configs/s" in result.stdout
+    assert "infeasible" in result.stdout and "unconverged" in result.stdout
+    assert "Pareto frontier" in result.stdout
+    ds = xr.open_zarr(out)
+    assert tuple(ds.ttft_ms.dims) == AXES and set(OUTPUTS) <= set(ds.data_vars)
+    assert int(np.prod([ds.sizes[a] for a in AXES])) >= 100_000
+    # refused without --overwrite
+    again = _cli("sweep", "--out", str(out), cwd=tmp_path)
+    assert again.returncode == 2 and "already exists" in again.stderr
+    # pareto from the store, with a CSV of every cell's front
+    csv = tmp_path / "front.csv"
+    shown = _cli("pareto", str(out), "--csv", str(csv), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "Pareto frontier" in shown.stdout and csv.stat().st_size > 0
+
+
+def test_cli_catalog_and_bad_spec(tmp_path):
+    listed = _cli("catalog", cwd=tmp_path)
+    assert listed.returncode == 0 and "h100-sxm" in listed.stdout and "kimi-k2.5" in listed.stdout
+    spec = tmp_path / "bad.toml"
+    spec.write_text('[grid]\ngpu = ["h100-sxm"]\nmodel = ["llama-3.1-70b"]\ntp = [1]\nconcurrency = [1]\n'
+                    'context_tokens = [1024]\nhit_rat = [0.5]\n')
+    result = _cli("sweep", str(spec), cwd=tmp_path)
+    assert result.returncode == 2
+    assert "grid.hit_rat" in result.stderr and "allowed keys" in result.stderr and "hit_rate" in result.stderr
+
+
+def test_default_spec_ships_inside_package():
+    shipped = (REPO / "jaxpareto" / "data" / "code_agent.toml").read_text()
+    assert shipped == (REPO / "sweeps" / "code_agent.toml").read_text()
