@@ -15,6 +15,7 @@ from jaxpareto.errors import JaxparetoError
 from jaxpareto.hardware import Hardware
 from jaxpareto.model import Model
 from jaxpareto.pareto import frontier_table, pareto_front
+from jaxpareto.store import sweep_to_zarr
 from jaxpareto.sweep import sweep, to_zarr
 
 try:
@@ -30,6 +31,7 @@ __all__ = [
     "frontier_table",
     "pareto_front",
     "sweep",
+    "sweep_to_zarr",
     "to_zarr",
     "__version__",
 ]

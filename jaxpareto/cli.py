@@ -18,7 +18,8 @@ from jaxpareto.errors import JaxparetoError
 from jaxpareto.pareto import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y, frontier_table, pareto_front
 from jaxpareto.schema import AXES
 from jaxpareto.spec import load_spec
-from jaxpareto.sweep import sweep, to_zarr
+from jaxpareto.store import sweep_to_zarr
+from jaxpareto.sweep import plan_sweep, sweep
 
 
 def _headline_selection(ds: xr.Dataset, headline: Mapping, dims: Sequence[str]) -> dict:
@@ -57,34 +58,52 @@ def _print_frontier(ds: xr.Dataset, selection: dict, x: str, y: str, dims: Seque
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
-    out = Path(args.out) if args.out else None
-    if out is not None and out.exists() and not args.overwrite:
-        raise JaxparetoError("--out", f"{out} already exists; pass --overwrite to replace it")
     kwargs = spec.sweep_kwargs()
-    if args.dtype:
-        kwargs["dtype"] = args.dtype
+    for option in ("dtype", "method", "chunk_points"):
+        if getattr(args, option) is not None:
+            kwargs[option] = getattr(args, option)
+    if args.variables:
+        kwargs["variables"] = args.variables.split(",")
+    kwargs["attrs"] = {"spec": json.dumps(spec.model_dump(mode="json")),
+                       "report_headline": json.dumps(spec.report.headline)}
+    out = Path(args.out) if args.out else None
+    plan = plan_sweep(**kwargs)  # every input checked before anything runs or is written
     start = time.perf_counter()
-    ds = sweep(**kwargs)
+    if out is None:
+        if args.scheduler:
+            raise JaxparetoError("--scheduler", "needs --out: dask workers write their blocks into the store")
+        ds = sweep(**kwargs)
+        infeasible = int((~ds.feasible).sum())
+        unconverged = int((ds.feasible & ~ds.converged).sum())
+    else:
+        client = _dask_client(args.scheduler) if args.scheduler else None
+        try:
+            ds = sweep_to_zarr(out, overwrite=args.overwrite, progress=args.progress, client=client, **kwargs)
+        finally:
+            if client is not None:
+                client.close()
+        infeasible, unconverged = ds.attrs["infeasible_points"], ds.attrs["unconverged_points"]
     elapsed = time.perf_counter() - start
-    ds.attrs["spec"] = json.dumps(spec.model_dump(mode="json"))
-    ds.attrs["report_headline"] = json.dumps(spec.report.headline)
-    points = int(np.prod([ds.sizes[a] for a in AXES]))
-    infeasible = int((~ds.feasible).sum())
-    unconverged = int((ds.feasible & ~ds.converged).sum())
+    points = int(np.prod(plan.shape))
     print(f"spec: {args.spec or '(built-in default: seed code agent)'}")
     if spec.description:
         print(f"  {spec.description}")
-    shape = " x ".join(f"{a} {ds.sizes[a]}" for a in AXES)
+    shape = " x ".join(f"{a} {n}" for a, n in zip(AXES, plan.shape))
     print(f"grid: {points:,} configurations ({shape})")
-    print(f"wall time: {elapsed:.2f} s (compilation included), {points / elapsed:,.0f} configs/s")
+    what = "compilation included" + (f", written to {out}" if out else "")
+    print(f"wall time: {elapsed:.2f} s ({what}), {points / elapsed:,.0f} configs/s, solver {plan.method}, {plan.dtype}")
     print(f"infeasible (KV memory): {infeasible:,}; unconverged: {unconverged:,}")
-    if out is not None:
-        t0 = time.perf_counter()
-        to_zarr(ds, out, overwrite=args.overwrite)
-        print(f"wrote {out} in {time.perf_counter() - t0:.2f} s")
     dims = spec.report.dims
     _print_frontier(ds, _headline_selection(ds, spec.report.headline, dims), spec.report.x, spec.report.y, dims)
     return 0
+
+
+def _dask_client(address: str):
+    try:
+        from distributed import Client
+    except ImportError:  # pragma: no branch - depends on the installation
+        raise JaxparetoError("--scheduler", "needs dask.distributed: pip install 'jaxpareto[dask]'") from None
+    return Client(address)
 
 
 def _parse_selection(items: Sequence[str], ds: xr.Dataset) -> dict:
@@ -148,6 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="zarr store to write (refused if it exists, unless --overwrite)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out store")
     p.add_argument("--dtype", choices=("float32", "float64"), help="override the spec's floating point type")
+    p.add_argument("--method", choices=("damped", "exact"), help="closed-loop solver (default: the spec's, damped)")
+    p.add_argument("--variables", help="comma-separated outputs to keep (default all)")
+    p.add_argument("--chunk-points", type=int, help="points per compute block and zarr chunk")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar on stderr (default: only when stderr is a terminal)")
+    p.add_argument("--scheduler", metavar="ADDRESS", help="run the blocks on a dask.distributed scheduler (needs --out)")
     p.set_defaults(func=_cmd_sweep)
 
     p = sub.add_parser("pareto", help="print (and export) the Pareto frontier of a stored sweep")
@@ -172,6 +197,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except JaxparetoError as error:
         print(f"jaxpareto: error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into `head` and closed early
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

@@ -77,3 +77,59 @@ def solve_effective_batch(
     b0 = jnp.ones_like(concurrency_eff)
     b, t, i = jax.lax.while_loop(keep_going, step, (b0, target(b0), jnp.zeros((), jnp.int32)))
     return FixedPoint(b, within_tol(b, t), i, jnp.abs(t - b) / b)
+
+
+def _positive_root(intercept, slope, concurrency_eff, think_time_ms):
+    """The positive B with B (α + β B + Z) = C (α + β B): β B² + (α + Z - C β) B - C α = 0.
+
+    The product of the roots is -C α / β < 0, so exactly one is positive; it is taken in the
+    form that avoids cancellation, and β = 0 (a flat line) gives B = C α / (α + Z).
+    """
+    b = intercept + think_time_ms - concurrency_eff * slope
+    c_alpha = concurrency_eff * intercept
+    disc = jnp.sqrt(b * b + 4.0 * slope * c_alpha)
+    safe_slope = jnp.where(slope > 0, slope, 1.0)
+    quadratic = jnp.where(b < 0, (disc - b) / (2.0 * safe_slope), 2.0 * c_alpha / (b + disc))
+    flat = c_alpha / (intercept + think_time_ms)
+    return jnp.where(slope > 0, quadratic, flat)
+
+
+def solve_effective_batch_exact(
+    latency_ms: Callable[[jax.Array], jax.Array],
+    intercepts: jax.Array,
+    slopes: jax.Array,
+    concurrency_eff: jax.Array,
+    think_time_ms: jax.Array,
+) -> FixedPoint:
+    """Closed-form fixed point for a piecewise-linear latency R(B).
+
+    Wherever R(B) = α_i + β_i B, the fixed point B (R + Z) = C R is a quadratic in B; its
+    positive root B_i is a true fixed point when line i is the active piece at B_i. The damped
+    iteration from B = 1 moves monotonically (its map is increasing), so it reaches the nearest
+    fixed point in the direction of B_target(1) - 1: the smallest consistent root >= 1 when
+    B_target(1) >= 1, else the largest <= 1. This solver returns that same root.
+
+    Args:
+        latency_ms: R(B) [ms], equal at every B to one of the lines.
+        intercepts, slopes: α_i [ms] and β_i [ms per session] of the lines, shape (k,).
+        concurrency_eff: C_eff [sessions] (scalar, >= 1).
+        think_time_ms: Z [ms] (scalar, >= 0).
+
+    Returns:
+        `FixedPoint` with ``iterations`` 0 and ``converged`` True when a consistent root was
+        found (always, for finite inputs).
+    """
+    eps = 64.0 * jnp.finfo(jnp.result_type(concurrency_eff)).eps
+    roots = _positive_root(intercepts, slopes, concurrency_eff, think_time_ms)
+    on_line = jax.vmap(lambda r, a, s: jnp.abs(latency_ms(r) - (a + s * r)) <= eps * latency_ms(r))(
+        roots, intercepts, slopes
+    )
+    r1 = latency_ms(jnp.ones_like(concurrency_eff))
+    upward = concurrency_eff * active_ratio(r1, think_time_ms) >= 1.0
+    above = jnp.where(on_line & (roots >= 1.0 - eps), roots, jnp.inf).min()
+    below = jnp.where(on_line & (roots <= 1.0 + eps), roots, -jnp.inf).max()
+    b = jnp.where(upward, above, below)
+    found = jnp.isfinite(b)
+    b = jnp.where(found, b, 1.0)
+    t = concurrency_eff * active_ratio(latency_ms(b), think_time_ms)
+    return FixedPoint(b, found, jnp.zeros((), jnp.int32), jnp.abs(t - b) / b)

@@ -1,4 +1,10 @@
-"""Decode step time and TPOT for an effective batch (seed eq. 3, 3a-3c; SPEC.md section 3)."""
+"""Decode step time and TPOT for an effective batch (seed eq. 3, 3a-3c; SPEC.md section 3).
+
+Everything that does not depend on the batch B is gathered once per point in
+`DecodeCoefficients`; `decode_step` then costs a handful of flops per B, which is what the
+closed-loop solver evaluates in its inner loop. Between its kinks TPOT is linear in B
+(`tpot_lines`), which the exact solver uses.
+"""
 
 from __future__ import annotations
 
@@ -12,15 +18,39 @@ from jaxpareto.model import ModelParams
 from jaxpareto.units import BYTES_PER_GB, FLOPS_PER_PARAM_PER_TOKEN, FLOPS_PER_TFLOPS, MS_PER_S, PARAMS_PER_B
 
 
-class DecodeStep(NamedTuple):
-    """One decode step (all scalars, ms).
+class DecodeCoefficients(NamedTuple):
+    """Batch-independent parts of one point's decode step (scalars).
 
     Attributes:
-        t_weight_ms: weight loading (dense: all active weights; MoE: non-expert part plus the
-            distinct routed experts the batch touches).
-        t_kv_ms: KV-cache reads of the whole batch.
-        t_compute_ms: matmul time at the tensor-core peak.
-        tpot_ms: max((t_weight + t_kv) x overhead, t_compute) / η_d.
+        nonmoe_ms: non-expert weights P_nonmoe x d / (G x BW) [ms] (all weights if dense).
+        expert_ms: one routed expert on one GPU's share, P_expert x d / (G x BW) [ms].
+        experts: E (0 for dense).
+        experts_per_token: K (0 for dense).
+        kv_ms: one session's KV reads L x κ / (min(G, n_kv) x BW) [ms].
+        compute_ms: one session's matmuls 2 x P_active / (G x F) [ms].
+        elementwise_overhead: multiplier on memory time (1.10).
+        eta_decode: η_d.
+    """
+
+    nonmoe_ms: jax.Array
+    expert_ms: jax.Array
+    experts: jax.Array
+    experts_per_token: jax.Array
+    kv_ms: jax.Array
+    compute_ms: jax.Array
+    elementwise_overhead: jax.Array
+    eta_decode: jax.Array
+
+
+class DecodeStep(NamedTuple):
+    """One decode step at batch B (scalars, ms).
+
+    Attributes:
+        t_weight_ms: weight loading: non-expert part plus the distinct routed experts the
+            batch touches, min(B x K, E) / G of them per GPU (seed eq. 3a).
+        t_kv_ms: KV-cache reads of the whole batch (eq. 3b).
+        t_compute_ms: matmul time at the tensor-core peak (eq. 3c).
+        tpot_ms: max((t_weight + t_kv) x overhead, t_compute) / η_d (eq. 3).
         compute_bound: t_compute exceeds the memory time.
     """
 
@@ -31,43 +61,73 @@ class DecodeStep(NamedTuple):
     compute_bound: jax.Array
 
 
-def decode_step(
+class TpotLines(NamedTuple):
+    """TPOT(B) = max(min(a_unsat + b_unsat B, a_sat + b_sat B), b_compute B) [ms].
+
+    ``unsat``: memory time while the batch touches fewer than all experts (B K < E);
+    ``sat``: memory time once every expert loads; ``compute``: matmul time. For a dense model
+    both memory lines coincide.
+    """
+
+    a_unsat: jax.Array
+    b_unsat: jax.Array
+    a_sat: jax.Array
+    b_sat: jax.Array
+    b_compute: jax.Array
+
+
+def decode_coefficients(
     hw: HardwareParams,
     model: ModelParams,
     tp: jax.Array,
-    batch: jax.Array,
     context_tokens: jax.Array,
     tflops: jax.Array,
     eta_decode: jax.Array,
     elementwise_overhead: jax.Array,
-) -> DecodeStep:
-    """Seed eq. 3 for one point at effective batch B.
-
-    - t_weight = P_nonmoe x d / (G x BW) + (min(B x K, E) / G) x P_expert x d / BW
-      (a dense model has E = K = 0 and P_nonmoe = P_active: eq. 3a's dense form);
-    - t_kv = B x L x κ / (min(G, n_kv) x BW) (eq. 3b: KV splits over at most n_kv GPUs);
-    - t_compute = 2 x P_active x B / (G x F) (eq. 3c);
-    - TPOT = max((t_weight + t_kv) x overhead, t_compute) / η_d.
+) -> DecodeCoefficients:
+    """Per-point constants of seed eq. 3.
 
     Args:
         hw: one GPU; bandwidth_gbs [GB/s].
-        model: one model.
+        model: one model (dense: E = K = 0 and P_nonmoe = P_active).
         tp: G [GPUs].
-        batch: B, sessions decoding together (continuous, >= 0).
         context_tokens: L, context each decoding session attends to [tokens].
-        tflops: F per GPU [TFLOPS].
+        tflops: F per GPU [TFLOPS] (`jaxpareto.hardware.effective_tflops`).
         eta_decode: η_d.
-        elementwise_overhead: memory-time multiplier (1.10).
+        elementwise_overhead: memory-time multiplier.
     """
     bw = hw.bandwidth_gbs
-    nonmoe_ms = model.nonmoe_params_b * model.weight_bytes / (tp * bw) * MS_PER_S
-    experts_touched = jnp.minimum(batch * model.experts_per_token, model.experts)
-    expert_ms = experts_touched / tp * model.expert_params_b * model.weight_bytes / bw * MS_PER_S
-    t_weight_ms = nonmoe_ms + expert_ms
-    kv_gb = batch * context_tokens * model.kv_bytes_per_token / BYTES_PER_GB
-    t_kv_ms = kv_gb / (jnp.minimum(tp, model.kv_heads) * bw) * MS_PER_S
-    flops = FLOPS_PER_PARAM_PER_TOKEN * model.params_active_b * PARAMS_PER_B * batch
-    t_compute_ms = flops / (tp * tflops * FLOPS_PER_TFLOPS) * MS_PER_S
-    t_memory_ms = (t_weight_ms + t_kv_ms) * elementwise_overhead
-    tpot_ms = jnp.maximum(t_memory_ms, t_compute_ms) / eta_decode
+    return DecodeCoefficients(
+        nonmoe_ms=model.nonmoe_params_b * model.weight_bytes / (tp * bw) * MS_PER_S,
+        expert_ms=model.expert_params_b * model.weight_bytes / (tp * bw) * MS_PER_S,
+        experts=model.experts,
+        experts_per_token=model.experts_per_token,
+        kv_ms=context_tokens * model.kv_bytes_per_token / BYTES_PER_GB / (jnp.minimum(tp, model.kv_heads) * bw)
+        * MS_PER_S,
+        compute_ms=FLOPS_PER_PARAM_PER_TOKEN * model.params_active_b * PARAMS_PER_B / (tp * tflops * FLOPS_PER_TFLOPS)
+        * MS_PER_S,
+        elementwise_overhead=elementwise_overhead,
+        eta_decode=eta_decode,
+    )
+
+
+def decode_step(c: DecodeCoefficients, batch: jax.Array) -> DecodeStep:
+    """Seed eq. 3 at effective batch B (continuous, >= 0)."""
+    t_weight_ms = c.nonmoe_ms + jnp.minimum(batch * c.experts_per_token, c.experts) * c.expert_ms
+    t_kv_ms = batch * c.kv_ms
+    t_compute_ms = batch * c.compute_ms
+    t_memory_ms = (t_weight_ms + t_kv_ms) * c.elementwise_overhead
+    tpot_ms = jnp.maximum(t_memory_ms, t_compute_ms) / c.eta_decode
     return DecodeStep(t_weight_ms, t_kv_ms, t_compute_ms, tpot_ms, t_compute_ms > t_memory_ms)
+
+
+def tpot_lines(c: DecodeCoefficients) -> TpotLines:
+    """The linear pieces of TPOT(B) (min(B K, E) x w = min(B K w, E w) for w >= 0)."""
+    scale = c.elementwise_overhead / c.eta_decode
+    return TpotLines(
+        a_unsat=scale * c.nonmoe_ms,
+        b_unsat=scale * (c.experts_per_token * c.expert_ms + c.kv_ms),
+        a_sat=scale * (c.nonmoe_ms + c.experts * c.expert_ms),
+        b_sat=scale * c.kv_ms,
+        b_compute=c.compute_ms / c.eta_decode,
+    )

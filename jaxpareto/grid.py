@@ -1,9 +1,19 @@
-"""The one place where the scalar model is batched: a block of the grid is expanded to its
-points, `evaluate_point` is vmapped over them, and the block is jitted once per block shape.
+"""The one place where the scalar model is batched.
 
-The host loop cuts the grid into hyper-rectangular blocks of one fixed shape (edge blocks are
-padded by repeating the last axis value and cropped afterwards), so a sweep compiles once and
-every later sweep with the same block shape and dtype re-uses the compiled code.
+`evaluate_points` vmaps `evaluate_point` over a list of unrelated points; `evaluate_block`
+expands a block of the grid (the outer product of its axis values) into points and evaluates
+them the same way. Both are jitted: one compilation per block shape, dtype, method, output
+selection and device count.
+
+`iter_blocks` cuts a grid into hyper-rectangular blocks of one fixed shape (edge blocks are
+padded by repeating the last axis value and cropped afterwards), dispatches each block before
+collecting the previous one, and yields the host results block by block, so a sweep's memory is
+set by the block size, never by the grid.
+
+With several local devices (GPUs, or CPU devices forced with
+``XLA_FLAGS=--xla_force_host_platform_device_count=N``), each block's points are split evenly
+over them with `jax.shard_map`; every point is computed by the same scalar code, so results do
+not depend on the device count.
 """
 
 from __future__ import annotations
@@ -11,18 +21,21 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, PartitionSpec
 
 from jaxpareto.hardware import HardwareParams
 from jaxpareto.model import ModelParams
 from jaxpareto.point import PointOutputs, evaluate_point
 from jaxpareto.settings import Efficiency, Solver, Workload
 
-DEFAULT_CHUNK_POINTS = 1 << 17
+DEFAULT_CHUNK_POINTS = 1 << 16
+NUMERIC_AXES = ("tp", "concurrency", "think_time_s", "context_tokens", "hit_rate")
+OUTPUT_NAMES = PointOutputs._fields
 
 
 def stack_params(rows: Sequence, dtype="float32"):
@@ -41,10 +54,29 @@ def shared_scalars(workload: Workload, efficiency: Efficiency, solver: Solver, d
     )
 
 
-_IN_AXES = (0, 0, 0, 0, 0, 0, 0, None, None, None)
+def _evaluate_flat(hw, model, tp, concurrency, think_time_s, context_tokens, hit_rate, workload, efficiency,
+                   solver, method, outputs):
+    """vmap of the scalar model over flat per-point arrays, keeping only ``outputs``."""
+    point = functools.partial(evaluate_point, method=method)
+    out = jax.vmap(point, in_axes=(0, 0, 0, 0, 0, 0, 0, None, None, None))(
+        hw, model, tp, concurrency, think_time_s, context_tokens, hit_rate, workload, efficiency, solver
+    )
+    return {name: getattr(out, name) for name in outputs}
 
 
-@jax.jit
+def _sharded(fn, n_points: int):
+    """Split the flat points over all local devices when there are several (and they divide)."""
+    devices = jax.devices()
+    if len(devices) == 1 or n_points % len(devices):
+        return fn
+    mesh = Mesh(np.asarray(devices), ("points",))
+    per_point = PartitionSpec("points")
+    scalar = PartitionSpec()
+    in_specs = (per_point,) * 7 + (scalar,) * 3
+    return jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=per_point, check_vma=False)
+
+
+@functools.partial(jax.jit, static_argnames=("method", "outputs"))
 def evaluate_points(
     hw: HardwareParams,
     model: ModelParams,
@@ -56,23 +88,27 @@ def evaluate_points(
     workload: Workload,
     efficiency: Efficiency,
     solver: Solver,
-) -> PointOutputs:
+    method: str = "damped",
+    outputs: tuple[str, ...] = OUTPUT_NAMES,
+) -> dict[str, jax.Array]:
     """Evaluate a list of unrelated points (the batched form of `evaluate_point`).
 
     Args:
         hw, model: per-point GPU and model fields, each of shape (n,).
         tp, concurrency, think_time_s, context_tokens, hit_rate: shape (n,).
-        workload, efficiency, solver: shared scalars.
+        workload, efficiency, solver: shared scalars (traced: new values do not recompile).
+        method: "damped" or "exact" closed-loop solver (static).
+        outputs: names of `PointOutputs` fields to return (static).
 
     Returns:
-        `PointOutputs` with fields of shape (n,).
+        Output name -> array of shape (n,).
     """
-    return jax.vmap(evaluate_point, in_axes=_IN_AXES)(
-        hw, model, tp, concurrency, think_time_s, context_tokens, hit_rate, workload, efficiency, solver
-    )
+    fn = functools.partial(_evaluate_flat, method=method, outputs=outputs)
+    return _sharded(fn, tp.shape[0])(hw, model, tp, concurrency, think_time_s, context_tokens, hit_rate,
+                                     workload, efficiency, solver)
 
 
-@jax.jit
+@functools.partial(jax.jit, static_argnames=("method", "outputs"))
 def evaluate_block(
     hw_table: HardwareParams,
     model_table: ModelParams,
@@ -84,17 +120,19 @@ def evaluate_block(
     workload: Workload,
     efficiency: Efficiency,
     solver: Solver,
-) -> PointOutputs:
+    method: str = "damped",
+    outputs: tuple[str, ...] = OUTPUT_NAMES,
+) -> dict[str, jax.Array]:
     """Evaluate the outer product of the given axis values.
 
     Args:
         hw_table: GPUs, fields of shape (n_gpu,).
         model_table: models, fields of shape (n_model,).
         tp, concurrency, think_time_s, context_tokens, hit_rate: 1-D axis values.
-        workload, efficiency, solver: shared scalars (traced: new values do not recompile).
+        workload, efficiency, solver, method, outputs: as in `evaluate_points`.
 
     Returns:
-        `PointOutputs` whose fields have shape (n_gpu, n_model, n_tp, n_c, n_z, n_l, n_h).
+        Output name -> array of shape (n_gpu, n_model, n_tp, n_c, n_z, n_l, n_h).
     """
     n_gpu = hw_table.memory_gb.shape[0]
     n_model = model_table.params_total_b.shape[0]
@@ -103,8 +141,9 @@ def evaluate_block(
     flat = [g.reshape(-1) for g in jnp.meshgrid(*axes, indexing="ij")]
     hw = jax.tree_util.tree_map(lambda a: a[flat[0]], hw_table)
     model = jax.tree_util.tree_map(lambda a: a[flat[1]], model_table)
-    out = jax.vmap(evaluate_point, in_axes=_IN_AXES)(hw, model, *flat[2:], workload, efficiency, solver)
-    return jax.tree_util.tree_map(lambda a: a.reshape(shape), out)
+    fn = functools.partial(_evaluate_flat, method=method, outputs=outputs)
+    out = _sharded(fn, math.prod(shape))(hw, model, *flat[2:], workload, efficiency, solver)
+    return {name: value.reshape(shape) for name, value in out.items()}
 
 
 def chunk_shape(grid_shape: Sequence[int], max_points: int = DEFAULT_CHUNK_POINTS) -> tuple[int, ...]:
@@ -126,6 +165,16 @@ def chunk_shape(grid_shape: Sequence[int], max_points: int = DEFAULT_CHUNK_POINT
     return tuple(block)
 
 
+def block_origins(grid_shape: Sequence[int], block: Sequence[int]) -> list[tuple[int, ...]]:
+    """Origins of the blocks covering the grid, in C order (the last axis fastest)."""
+    return list(itertools.product(*(range(0, n, b) for n, b in zip(grid_shape, block))))
+
+
+def block_region(origin: Sequence[int], block: Sequence[int], grid_shape: Sequence[int]) -> tuple[slice, ...]:
+    """The part of the grid a block covers (edge blocks are cropped)."""
+    return tuple(slice(o, min(o + b, n)) for o, b, n in zip(origin, block, grid_shape))
+
+
 def _padded(values: np.ndarray, start: int, extent: int) -> np.ndarray:
     piece = values[start : start + extent]
     if piece.shape[0] < extent:  # edge block: repeat the last value, cropped afterwards
@@ -133,19 +182,8 @@ def _padded(values: np.ndarray, start: int, extent: int) -> np.ndarray:
     return piece
 
 
-def run_grid(
-    hardware: Sequence[HardwareParams],
-    models: Sequence[ModelParams],
-    axes: dict[str, np.ndarray],
-    workload: Workload,
-    efficiency: Efficiency,
-    solver: Solver,
-    *,
-    dtype: str = "float32",
-    chunk_points: int = DEFAULT_CHUNK_POINTS,
-    on_block: Callable[[int], None] | None = None,
-) -> dict[str, np.ndarray]:
-    """Evaluate the full grid block by block into host arrays.
+class GridProblem:
+    """Everything a block needs, in the compute dtype: tables, axis values and scalars.
 
     Args:
         hardware: one `HardwareParams` per ``gpu`` coordinate.
@@ -153,48 +191,67 @@ def run_grid(
         axes: 1-D values of tp, concurrency, think_time_s, context_tokens, hit_rate.
         workload, efficiency, solver: shared scalars.
         dtype: "float32" (default) or "float64".
+        method: "damped" or "exact".
+        outputs: which outputs to compute and return (default all).
         chunk_points: target points per block.
-        on_block: called with the number of points of each finished block (progress).
-
-    Returns:
-        Output name -> array of the full grid shape.
     """
-    float_dtype = np.dtype(dtype)
-    hw_table = stack_params(hardware, float_dtype)
-    model_table = stack_params(models, float_dtype)
-    names = ("tp", "concurrency", "think_time_s", "context_tokens", "hit_rate")
-    values = [np.arange(len(hardware)), np.arange(len(models))] + [np.asarray(axes[n], dtype=float_dtype) for n in names]
-    grid = tuple(v.shape[0] for v in values)
-    block = chunk_shape(grid, chunk_points)
-    scalars = shared_scalars(workload, efficiency, solver, float_dtype)
-    results: dict[str, np.ndarray] = {}
-    starts = itertools.product(*(range(0, n, b) for n, b in zip(grid, block)))
 
-    def launch(origin):
-        pieces = [_padded(v, o, b) for v, o, b in zip(values, origin, block)]
-        hw = jax.tree_util.tree_map(lambda a: a[pieces[0]], hw_table)
-        model = jax.tree_util.tree_map(lambda a: a[pieces[1]], model_table)
-        return origin, evaluate_block(hw, model, *pieces[2:], *scalars)
+    def __init__(self, hardware, models, axes, workload, efficiency, solver, *, dtype="float32", method="damped",
+                 outputs: Sequence[str] = OUTPUT_NAMES, chunk_points: int = DEFAULT_CHUNK_POINTS):
+        self.dtype = np.dtype(dtype)
+        self.method = method
+        self.outputs = tuple(outputs)
+        self.hw_table = stack_params(hardware, self.dtype)
+        self.model_table = stack_params(models, self.dtype)
+        self.values = [np.arange(len(hardware)), np.arange(len(models))]
+        self.values += [np.asarray(axes[name], dtype=self.dtype) for name in NUMERIC_AXES]
+        self.shape = tuple(v.shape[0] for v in self.values)
+        self.block = chunk_shape(self.shape, chunk_points)
+        self.scalars = shared_scalars(workload, efficiency, solver, self.dtype)
 
-    def collect(origin, out):
-        region = tuple(slice(o, min(o + b, n)) for o, b, n in zip(origin, block, grid))
-        crop = tuple(slice(0, s.stop - s.start) for s in region)
-        for name, array in zip(PointOutputs._fields, out):
-            host = np.asarray(array)
-            if name not in results:
-                results[name] = np.empty(grid, dtype=host.dtype)
-            results[name][region] = host[crop]
-        if on_block is not None:
-            on_block(math.prod(s.stop - s.start for s in region))
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
 
-    x64 = jax.enable_x64(float_dtype == np.float64)
-    with x64:
+    def origins(self) -> list[tuple[int, ...]]:
+        return block_origins(self.shape, self.block)
+
+    def region(self, origin) -> tuple[slice, ...]:
+        return block_region(origin, self.block, self.shape)
+
+    def launch(self, origin) -> dict[str, jax.Array]:
+        """Dispatch one block (asynchronously) and return its device arrays."""
+        pieces = [_padded(v, o, b) for v, o, b in zip(self.values, origin, self.block)]
+        hw = jax.tree_util.tree_map(lambda a: a[pieces[0]], self.hw_table)
+        model = jax.tree_util.tree_map(lambda a: a[pieces[1]], self.model_table)
+        return evaluate_block(hw, model, *pieces[2:], *self.scalars, method=self.method, outputs=self.outputs)
+
+    def crop(self, origin, out: dict[str, jax.Array]) -> dict[str, np.ndarray]:
+        """Host copies of a block's results, cropped to the grid."""
+        region = self.region(origin)
+        keep = tuple(slice(0, s.stop - s.start) for s in region)
+        return {name: np.asarray(value)[keep] for name, value in out.items()}
+
+    def iter_blocks(self, origins: Sequence[tuple[int, ...]] | None = None
+                    ) -> Iterator[tuple[tuple[slice, ...], dict[str, np.ndarray]]]:
+        """Yield (region, host results) per block, dispatching each block before the last
+        one is collected so that host work overlaps device work."""
         pending = None
-        for origin in starts:
-            launched = launch(origin)  # dispatch the next block before waiting on the last
+        for origin in self.origins() if origins is None else origins:
+            with jax.enable_x64(self.dtype == np.float64):  # never left on across a yield
+                launched = (origin, self.launch(origin))
             if pending is not None:
-                collect(*pending)
+                yield self.region(pending[0]), self.crop(*pending)
             pending = launched
         if pending is not None:
-            collect(*pending)
-    return results
+            yield self.region(pending[0]), self.crop(*pending)
+
+    def run(self) -> dict[str, np.ndarray]:
+        """The whole grid in memory: output name -> array of the grid shape."""
+        results: dict[str, np.ndarray] = {}
+        for region, block in self.iter_blocks():
+            for name, values in block.items():
+                if name not in results:
+                    results[name] = np.empty(self.shape, dtype=values.dtype)
+                results[name][region] = values
+        return results

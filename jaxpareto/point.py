@@ -12,8 +12,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxpareto.closed_loop import active_ratio, solve_effective_batch
-from jaxpareto.decode import decode_step
+from jaxpareto.closed_loop import active_ratio, solve_effective_batch, solve_effective_batch_exact
+from jaxpareto.decode import decode_coefficients, decode_step, tpot_lines
 from jaxpareto.hardware import HardwareParams, effective_tflops
 from jaxpareto.memory import memory_budget
 from jaxpareto.model import ModelParams
@@ -22,6 +22,7 @@ from jaxpareto.settings import Efficiency, Solver, Workload
 from jaxpareto.units import MS_PER_S
 
 DECODE_MEMORY, DECODE_COMPUTE, DECODE_NONE = 0, 1, -1
+METHODS = ("damped", "exact")
 
 
 class PointOutputs(NamedTuple):
@@ -59,6 +60,7 @@ def evaluate_point(
     workload: Workload,
     efficiency: Efficiency,
     solver: Solver,
+    method: str = "damped",
 ) -> PointOutputs:
     """Evaluate seed eqs. 1-5 at one configuration (SPEC.md section 3).
 
@@ -71,6 +73,8 @@ def evaluate_point(
         context_tokens: L, context of the turn [tokens].
         hit_rate: h, prefix-cache hit rate in [0, 1].
         workload, efficiency, solver: shared scalars.
+        method: closed-loop solver, static: "damped" (the seed's iteration, the reference) or
+            "exact" (closed form per linear piece of R(B), `solve_effective_batch_exact`).
 
     Returns:
         `PointOutputs`. Where ``feasible`` is False (no memory left for KV, or not one
@@ -88,16 +92,24 @@ def evaluate_point(
     ttft = ttft_ms(model.params_active_b, tokens, tp, tflops, efficiency.eta_prefill)
     think_ms = think_time_s * MS_PER_S
 
-    def step_at(batch):
-        return decode_step(
-            hw, model, tp, batch, context_tokens, tflops, efficiency.eta_decode, efficiency.elementwise_overhead
-        )
+    coefficients = decode_coefficients(
+        hw, model, tp, context_tokens, tflops, efficiency.eta_decode, efficiency.elementwise_overhead
+    )
 
     def latency_at(batch):  # seed eq. 1: R = TTFT + TPOT x OSL
-        return ttft + step_at(batch).tpot_ms * workload.osl
+        return ttft + decode_step(coefficients, batch).tpot_ms * workload.osl
 
-    solution = solve_effective_batch(latency_at, concurrency_eff, think_ms, solver)
-    step = step_at(solution.batch)
+    if method == "damped":
+        solution = solve_effective_batch(latency_at, concurrency_eff, think_ms, solver)
+    elif method == "exact":
+        lines = tpot_lines(coefficients)
+        osl = workload.osl
+        intercepts = jnp.stack([ttft + osl * lines.a_unsat, ttft + osl * lines.a_sat, ttft + 0.0 * lines.b_compute])
+        slopes = jnp.stack([osl * lines.b_unsat, osl * lines.b_sat, osl * lines.b_compute])
+        solution = solve_effective_batch_exact(latency_at, intercepts, slopes, concurrency_eff, think_ms)
+    else:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    step = decode_step(coefficients, solution.batch)
     latency = ttft + step.tpot_ms * workload.osl
     turns_per_s = concurrency_eff / ((latency + think_ms) / MS_PER_S)
 

@@ -17,6 +17,7 @@ import numpy as np
 import pydantic
 
 from jaxpareto.errors import JaxparetoError
+from jaxpareto.grid import DEFAULT_CHUNK_POINTS
 from jaxpareto.hardware import Hardware
 from jaxpareto.model import Model
 from jaxpareto.pareto import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y
@@ -80,6 +81,14 @@ class SolverSpec(_Table):
     tol: float = 1e-6
     max_iter: int = 10_000
     dtype: Literal["float32", "float64"] = "float32"
+    method: Literal["damped", "exact"] = "damped"
+
+
+class OutputSpec(_Table):
+    """What is kept: output variables (default all) and points per compute block / zarr chunk."""
+
+    variables: list[str] | None = None
+    chunk_points: int = pydantic.Field(default=DEFAULT_CHUNK_POINTS, ge=1)
 
 
 class ReportSpec(_Table):
@@ -100,6 +109,7 @@ class SweepSpec(_Table):
     efficiency: EfficiencySpec = EfficiencySpec()
     solver: SolverSpec = SolverSpec()
     report: ReportSpec = ReportSpec()
+    output: OutputSpec = OutputSpec()
     hardware: list[Hardware] = pydantic.Field(default_factory=list)
     model: list[Model] = pydantic.Field(default_factory=list)
 
@@ -117,6 +127,7 @@ class SweepSpec(_Table):
             **self.workload.model_dump(),
             **self.efficiency.model_dump(),
             **solver,
+            **self.output.model_dump(),
             "hardware": self.hardware,
             "models": self.model,
         }

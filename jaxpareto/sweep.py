@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import warnings
@@ -14,13 +15,122 @@ import xarray as xr
 
 from jaxpareto.axes import grid_axes
 from jaxpareto.errors import JaxparetoError
-from jaxpareto.grid import DEFAULT_CHUNK_POINTS, run_grid
+from jaxpareto.grid import DEFAULT_CHUNK_POINTS, GridProblem
 from jaxpareto.hardware import Hardware
 from jaxpareto.model import Model
 from jaxpareto.schema import AXES, AXIS_INFO, DECODE_BOUND_FLAGS, OUTPUTS
+from jaxpareto.point import METHODS
 from jaxpareto.settings import Efficiency, Solver, Workload
 
 DTYPES = ("float32", "float64")
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepPlan:
+    """A validated sweep: definitions, axis values, scalars and options, ready to run."""
+
+    gpus: list[Hardware]
+    models: list[Model]
+    axes: dict[str, np.ndarray]
+    workload: Workload
+    efficiency: Efficiency
+    solver: Solver
+    dtype: str
+    method: str
+    variables: tuple[str, ...]
+    chunk_points: int
+    kv_context_tokens: float | None
+    extra_attrs: dict = dataclasses.field(default_factory=dict)
+
+    def problem(self) -> GridProblem:
+        return GridProblem(
+            [g.to_params() for g in self.gpus], [m.to_params() for m in self.models], self.axes,
+            self.workload, self.efficiency, self.solver, dtype=self.dtype, method=self.method,
+            outputs=self.variables, chunk_points=self.chunk_points,
+        )
+
+    @property
+    def coords(self) -> dict[str, Sequence]:
+        return {"gpu": [g.name for g in self.gpus], "model": [m.name for m in self.models], **self.axes}
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (len(self.gpus), len(self.models), *(len(self.axes[a]) for a in AXES[2:]))
+
+    def attrs(self) -> dict:
+        """Provenance attributes (SPEC.md section 4), JSON-serialisable."""
+        from jaxpareto import __version__
+
+        return {
+            "title": "jaxpareto agent-serving sweep",
+            "jaxpareto_version": __version__,
+            "jax_version": jax.__version__,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "model_equations": "seed 000 section 3 eqs. 1-5 as fixed by SPEC.md section 3",
+            "dtype": self.dtype,
+            "solver": self.method,
+            "osl": float(self.workload.osl),
+            "delta_tokens": float(self.workload.delta_tokens),
+            "kv_context_tokens": "per point (context_tokens)" if self.kv_context_tokens is None
+            else float(self.kv_context_tokens),
+            "eta_prefill": float(self.efficiency.eta_prefill),
+            "eta_decode": float(self.efficiency.eta_decode),
+            "elementwise_overhead": float(self.efficiency.elementwise_overhead),
+            "damping": float(self.solver.damping),
+            "tol": float(self.solver.tol),
+            "max_iter": int(self.solver.max_iter),
+            "hardware": json.dumps([g.to_dict() for g in self.gpus]),
+            "models": json.dumps([m.to_dict() for m in self.models]),
+            **self.extra_attrs,
+        }
+
+
+def plan_sweep(
+    gpu, model, tp, concurrency, think_time_s=0.0, context_tokens=16384, hit_rate=0.0, *,
+    osl=128, delta_tokens=2128, kv_context_tokens=None, eta_prefill=0.65, eta_decode=0.40,
+    elementwise_overhead=1.10, damping=0.4, tol=1e-6, max_iter=10_000, dtype="float32", method="damped",
+    variables=None, chunk_points=DEFAULT_CHUNK_POINTS, hardware=(), models=(), attrs=None,
+) -> SweepPlan:
+    """Validate every input of `sweep` (same arguments) without computing anything.
+
+    Raises:
+        JaxparetoError: naming the field and the allowed values.
+    """
+    if dtype not in DTYPES:
+        raise JaxparetoError("dtype", f"unknown dtype {dtype!r}", DTYPES)
+    if method not in METHODS:
+        raise JaxparetoError("method", f"unknown solver {method!r}", METHODS)
+    if kv_context_tokens is not None and (isinstance(kv_context_tokens, bool) or not isinstance(kv_context_tokens, (int, float)) or not kv_context_tokens > 0):
+        raise JaxparetoError("kv_context_tokens", f"must be a number > 0 or None, got {kv_context_tokens!r}")
+    workload = Workload(osl=osl, delta_tokens=delta_tokens,
+                        kv_context_tokens=0.0 if kv_context_tokens is None else kv_context_tokens).validate()
+    efficiency = Efficiency(eta_prefill, eta_decode, elementwise_overhead).validate()
+    solver = Solver(damping, tol, max_iter).validate()
+    if isinstance(chunk_points, bool) or not isinstance(chunk_points, int) or chunk_points < 1:
+        raise JaxparetoError("chunk_points", f"must be an integer >= 1, got {chunk_points!r}")
+    gpus, model_defs, axes = grid_axes(
+        gpu, model, tp, concurrency, think_time_s, context_tokens, hit_rate,
+        custom_gpus=_by_name("hardware", hardware, Hardware), custom_models=_by_name("models", models, Model),
+    )
+    extra = dict(attrs or {})
+    try:
+        json.dumps(extra)
+    except TypeError as error:
+        raise JaxparetoError("attrs", f"must be JSON-serialisable: {error}") from None
+    return SweepPlan(gpus, model_defs, axes, workload, efficiency, solver, dtype, method,
+                     _variables(variables), chunk_points, kv_context_tokens, extra)
+
+
+def _variables(variables) -> tuple[str, ...]:
+    """The outputs to compute, in schema order; ``feasible`` and ``converged`` always."""
+    if variables is None:
+        return tuple(OUTPUTS)
+    names = [variables] if isinstance(variables, str) else list(variables)
+    for name in names:
+        if name not in OUTPUTS:
+            raise JaxparetoError("variables", f"unknown output {name!r}", list(OUTPUTS))
+    wanted = {*names, "feasible", "converged"}
+    return tuple(name for name in OUTPUTS if name in wanted)
 
 
 def sweep(
@@ -42,14 +152,18 @@ def sweep(
     tol: float = 1e-6,
     max_iter: int = 10_000,
     dtype: str = "float32",
+    method: str = "damped",
+    variables: Sequence[str] | None = None,
     chunk_points: int = DEFAULT_CHUNK_POINTS,
     hardware: Sequence[Hardware] = (),
     models: Sequence[Model] = (),
+    attrs: dict | None = None,
 ) -> xr.Dataset:
-    """Evaluate the agent-serving model over the grid of all axis combinations.
+    """Evaluate the agent-serving model over the grid of all axis combinations, in memory.
 
     Every axis may be a scalar or a sequence; the Dataset's dimensions are always the seven
-    axes ``gpu, model, tp, concurrency, think_time_s, context_tokens, hit_rate``.
+    axes ``gpu, model, tp, concurrency, think_time_s, context_tokens, hit_rate``. For grids
+    too large for memory use `jaxpareto.sweep_to_zarr`, which takes the same arguments.
 
     Args:
         gpu: catalog names (`jaxpareto.catalog.gpus`), names from ``hardware``, or
@@ -64,10 +178,16 @@ def sweep(
         delta_tokens: tokens prefilled on a cache hit ΔL (>= 0); the seed's code agent: 2128.
         kv_context_tokens: context L̄ held in KV per session; None: each point's L.
         eta_prefill, eta_decode, elementwise_overhead: efficiency factors (seed defaults).
-        damping, tol, max_iter: fixed-point solver controls.
+        damping, tol, max_iter: controls of the damped fixed-point iteration.
         dtype: "float32" (default, fast) or "float64".
+        method: closed-loop solver: "damped" (default: the seed's iteration, which the SPEC
+            makes the reference) or "exact" (closed form per linear piece of R(B); agrees with
+            damped to 1e-5 where it converged, iterations reported as 0).
+        variables: outputs to compute and keep (default all; ``feasible`` and ``converged``
+            are always kept).
         chunk_points: points per compiled block (memory/compile-size trade-off).
         hardware, models: custom definitions that the name lists may refer to.
+        attrs: extra JSON-serialisable dataset attributes (e.g. the spec that produced it).
 
     Returns:
         `xarray.Dataset` with the variables of `jaxpareto.schema.OUTPUTS` (each with
@@ -77,27 +197,8 @@ def sweep(
         JaxparetoError: any invalid input, naming the field and the allowed values; raised
             before anything is compiled.
     """
-    if dtype not in DTYPES:
-        raise JaxparetoError("dtype", f"unknown dtype {dtype!r}", DTYPES)
-    workload = Workload(osl=osl, delta_tokens=delta_tokens,
-                        kv_context_tokens=0.0 if kv_context_tokens is None else kv_context_tokens).validate()
-    if kv_context_tokens is not None and kv_context_tokens <= 0:
-        raise JaxparetoError("kv_context_tokens", f"must be > 0 or None, got {kv_context_tokens!r}")
-    efficiency = Efficiency(eta_prefill, eta_decode, elementwise_overhead).validate()
-    solver = Solver(damping, tol, max_iter).validate()
-    if isinstance(chunk_points, bool) or not isinstance(chunk_points, int) or chunk_points < 1:
-        raise JaxparetoError("chunk_points", f"must be an integer >= 1, got {chunk_points!r}")
-    gpus, model_defs, axes = grid_axes(
-        gpu, model, tp, concurrency, think_time_s, context_tokens, hit_rate,
-        custom_gpus=_by_name("hardware", hardware, Hardware), custom_models=_by_name("models", models, Model),
-    )
-    results = run_grid(
-        [g.to_params() for g in gpus], [m.to_params() for m in model_defs], axes,
-        workload, efficiency, solver, dtype=dtype, chunk_points=chunk_points,
-    )
-    coords = {"gpu": [g.name for g in gpus], "model": [m.name for m in model_defs], **axes}
-    attrs = _provenance(gpus, model_defs, workload, efficiency, solver, dtype, kv_context_tokens)
-    return build_dataset(coords, results, attrs)
+    plan = plan_sweep(**locals())
+    return build_dataset(plan.coords, plan.problem().run(), plan.attrs())
 
 
 def _by_name(field: str, items: Sequence, kind) -> dict:
@@ -109,31 +210,6 @@ def _by_name(field: str, items: Sequence, kind) -> dict:
     return out
 
 
-def _provenance(gpus, model_defs, workload, efficiency, solver, dtype, kv_context_tokens) -> dict:
-    from jaxpareto import __version__
-
-    return {
-        "title": "jaxpareto agent-serving sweep",
-        "jaxpareto_version": __version__,
-        "jax_version": jax.__version__,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "model_equations": "seed 000 section 3 eqs. 1-5 as fixed by SPEC.md section 3",
-        "dtype": dtype,
-        "solver": "damped",
-        "osl": float(workload.osl),
-        "delta_tokens": float(workload.delta_tokens),
-        "kv_context_tokens": "per point (context_tokens)" if kv_context_tokens is None else float(kv_context_tokens),
-        "eta_prefill": float(efficiency.eta_prefill),
-        "eta_decode": float(efficiency.eta_decode),
-        "elementwise_overhead": float(efficiency.elementwise_overhead),
-        "damping": float(solver.damping),
-        "tol": float(solver.tol),
-        "max_iter": int(solver.max_iter),
-        "hardware": json.dumps([g.to_dict() for g in gpus]),
-        "models": json.dumps([m.to_dict() for m in model_defs]),
-    }
-
-
 def build_dataset(coords: Mapping[str, Sequence], results: Mapping[str, np.ndarray], attrs: Mapping) -> xr.Dataset:
     """Assemble the Dataset of SPEC.md section 4 from axis values and full-grid arrays."""
     coord_vars = {}
@@ -143,6 +219,8 @@ def build_dataset(coords: Mapping[str, Sequence], results: Mapping[str, np.ndarr
         coord_vars[name] = xr.Variable(name, values, {"units": info.units, "long_name": info.long_name})
     data_vars = {}
     for name, info in OUTPUTS.items():
+        if name not in results:
+            continue
         var_attrs = {"units": info.units, "long_name": info.long_name}
         if name == "decode_bound":
             var_attrs.update(DECODE_BOUND_FLAGS)

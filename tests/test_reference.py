@@ -63,7 +63,7 @@ def _evaluate(points, dtype):
             for k in ("tp", "concurrency", "think_time_s", "context_tokens", "hit_rate")]
     with jax.enable_x64(dtype == "float64"):
         out = evaluate_points(hw, model, *axes, *shared_scalars(Workload(), Efficiency(), Solver(), dtype))
-        host = {k: np.asarray(v) for k, v in out._asdict().items()}
+        host = {k: np.asarray(v) for k, v in out.items()}
     return [{k: v[i].item() for k, v in host.items()} for i in range(len(points))]
 
 

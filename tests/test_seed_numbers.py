@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import jaxpareto as jp
-from jaxpareto.decode import decode_step
+from jaxpareto.decode import decode_coefficients, decode_step
 from jaxpareto.hardware import effective_tflops
 from jaxpareto.memory import kv_replication
 from jaxpareto.units import COMPUTE_BITS
@@ -17,7 +17,7 @@ SEED_70B = jp.Model(name="seed-70b", params_total_b=70, weight_dtype="fp16", lay
 
 def _step(model, batch, tp=8, context=0.0, gpu=H100):
     hw, m = gpu.to_params(), model.to_params()
-    return decode_step(hw, m, tp, batch, context, effective_tflops(hw, m.compute_bits), 0.40, 1.10)
+    return decode_step(decode_coefficients(hw, m, tp, context, effective_tflops(hw, m.compute_bits), 0.40, 1.10), batch)
 
 
 def test_kv_bytes_per_token():
