@@ -34,6 +34,7 @@ from jaxpareto.point import PointOutputs, evaluate_point
 from jaxpareto.settings import Efficiency, Solver, Workload
 
 DEFAULT_CHUNK_POINTS = 1 << 16
+_LANES = 64
 NUMERIC_AXES = ("tp", "concurrency", "think_time_s", "context_tokens", "hit_rate")
 OUTPUT_NAMES = PointOutputs._fields
 
@@ -64,16 +65,22 @@ def _evaluate_flat(hw, model, tp, concurrency, think_time_s, context_tokens, hit
     return {name: getattr(out, name) for name in outputs}
 
 
-def _sharded(fn, n_points: int):
-    """Split the flat points over all local devices when there are several (and they divide)."""
+def _on_devices(fn, args: tuple, n_points: int) -> dict[str, jax.Array]:
+    """Run ``fn`` on the flat per-point ``args`` (the first 7; the rest are shared scalars),
+    split evenly over all local devices when there are several. The points are padded to a
+    multiple of the device count by repeating the last one, and the padding is cut off."""
     devices = jax.devices()
-    if len(devices) == 1 or n_points % len(devices):
-        return fn
+    # Every device gets a multiple of _LANES points, so that every point runs through the
+    # same vectorised loop body: a remainder loop may round differently (e.g. without FMA),
+    # which would make results depend on the block size or the device count.
+    pad = -n_points % (len(devices) * _LANES)
+    per_point = [jax.tree_util.tree_map(lambda a: jnp.concatenate([a, jnp.repeat(a[-1:], pad)]) if pad else a, arg)
+                 for arg in args[:7]]
     mesh = Mesh(np.asarray(devices), ("points",))
-    per_point = PartitionSpec("points")
-    scalar = PartitionSpec()
-    in_specs = (per_point,) * 7 + (scalar,) * 3
-    return jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=per_point, check_vma=False)
+    in_specs = (PartitionSpec("points"),) * 7 + (PartitionSpec(),) * (len(args) - 7)
+    sharded = jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=PartitionSpec("points"), check_vma=False)
+    out = sharded(*per_point, *args[7:])
+    return {name: value[:n_points] for name, value in out.items()}
 
 
 @functools.partial(jax.jit, static_argnames=("method", "outputs"))
@@ -104,8 +111,8 @@ def evaluate_points(
         Output name -> array of shape (n,).
     """
     fn = functools.partial(_evaluate_flat, method=method, outputs=outputs)
-    return _sharded(fn, tp.shape[0])(hw, model, tp, concurrency, think_time_s, context_tokens, hit_rate,
-                                     workload, efficiency, solver)
+    args = (hw, model, tp, concurrency, think_time_s, context_tokens, hit_rate, workload, efficiency, solver)
+    return _on_devices(fn, args, tp.shape[0])
 
 
 @functools.partial(jax.jit, static_argnames=("method", "outputs"))
@@ -142,7 +149,7 @@ def evaluate_block(
     hw = jax.tree_util.tree_map(lambda a: a[flat[0]], hw_table)
     model = jax.tree_util.tree_map(lambda a: a[flat[1]], model_table)
     fn = functools.partial(_evaluate_flat, method=method, outputs=outputs)
-    out = _sharded(fn, math.prod(shape))(hw, model, *flat[2:], workload, efficiency, solver)
+    out = _on_devices(fn, (hw, model, *flat[2:], workload, efficiency, solver), math.prod(shape))
     return {name: value.reshape(shape) for name, value in out.items()}
 
 

@@ -1,0 +1,135 @@
+"""Streaming to zarr: identical to the in-memory sweep, resumable after SIGKILL, refuses a
+different spec, and identical on 4 CPU devices and on a dask LocalCluster."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+import jaxpareto as jp
+from jaxpareto.store import DONE_GROUP
+
+GRID = dict(gpu=["h100-sxm", "b200"], model=["llama-3.1-70b", "deepseek-v3"], tp=[1, 2, 4, 8],
+            concurrency=list(range(1, 200, 7)), think_time_s=[0.0, 1.0, 5.0], context_tokens=[4096, 32768, 131072],
+            hit_rate=[0.0, 0.5, 0.9], chunk_points=2000)
+
+
+def same_sweep(a: xr.Dataset, b: xr.Dataset) -> None:
+    """Identical data, coordinates and attributes, apart from bookkeeping of the store."""
+    b = b.load().copy()
+    b.attrs = {k: v for k, v in b.attrs.items() if k in a.attrs}
+    b.attrs["created"] = a.attrs["created"]
+    a = a.copy()
+    a.attrs = {k: v for k, v in a.attrs.items() if k in b.attrs}
+    xr.testing.assert_identical(a, b)
+
+
+@pytest.fixture(scope="module")
+def in_memory():
+    return jp.sweep(**GRID)
+
+
+def test_streamed_equals_in_memory(in_memory, tmp_path):
+    ds = jp.sweep_to_zarr(tmp_path / "s.zarr", **GRID)
+    same_sweep(in_memory, ds)
+    group = zarr.open_group(tmp_path / "s.zarr", mode="r")
+    assert group.attrs["jaxpareto_complete"] is True
+    assert group["ttft_ms"].chunks == tuple(group.attrs["jaxpareto_block"])  # zarr chunks = compute blocks
+    assert group.attrs["infeasible_points"] == int((~in_memory.feasible).sum())
+    assert np.asarray(group[DONE_GROUP]["done"][:]).all()
+
+
+def test_refuses_existing_and_different_spec(tmp_path):
+    path = tmp_path / "s.zarr"
+    jp.sweep_to_zarr(path, **GRID)
+    with pytest.raises(jp.JaxparetoError, match="complete"):
+        jp.sweep_to_zarr(path, **GRID)
+    with pytest.raises(jp.JaxparetoError, match="different inputs"):
+        jp.sweep_to_zarr(path, **{**GRID, "osl": 256})
+    with pytest.raises(jp.JaxparetoError, match="different inputs"):
+        jp.sweep_to_zarr(path, **{**GRID, "hit_rate": [0.0, 0.5]})
+    (tmp_path / "other").mkdir()
+    with pytest.raises(jp.JaxparetoError, match="not a jaxpareto sweep store"):
+        jp.sweep_to_zarr(tmp_path / "other", **GRID)
+    jp.sweep_to_zarr(path, **{**GRID, "osl": 256}, overwrite=True)
+
+
+def test_variable_selection(tmp_path):
+    ds = jp.sweep_to_zarr(tmp_path / "s.zarr", **GRID, variables=["ttft_ms", "output_tokens_per_s_per_gpu"])
+    assert set(ds.data_vars) == {"ttft_ms", "output_tokens_per_s_per_gpu", "feasible", "converged"}
+
+
+SCRIPT = textwrap.dedent("""
+    import sys, jaxpareto as jp
+    grid = {grid!r}
+    jp.sweep_to_zarr(sys.argv[1], progress=False, **grid)
+""")
+
+
+def test_sigkill_then_resume_is_identical(in_memory, tmp_path):
+    path = tmp_path / "killed.zarr"
+    grid = {**GRID, "chunk_points": 200}  # many small blocks, so the kill lands mid-run
+    script = tmp_path / "run.py"
+    script.write_text(SCRIPT.format(grid=grid))
+    proc = subprocess.Popen([sys.executable, str(script), str(path)], env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                done = np.asarray(zarr.open_group(path, mode="r")[DONE_GROUP]["done"][:])
+            except Exception:
+                done = np.zeros(1)
+            if 3 <= done.sum() < done.size:
+                break
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    done = np.asarray(zarr.open_group(path, mode="r")[DONE_GROUP]["done"][:])
+    assert 0 < done.sum() < done.size, "the kill did not land mid-run"
+    partial = xr.open_zarr(path)  # a killed store opens
+    assert partial.attrs["jaxpareto_complete"] is False
+    resumed = jp.sweep_to_zarr(path, **grid)
+    expected = jp.sweep(**grid)
+    same_sweep(expected, resumed)
+
+
+DEVICES_SCRIPT = textwrap.dedent("""
+    import math, sys, jax, jaxpareto as jp
+    from jaxpareto.sweep import plan_sweep
+    assert len(jax.devices()) == 4, jax.devices()
+    grid = {grid!r}
+    problem = plan_sweep(**grid).problem()
+    assert math.prod(problem.block) % 4  # padding to the device count is exercised
+    out = problem.launch(problem.origins()[0])
+    assert len(out["ttft_ms"].sharding.device_set) == 4, out["ttft_ms"].sharding
+    jp.sweep_to_zarr(sys.argv[1], progress=False, **grid)
+""")
+
+
+def test_four_cpu_devices_identical(in_memory, tmp_path):
+    script = tmp_path / "dev.py"
+    script.write_text(DEVICES_SCRIPT.format(grid=GRID))
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+           "JAX_PLATFORMS": "cpu"}
+    result = subprocess.run([sys.executable, str(script), str(tmp_path / "d.zarr")], env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    same_sweep(in_memory, xr.open_zarr(tmp_path / "d.zarr"))
+
+
+def test_dask_local_cluster_identical(in_memory, tmp_path):
+    import distributed
+
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+        ds = jp.sweep_to_zarr(tmp_path / "dask.zarr", client=client, **GRID)
+    same_sweep(in_memory, ds)
