@@ -15,8 +15,8 @@ from jaxpareto.errors import JaxparetoError
 from jaxpareto.hardware import Hardware
 from jaxpareto.model import Model
 from jaxpareto.pareto import frontier_table, pareto_front
-from jaxpareto.store import sweep_to_zarr
-from jaxpareto.sweep import sweep, to_zarr
+from jaxpareto.store import sweep_to_zarr, to_zarr
+from jaxpareto.sweep import sweep
 
 try:
     __version__ = version("jaxpareto")

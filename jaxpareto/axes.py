@@ -11,6 +11,7 @@ from jaxpareto.catalog import resolve_gpu, resolve_model
 from jaxpareto.errors import JaxparetoError
 from jaxpareto.hardware import Hardware
 from jaxpareto.model import Model
+from jaxpareto.validation import check_number
 
 # Integer axes are carried as floats in the float32 path: exact below 2**24.
 _MAX_INTEGER = 2**24
@@ -33,29 +34,14 @@ def _unique(field: str, keys: Sequence) -> None:
         seen.add(key)
 
 
-def numeric_axis(field: str, value, *, integer: bool, low: float, high: float = math.inf,
-                 low_inclusive: bool = True) -> np.ndarray:
+def numeric_axis(field: str, value, *, integer: bool, low: float, high: float = math.inf) -> np.ndarray:
     """Validate one numeric axis into a 1-D array (int64 or float64).
 
     Raises:
         JaxparetoError: non-numeric, NaN/inf, non-integer where an integer is needed, out of
             range, empty, or duplicated values; the message names the field.
     """
-    values = _as_list(field, value)
-    out = []
-    for v in values:
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
-            raise JaxparetoError(field, f"expected numbers, got {v!r} ({type(v).__name__})")
-        f = float(v)
-        if not math.isfinite(f):
-            raise JaxparetoError(field, f"must be finite, got {v!r}")
-        if integer and not f.is_integer():
-            raise JaxparetoError(field, f"must be whole numbers, got {v!r}")
-        ok_low = f >= low if low_inclusive else f > low
-        if not (ok_low and f <= high):
-            lo = "[" if low_inclusive else "("
-            raise JaxparetoError(field, f"out of range: {v!r}", f"{lo}{low:g}, {high:g}]")
-        out.append(int(f) if integer else f)
+    out = [check_number(field, v, low=low, high=high, integer=integer) for v in _as_list(field, value)]
     _unique(field, out)
     return np.asarray(out, dtype=np.int64 if integer else np.float64)
 

@@ -1,4 +1,8 @@
-"""Command line: ``jaxpareto sweep | pareto | catalog`` (SPEC.md sections 5 and 6)."""
+"""Command line: ``jaxpareto sweep | pareto | catalog`` (SPEC.md sections 5 and 6).
+
+Every input is checked before anything is computed or written; errors print one line
+``jaxpareto: error: ...`` and exit with status 2.
+"""
 
 from __future__ import annotations
 
@@ -18,42 +22,72 @@ from jaxpareto.errors import JaxparetoError
 from jaxpareto.pareto import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y, frontier_table, pareto_front
 from jaxpareto.schema import AXES
 from jaxpareto.spec import load_spec
-from jaxpareto.store import sweep_to_zarr
+from jaxpareto.store import check_output_path, sweep_to_zarr
 from jaxpareto.sweep import plan_sweep, sweep
 
 
-def _headline_selection(ds: xr.Dataset, headline: Mapping, dims: Sequence[str]) -> dict:
-    """One value for every axis outside ``dims``: the headline's where given, else the first."""
-    selection = {}
-    for axis in AXES:
-        if axis in dims:
-            continue
-        if axis in headline:
-            value = headline[axis]
-            if value not in ds[axis].values:
-                raise JaxparetoError(f"report.headline.{axis}", f"{value!r} is not on the grid",
-                                     [str(v) for v in ds[axis].values])
-            selection[axis] = value
-        else:
-            selection[axis] = ds[axis].values[0].item()
-    return selection
+class Report:
+    """What to print: objectives, their directions, the front's dims and one headline cell."""
 
+    def __init__(self, x: str, y: str, dims: Sequence[str], minimize: Sequence[str], available: Sequence[str]):
+        for field, name in (("x", x), ("y", y)):
+            if name not in available:
+                raise JaxparetoError(f"report {field}", f"unknown or unselected variable {name!r}", available)
+        dims = tuple(dims)
+        for d in dims:
+            if d not in AXES:
+                raise JaxparetoError("report dims", f"unknown dimension {d!r}", AXES)
+        if len(set(dims)) != len(dims) or not dims:
+            raise JaxparetoError("report dims", f"need one or more distinct dimensions, got {list(dims)}")
+        for name in minimize:
+            if name not in (x, y):
+                raise JaxparetoError("minimize", f"{name!r} is neither objective", (x, y))
+        self.x, self.y, self.dims = x, y, dims
+        self.maximize = (x not in minimize, y not in minimize)
 
-def _print_frontier(ds: xr.Dataset, selection: dict, x: str, y: str, dims: Sequence[str]) -> None:
-    cell = ds.sel(selection)
-    front = pareto_front(cell, x=x, y=y, dims=dims)
-    table = frontier_table(cell, front, x=x, y=y, dims=dims, drop_ties=True)
-    where = ", ".join(f"{k}={v}" for k, v in selection.items())
-    print(f"\nPareto frontier ({y} vs {x}) over {', '.join(dims)} at {where}:")
-    if table.empty:
-        print("  (no feasible, converged point in this cell)")
-        return
-    with pd.option_context("display.width", 250, "display.max_columns", 30, "display.float_format", "{:,.4g}".format):
-        print(table.to_string(index=False))
-    ties = int(front.sum()) - len(table)
-    if ties:
-        print(f"({ties} more frontier configurations tie exactly with a row above, e.g. concurrency beyond "
-              "what KV memory admits; `jaxpareto pareto --csv` lists them all)")
+    def cell(self, coords: Mapping[str, Sequence], headline: Mapping, source: str) -> dict:
+        """One coordinate value for every axis outside ``dims``: the headline's, else the first."""
+        for key in headline:
+            if key not in AXES:
+                raise JaxparetoError(f"{source}.{key}", "unknown axis", [a for a in AXES if a not in self.dims])
+            if key in self.dims:
+                raise JaxparetoError(f"{source}.{key}", f"is a dimension of the front ({', '.join(self.dims)}); "
+                                                        "the front is taken over all its values")
+        selection = {}
+        for axis in AXES:
+            if axis in self.dims:
+                continue
+            values = np.asarray(coords[axis])
+            if axis not in headline:
+                selection[axis] = values[0].item()
+                continue
+            wanted = headline[axis]
+            if values.dtype.kind in "US":
+                hits = np.flatnonzero(values == str(wanted))
+            else:
+                hits = np.flatnonzero(np.isclose(values.astype(float), float(wanted), rtol=1e-9, atol=0))
+            if not len(hits):
+                raise JaxparetoError(f"{source}.{axis}", f"{wanted!r} is not on the grid", [v.item() for v in values])
+            selection[axis] = values[hits[0]].item()
+        return selection
+
+    def print_frontier(self, ds: xr.Dataset, selection: dict) -> None:
+        cell = ds.sel(selection)
+        front = pareto_front(cell, x=self.x, y=self.y, dims=self.dims, maximize=self.maximize)
+        table = frontier_table(cell, front, x=self.x, y=self.y, dims=self.dims, drop_ties=True)
+        where = ", ".join(f"{k}={v}" for k, v in selection.items())
+        senses = " and ".join(f"{'max' if m else 'min'} {n}" for n, m in zip((self.x, self.y), self.maximize))
+        print(f"\nPareto frontier ({senses}) over {', '.join(self.dims)} at {where}:")
+        if table.empty:
+            print("  (no feasible, converged point in this cell)")
+            return
+        with pd.option_context("display.width", 250, "display.max_columns", 30,
+                               "display.float_format", "{:,.4g}".format):
+            print(table.to_string(index=False))
+        ties = int(front.sum()) - len(table)
+        if ties:
+            print(f"({ties} more frontier configurations tie exactly with a row above, e.g. concurrency beyond "
+                  "what KV memory admits; `jaxpareto pareto --csv` lists them all)")
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -65,13 +99,21 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if args.variables:
         kwargs["variables"] = args.variables.split(",")
     kwargs["attrs"] = {"spec": json.dumps(spec.model_dump(mode="json")),
-                       "report_headline": json.dumps(spec.report.headline)}
+                       "report": json.dumps(spec.report.model_dump(mode="json"))}
+    # Every input is checked before anything runs or is written.
+    plan = plan_sweep(**kwargs)
+    report = Report(spec.report.x, spec.report.y, spec.report.dims, spec.report.minimize, plan.variables)
+    selection = report.cell(plan.coords, spec.report.headline, "report.headline")
     out = Path(args.out) if args.out else None
-    plan = plan_sweep(**kwargs)  # every input checked before anything runs or is written
+    if out is not None:
+        check_output_path(out, args.overwrite)
+        if out.exists() and not args.overwrite:
+            _check_resumable(out)
+    elif args.scheduler:
+        raise JaxparetoError("--scheduler", "needs --out: dask workers write their blocks into the store")
+
     start = time.perf_counter()
     if out is None:
-        if args.scheduler:
-            raise JaxparetoError("--scheduler", "needs --out: dask workers write their blocks into the store")
         ds = sweep(**kwargs)
         infeasible = int((~ds.feasible).sum())
         unconverged = int((ds.feasible & ~ds.converged).sum())
@@ -84,26 +126,45 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                 client.close()
         infeasible, unconverged = ds.attrs["infeasible_points"], ds.attrs["unconverged_points"]
     elapsed = time.perf_counter() - start
+
     points = int(np.prod(plan.shape))
     print(f"spec: {args.spec or '(built-in default: seed code agent)'}")
     if spec.description:
         print(f"  {spec.description}")
-    shape = " x ".join(f"{a} {n}" for a, n in zip(AXES, plan.shape))
-    print(f"grid: {points:,} configurations ({shape})")
-    what = "compilation included" + (f", written to {out}" if out else "")
-    print(f"wall time: {elapsed:.2f} s ({what}), {points / elapsed:,.0f} configs/s, solver {plan.method}, {plan.dtype}")
+    print(f"grid: {points:,} configurations ({' x '.join(f'{a} {n}' for a, n in zip(AXES, plan.shape))})")
+    where = f", written to {out}" if out else ""
+    print(f"wall time: {elapsed:.2f} s (compilation included{where}), {points / elapsed:,.0f} configs/s, "
+          f"solver {plan.method}, {plan.dtype}")
     print(f"infeasible (KV memory): {infeasible:,}; unconverged: {unconverged:,}")
-    dims = spec.report.dims
-    _print_frontier(ds, _headline_selection(ds, spec.report.headline, dims), spec.report.x, spec.report.y, dims)
+    report.print_frontier(ds, selection)
     return 0
+
+
+def _check_resumable(out: Path) -> None:
+    """An existing store is only taken up again when it is an unfinished jaxpareto sweep."""
+    import zarr
+
+    attrs = zarr.open_group(out, mode="r").attrs
+    if attrs.get("jaxpareto_complete", True):
+        raise JaxparetoError("--out", f"{out} already exists; pass --overwrite to replace it")
 
 
 def _dask_client(address: str):
     try:
         from distributed import Client
-    except ImportError:  # pragma: no branch - depends on the installation
+    except ImportError:
         raise JaxparetoError("--scheduler", "needs dask.distributed: pip install 'jaxpareto[dask]'") from None
     return Client(address)
+
+
+def _open_sweep(path: Path) -> xr.Dataset:
+    if not (path / "zarr.json").is_file():
+        raise JaxparetoError("store", f"{path} is not a zarr store (written by `jaxpareto sweep --out`)")
+    ds = xr.open_zarr(path)
+    missing = [a for a in AXES if a not in ds.dims]
+    if missing:
+        raise JaxparetoError("store", f"{path} is not a jaxpareto sweep: no dimension {missing[0]!r}")
+    return ds
 
 
 def _parse_selection(items: Sequence[str], ds: xr.Dataset) -> dict:
@@ -112,38 +173,45 @@ def _parse_selection(items: Sequence[str], ds: xr.Dataset) -> dict:
         key, sep, raw = item.partition("=")
         if not sep or key not in AXES:
             raise JaxparetoError("--sel", f"expected AXIS=VALUE, got {item!r}", AXES)
-        kind = ds[key].dtype.kind
+        if ds[key].dtype.kind in "US":
+            selection[key] = raw
+            continue
         try:
-            selection[key] = raw if kind in "US" else (int(raw) if kind == "i" else float(raw))
+            selection[key] = float(raw)
         except ValueError:
             raise JaxparetoError(f"--sel {key}", f"not a number: {raw!r}") from None
     return selection
 
 
 def _cmd_pareto(args: argparse.Namespace) -> int:
-    path = Path(args.store)
-    if not path.exists():
-        raise JaxparetoError("store", f"no such zarr store: {path}")
-    ds = xr.open_zarr(path)
-    dims = tuple(args.dims.split(",")) if args.dims else DEFAULT_DIMS
-    x, y = args.x or DEFAULT_X, args.y or DEFAULT_Y
+    ds = _open_sweep(Path(args.store))
+    stored = json.loads(ds.attrs.get("report", "{}"))
+    x = args.x or (stored.get("x", DEFAULT_X) if not args.y else DEFAULT_X)
+    y = args.y or (stored.get("y", DEFAULT_Y) if not args.x else DEFAULT_Y)
+    dims = args.dims.split(",") if args.dims else stored.get("dims", list(DEFAULT_DIMS))
+    minimize = args.minimize or ([] if (args.x or args.y) else stored.get("minimize", []))
+    report = Report(x, y, dims, minimize, [str(v) for v in ds.data_vars])
+    headline = {k: v for k, v in stored.get("headline", {}).items() if k not in report.dims}
+    requested = _parse_selection(args.sel or [], ds)
+    selection = report.cell(ds.coords, {**headline, **requested}, "--sel")
     if args.csv:
-        front = pareto_front(ds, x=x, y=y, dims=dims)
-        table = frontier_table(ds, front, x=x, y=y, dims=dims)
-        table.to_csv(args.csv, index=False)
-        print(f"wrote {len(table):,} frontier points of {int(np.prod(front.shape)):,} to {args.csv}")
-    headline = json.loads(ds.attrs.get("report_headline", "{}"))
-    headline.update(_parse_selection(args.sel or [], ds))
-    _print_frontier(ds, _headline_selection(ds, headline, dims), x, y, dims)
+        csv = Path(args.csv)
+        if not csv.resolve().parent.is_dir():
+            raise JaxparetoError("--csv", f"the folder {csv.resolve().parent} does not exist")
+        front = pareto_front(ds, x=report.x, y=report.y, dims=report.dims, maximize=report.maximize)
+        table = frontier_table(ds, front, x=report.x, y=report.y, dims=report.dims)
+        table.to_csv(csv, index=False)
+        print(f"wrote {len(table):,} frontier points of {int(np.prod(front.shape)):,} to {csv}")
+    report.print_frontier(ds, selection)
     return 0
 
 
 def _cmd_catalog(args: argparse.Namespace) -> int:
     gpus = pd.DataFrame([g.model_dump(exclude={"sources"}) for g in catalog.gpus().values()])
     models = pd.DataFrame(
-        [{**m.model_dump(exclude={"sources"}), "kv_bytes_per_token": m.kv_bytes_per_token}
+        [{**m.model_dump(exclude={"sources"}), "kv_bytes_per_token": int(m.kv_bytes_per_token)}
          for m in catalog.models().values()]
-    )
+    ).convert_dtypes()
     with pd.option_context("display.width", 250, "display.max_columns", 30):
         print("GPUs (memory GB, bandwidth GB/s, dense TFLOPS, interconnect GB/s one way):")
         print(gpus.to_string(index=False, na_rep="-"))
@@ -164,8 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("sweep", help="run a sweep spec (default: the seed's code agent) and print its frontier")
     p.add_argument("spec", nargs="?", help="sweep spec TOML (default: built-in code agent)")
-    p.add_argument("--out", help="zarr store to write (refused if it exists, unless --overwrite)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --out store")
+    p.add_argument("--out", help="zarr store to stream into; an unfinished one of the same spec is resumed, "
+                                 "anything else existing is refused unless --overwrite")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out zarr store")
     p.add_argument("--dtype", choices=("float32", "float64"), help="override the spec's floating point type")
     p.add_argument("--method", choices=("damped", "exact"), help="closed-loop solver (default: the spec's, damped)")
     p.add_argument("--variables", help="comma-separated outputs to keep (default all)")
@@ -177,8 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("pareto", help="print (and export) the Pareto frontier of a stored sweep")
     p.add_argument("store", help="zarr store written by `jaxpareto sweep --out`")
-    p.add_argument("--x", help=f"x objective (default {DEFAULT_X})")
-    p.add_argument("--y", help=f"y objective (default {DEFAULT_Y})")
+    p.add_argument("--x", help=f"x objective (default: the sweep's report, else {DEFAULT_X})")
+    p.add_argument("--y", help=f"y objective (default: the sweep's report, else {DEFAULT_Y})")
+    p.add_argument("--minimize", action="append", metavar="NAME", help="minimise this objective (repeatable)")
     p.add_argument("--dims", help=f"comma-separated front dimensions (default {','.join(DEFAULT_DIMS)})")
     p.add_argument("--sel", action="append", metavar="AXIS=VALUE", help="cell to print (repeatable)")
     p.add_argument("--csv", help="write the frontier of every cell to this CSV file")
@@ -197,9 +267,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except JaxparetoError as error:
         print(f"jaxpareto: error: {error}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # output piped into `head` and closed early
-        sys.stderr.close()
-        return 0
+    except OSError as error:  # unreadable or unwritable files: one line, not a traceback
+        if isinstance(error, BrokenPipeError):  # output piped into `head` and closed early
+            sys.stderr.close()
+            return 0
+        print(f"jaxpareto: error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -123,13 +123,20 @@ def model_from_hf_config(
     top_k = _get(cfg, "num_experts_per_tok", "experts_per_token")
     embeddings = vocab * hidden * (1 if cfg.get("tie_word_embeddings") else 2) + hidden
 
+    def required(key):
+        if cfg.get(key) is None:
+            raise JaxparetoError(f"config.json: {key}", "is required and missing")
+        return cfg[key]
+
     if not experts:
-        dense_mlp = 3 * hidden * cfg["intermediate_size"]
+        dense_mlp = 3 * hidden * required("intermediate_size")
         total = layers * (attn + dense_mlp + norms) + embeddings
         active = total
         moe_fields: dict = {}
     else:
         expert_width = _get(cfg, "moe_intermediate_size", "intermediate_size")
+        if expert_width is None or top_k is None:
+            raise JaxparetoError("config.json: moe_intermediate_size / num_experts_per_tok", "is required and missing")
         per_expert = 3 * hidden * expert_width
         router = hidden * experts
         if cfg.get("model_type") == "gpt_oss":
@@ -141,7 +148,7 @@ def model_from_hf_config(
         dense_layers |= set(cfg.get("mlp_only_layers") or [])
         n_dense = len(dense_layers)
         n_moe = layers - n_dense
-        dense_mlp = 3 * hidden * cfg["intermediate_size"] if n_dense else 0
+        dense_mlp = 3 * hidden * required("intermediate_size") if n_dense else 0
         nonmoe = layers * (attn + norms) + n_dense * dense_mlp + n_moe * (shared + router) + embeddings
         expert_total = n_moe * per_expert
         total = nonmoe + experts * expert_total

@@ -94,6 +94,10 @@ def pareto_front(
     Raises:
         JaxparetoError: unknown variable or dimension names.
     """
+    if not isinstance(ds, xr.Dataset):
+        raise JaxparetoError("ds", f"expected an xarray.Dataset (a sweep), got {type(ds).__name__}")
+    if len(tuple(maximize)) != 2:
+        raise JaxparetoError("maximize", f"expected two booleans (x, y), got {maximize!r}")
     for field, name in (("x", x), ("y", y)):
         if name not in ds.data_vars:
             raise JaxparetoError(field, f"unknown variable {name!r}", sorted(map(str, ds.data_vars)))
@@ -101,7 +105,7 @@ def pareto_front(
     xa, ya = ds[x], ds[y]
     for d in dims:
         if d not in xa.dims:
-            raise JaxparetoError("dims", f"unknown dimension {d!r}", xa.dims)
+            raise JaxparetoError("dims", f"unknown dimension {d!r}", [str(n) for n in xa.dims])
     if len(set(dims)) != len(dims):
         raise JaxparetoError("dims", f"repeated dimension in {dims}")
     valid = _validity(ds, xa, ya)

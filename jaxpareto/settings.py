@@ -7,24 +7,9 @@ compiled sweep instead of recompiling it.
 from __future__ import annotations
 
 import dataclasses
-import math
-
 import jax
 
-from jaxpareto.errors import JaxparetoError
-
-
-def _check(field: str, value, *, low: float, low_inclusive: bool = True, high: float = math.inf,
-           integer: bool = False, high_inclusive: bool = True) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not float(value).is_integer()):
-        kind = "an integer" if integer else "a number"
-        raise JaxparetoError(field, f"must be {kind}, got {value!r}")
-    ok_low = value >= low if low_inclusive else value > low
-    ok_high = value <= high if high_inclusive else value < high
-    if not (math.isfinite(value) and ok_low and ok_high):
-        lo = "[" if low_inclusive else "("
-        hi = "]" if high_inclusive else ")"
-        raise JaxparetoError(field, f"out of range: {value!r}", f"{lo}{low}, {high}{hi}")
+from jaxpareto.validation import check_number
 
 
 @jax.tree_util.register_dataclass
@@ -45,10 +30,12 @@ class Workload:
     kv_context_tokens: float = 0.0
 
     def validate(self) -> "Workload":
-        _check("osl", self.osl, low=0, low_inclusive=False)
-        _check("delta_tokens", self.delta_tokens, low=0)
-        _check("kv_context_tokens", self.kv_context_tokens, low=0)
-        return self
+        """A copy with Python floats; raises JaxparetoError naming a bad field."""
+        return Workload(
+            osl=check_number("osl", self.osl, low=0, low_inclusive=False),
+            delta_tokens=check_number("delta_tokens", self.delta_tokens, low=0),
+            kv_context_tokens=check_number("kv_context_tokens", self.kv_context_tokens, low=0),
+        )
 
 
 @jax.tree_util.register_dataclass
@@ -68,10 +55,12 @@ class Efficiency:
     elementwise_overhead: float = 1.10
 
     def validate(self) -> "Efficiency":
-        _check("eta_prefill", self.eta_prefill, low=0, low_inclusive=False, high=1)
-        _check("eta_decode", self.eta_decode, low=0, low_inclusive=False, high=1)
-        _check("elementwise_overhead", self.elementwise_overhead, low=1)
-        return self
+        """A copy with Python floats; raises JaxparetoError naming a bad field."""
+        return Efficiency(
+            eta_prefill=check_number("eta_prefill", self.eta_prefill, low=0, low_inclusive=False, high=1),
+            eta_decode=check_number("eta_decode", self.eta_decode, low=0, low_inclusive=False, high=1),
+            elementwise_overhead=check_number("elementwise_overhead", self.elementwise_overhead, low=1),
+        )
 
 
 @jax.tree_util.register_dataclass
@@ -90,7 +79,9 @@ class Solver:
     max_iter: int = 10_000
 
     def validate(self) -> "Solver":
-        _check("damping", self.damping, low=0, low_inclusive=False, high=1)
-        _check("tol", self.tol, low=0, low_inclusive=False, high=1, high_inclusive=False)
-        _check("max_iter", self.max_iter, low=1, high=2**31 - 1, integer=True)
-        return self
+        """A copy with Python numbers; raises JaxparetoError naming a bad field."""
+        return Solver(
+            damping=check_number("damping", self.damping, low=0, low_inclusive=False, high=1),
+            tol=check_number("tol", self.tol, low=0, low_inclusive=False, high=1, high_inclusive=False),
+            max_iter=check_number("max_iter", self.max_iter, low=1, high=2**31 - 1, integer=True),
+        )

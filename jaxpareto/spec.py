@@ -38,16 +38,21 @@ class AxisRange(_Table):
     num: int = pydantic.Field(ge=1)
     scale: Literal["linear", "log"] = "linear"
 
+    @pydantic.model_validator(mode="after")
+    def _log_needs_positive(self) -> "AxisRange":
+        if self.scale == "log" and (self.start <= 0 or self.stop <= 0):
+            raise ValueError("scale 'log' needs start > 0 and stop > 0")
+        return self
+
     def values(self, integer: bool) -> list:
         if self.scale == "log":
-            if self.start <= 0 or self.stop <= 0:
-                raise ValueError("scale 'log' needs start > 0 and stop > 0")
             points = np.geomspace(self.start, self.stop, self.num)
         else:
             points = np.linspace(self.start, self.stop, self.num)
         if integer:  # rounded to unique integers (SPEC.md section 6)
             return [int(v) for v in np.unique(np.round(points))]
-        return [float(v) for v in points]
+        # 12 significant digits: 0.30000000000000004 -> 0.3, so values can be selected as typed
+        return [float(f"{v:.12g}") for v in points]
 
 
 Names = str | list[str]
@@ -92,11 +97,15 @@ class OutputSpec(_Table):
 
 
 class ReportSpec(_Table):
-    """What the CLI prints: the frontier of one headline cell of the grid."""
+    """What the CLI prints: the frontier of one headline cell of the grid.
+
+    ``minimize`` names the objectives (x and/or y) to minimise rather than maximise.
+    """
 
     x: str = DEFAULT_X
     y: str = DEFAULT_Y
     dims: list[str] = list(DEFAULT_DIMS)
+    minimize: list[str] = pydantic.Field(default_factory=list)
     headline: dict[str, str | int | float] = pydantic.Field(default_factory=dict)
 
 
@@ -133,25 +142,42 @@ class SweepSpec(_Table):
         }
 
 
+_UNION_TAGS = ("AxisRange", "list[float]", "list[str]", "float", "str", "int", "list[int]")
+_AXIS_HINT = {
+    "gpu": "a name or a list of names",
+    "model": "a name or a list of names",
+    **{axis: "a number, a list of numbers, or a range table {start, stop, num, scale}" for axis in AXES[2:]},
+}
+
+
 def _describe(error: pydantic.ValidationError, source: str) -> JaxparetoError:
     """One readable error naming every offending key, with the allowed keys for typos."""
     lines = []
     for item in error.errors():
-        loc = ".".join(str(p) for p in item["loc"] if not str(p).startswith(("function-", "list[", "float", "str")))
-        msg = item["msg"]
+        parts = [str(p) for p in item["loc"]]
+        msg = item["msg"].removeprefix("Value error, ")
+        if len(parts) >= 2 and parts[0] == "grid" and parts[1] in _AXIS_HINT and item["type"] != "extra_forbidden":
+            # the union of scalar / list / range produces one error per alternative: say it once
+            inner = [p for p in parts[2:] if p not in _UNION_TAGS]
+            if not inner or inner[0].isdigit():
+                lines.append(f"grid.{parts[1]}: expected {_AXIS_HINT[parts[1]]}")
+                continue
+            parts = ["grid", parts[1], *inner]
         if item["type"] == "extra_forbidden":
             parent = _table_for(item["loc"][:-1])
             if parent is not None:
                 msg += f" (allowed keys: {', '.join(parent.model_fields)})"
+        loc = ".".join(p for p in parts if p not in _UNION_TAGS)
         lines.append(f"{loc or '(top level)'}: {msg}")
-    unique = list(dict.fromkeys(lines))
-    return JaxparetoError(source, "invalid sweep spec:\n  " + "\n  ".join(unique))
+    return JaxparetoError(source, "invalid sweep spec:\n  " + "\n  ".join(dict.fromkeys(lines)))
 
 
 def _table_for(loc: tuple) -> type[pydantic.BaseModel] | None:
     table: type[pydantic.BaseModel] = SweepSpec
     for part in loc:
-        if isinstance(part, int):
+        if isinstance(part, int) or part == "AxisRange":
+            if part == "AxisRange":
+                table = AxisRange
             continue
         field = table.model_fields.get(str(part))
         if field is None:
@@ -192,7 +218,10 @@ def load_spec(path: str | Path | None = None) -> SweepSpec:
         path = Path(path)
         if not path.is_file():
             raise JaxparetoError("spec", f"no such file: {path}")
-        text, source = path.read_text(), str(path)
+        try:
+            text, source = path.read_text(encoding="utf-8"), str(path)
+        except UnicodeDecodeError:
+            raise JaxparetoError("spec", f"{path} is not a UTF-8 text (TOML) file") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import sys
 import warnings
@@ -95,12 +96,29 @@ def _create_template(path: Path, plan: SweepPlan, problem: GridProblem, key: str
         manager.__exit__(None, None, None)
 
 
+def check_output_path(path: Path, overwrite: bool) -> None:
+    """Refuse, before anything is computed, an output path that cannot or must not be written.
+
+    Only a zarr store (a directory with ``zarr.json``) is ever replaced, and only with
+    ``overwrite``: any other existing file or directory is refused, so a typo cannot delete
+    user data.
+    """
+    parent = path.resolve().parent
+    if not parent.is_dir():
+        raise JaxparetoError("out", f"the folder {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise JaxparetoError("out", f"the folder {parent} is not writable")
+    if path.exists() and not (path / "zarr.json").is_file():
+        raise JaxparetoError("out", f"{path} exists and is not a zarr store; refusing to replace it")
+
+
 def _open_existing(path: Path, key: str, overwrite: bool) -> zarr.Group | None:
     """The existing store to resume, or None to create one. Refuses what must not be touched."""
+    check_output_path(path, overwrite)
     if not path.exists():
         return None
     if overwrite:
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
+        shutil.rmtree(path)
         return None
     try:
         group = zarr.open_group(path, mode="r+", zarr_format=3)
@@ -108,8 +126,8 @@ def _open_existing(path: Path, key: str, overwrite: bool) -> zarr.Group | None:
     except Exception:  # not a zarr v3 store at all
         found = None
     if found is None:
-        raise JaxparetoError("out", f"{path} already exists and is not a jaxpareto sweep store; "
-                                    "choose another path or pass overwrite=True (CLI: --overwrite)")
+        raise JaxparetoError("out", f"{path} is a zarr store but not a jaxpareto sweep; choose another path or "
+                                    "pass overwrite=True (CLI: --overwrite)")
     if found != key:
         raise JaxparetoError("out", f"{path} holds a sweep of different inputs (grid, scalars, definitions, "
                                     "dtype, solver, variables or chunking); resuming it would mix two sweeps. "
@@ -235,3 +253,22 @@ def sweep_to_zarr(
         return xr.open_zarr(path)
     finally:
         manager.__exit__(None, None, None)
+
+
+def to_zarr(ds: xr.Dataset, path: str | Path, *, overwrite: bool = False) -> Path:
+    """Write an in-memory sweep to a zarr v3 store with consolidated metadata.
+
+    Raises:
+        JaxparetoError: ``path`` exists (an existing zarr store is replaced only with
+            ``overwrite``; anything else is never replaced), or its folder is missing.
+    """
+    path = Path(path)
+    check_output_path(path, overwrite)
+    if path.exists() and not overwrite:
+        raise JaxparetoError("out", f"{path} already exists; pass overwrite=True (CLI: --overwrite)")
+    manager = _quiet()
+    try:
+        ds.to_zarr(path, mode="w", zarr_format=3, consolidated=True)
+    finally:
+        manager.__exit__(None, None, None)
+    return path

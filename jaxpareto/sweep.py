@@ -5,9 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-import warnings
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 import jax
 import numpy as np
@@ -21,6 +19,7 @@ from jaxpareto.model import Model
 from jaxpareto.schema import AXES, AXIS_INFO, DECODE_BOUND_FLAGS, OUTPUTS
 from jaxpareto.point import METHODS
 from jaxpareto.settings import Efficiency, Solver, Workload
+from jaxpareto.validation import check_number
 
 DTYPES = ("float32", "float64")
 
@@ -100,14 +99,13 @@ def plan_sweep(
         raise JaxparetoError("dtype", f"unknown dtype {dtype!r}", DTYPES)
     if method not in METHODS:
         raise JaxparetoError("method", f"unknown solver {method!r}", METHODS)
-    if kv_context_tokens is not None and (isinstance(kv_context_tokens, bool) or not isinstance(kv_context_tokens, (int, float)) or not kv_context_tokens > 0):
-        raise JaxparetoError("kv_context_tokens", f"must be a number > 0 or None, got {kv_context_tokens!r}")
+    if kv_context_tokens is not None:
+        kv_context_tokens = check_number("kv_context_tokens", kv_context_tokens, low=0, low_inclusive=False)
     workload = Workload(osl=osl, delta_tokens=delta_tokens,
                         kv_context_tokens=0.0 if kv_context_tokens is None else kv_context_tokens).validate()
     efficiency = Efficiency(eta_prefill, eta_decode, elementwise_overhead).validate()
     solver = Solver(damping, tol, max_iter).validate()
-    if isinstance(chunk_points, bool) or not isinstance(chunk_points, int) or chunk_points < 1:
-        raise JaxparetoError("chunk_points", f"must be an integer >= 1, got {chunk_points!r}")
+    chunk_points = check_number("chunk_points", chunk_points, low=1, integer=True)
     gpus, model_defs, axes = grid_axes(
         gpu, model, tp, concurrency, think_time_s, context_tokens, hit_rate,
         custom_gpus=_by_name("hardware", hardware, Hardware), custom_models=_by_name("models", models, Model),
@@ -206,6 +204,8 @@ def _by_name(field: str, items: Sequence, kind) -> dict:
     for item in items:
         if not isinstance(item, kind):
             raise JaxparetoError(field, f"expected jaxpareto.{kind.__name__} definitions, got {type(item).__name__}")
+        if item.name in out:
+            raise JaxparetoError(field, f"two definitions named {item.name!r}; names must be unique")
         out[item.name] = item
     return out
 
@@ -226,21 +226,3 @@ def build_dataset(coords: Mapping[str, Sequence], results: Mapping[str, np.ndarr
             var_attrs.update(DECODE_BOUND_FLAGS)
         data_vars[name] = xr.Variable(AXES, results[name], var_attrs)
     return xr.Dataset(data_vars, coords=coord_vars, attrs=dict(attrs))
-
-
-def to_zarr(ds: xr.Dataset, path: str | Path, *, overwrite: bool = False) -> Path:
-    """Write a sweep to a zarr v3 store with consolidated metadata.
-
-    Raises:
-        JaxparetoError: ``path`` exists and ``overwrite`` is False.
-    """
-    path = Path(path)
-    if path.exists() and not overwrite:
-        raise JaxparetoError("out", f"{path} already exists; pass overwrite=True (CLI: --overwrite)")
-    with warnings.catch_warnings():
-        # gpu/model names are fixed-width strings and v3 consolidated metadata is not yet in
-        # the zarr v3 spec; both round-trip exactly with zarr-python and xarray.
-        warnings.filterwarnings("ignore", message=".*does not have a Zarr V3 specification.*")
-        warnings.filterwarnings("ignore", message="Consolidated metadata is currently not part.*")
-        ds.to_zarr(path, mode="w", zarr_format=3, consolidated=True)
-    return path

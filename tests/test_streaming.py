@@ -56,9 +56,15 @@ def test_refuses_existing_and_different_spec(tmp_path):
         jp.sweep_to_zarr(path, **{**GRID, "osl": 256})
     with pytest.raises(jp.JaxparetoError, match="different inputs"):
         jp.sweep_to_zarr(path, **{**GRID, "hit_rate": [0.0, 0.5]})
-    (tmp_path / "other").mkdir()
-    with pytest.raises(jp.JaxparetoError, match="not a jaxpareto sweep store"):
-        jp.sweep_to_zarr(tmp_path / "other", **GRID)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "keep.txt").write_text("user data")
+    for overwrite in (False, True):  # never deletes what is not a zarr store
+        with pytest.raises(jp.JaxparetoError, match="not a zarr store"):
+            jp.sweep_to_zarr(other, overwrite=overwrite, **GRID)
+    assert (other / "keep.txt").read_text() == "user data"
+    with pytest.raises(jp.JaxparetoError, match="does not exist"):
+        jp.sweep_to_zarr(tmp_path / "missing" / "s.zarr", **GRID)
     jp.sweep_to_zarr(path, **{**GRID, "osl": 256}, overwrite=True)
 
 

@@ -80,7 +80,7 @@ BASE_SPEC = {"grid": {"gpu": "h100-sxm", "model": "llama-3.1-70b", "tp": [1], "c
     ({"workload": {"osl": "128"}}, "workload.osl"),
     ({"solver": {"tol": 1e-6, "maxiter": 3}}, "solver.maxiter"),
     ({"efficiency": {"eta_prefil": 0.5}}, "allowed keys: eta_prefill"),
-    ({"hardware": [{"name": "g", "memory_gb": 80, "bandwidth_gbs": 1000}]}, "hardware.0.tflops_fp16"),
+    ({"hardware": [{"name": "g", "memory_gb": 80, "bandwidth_gbs": 1000}]}, "Hardware.tflops_fp16"),
     ({"grid": {**BASE_SPEC["grid"], "concurrency": {"start": 1, "stop": 8, "num": 4, "scale": "cubic"}}}, "scale"),
     ({"unknown_table": {}}, "unknown_table"),
 ])

@@ -1,0 +1,128 @@
+"""The CLI refuses bad input with one line naming the problem, before computing or writing."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+import jaxpareto as jp
+from jaxpareto.cli import main
+from jaxpareto.grid import evaluate_block
+from jaxpareto.spec import parse_spec
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = """
+[grid]
+gpu = ["h100-sxm"]
+model = ["llama-3.1-8b"]
+tp = [1, 2]
+concurrency = [1, 8, 64]
+context_tokens = [4096]
+hit_rate = { start = 0.0, stop = 1.0, num = 11 }
+"""
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture
+def spec(tmp_path):
+    def write(text, name="s.toml"):
+        path = tmp_path / name
+        path.write_text(text)
+        return path
+    return write
+
+
+@pytest.mark.parametrize("extra, message", [
+    ('[report]\nheadline = { hitrate = 0.9 }\n', "report.headline.hitrate: unknown axis"),
+    ('[report]\nheadline = { tp = 2 }\n', "is a dimension of the front"),
+    ('[report]\nheadline = { context_tokens = 9999 }\n', "9999 is not on the grid"),
+    ('[report]\nx = "ttft"\n', "unknown or unselected variable 'ttft'"),
+    ('[report]\ndims = ["tp", "foo"]\n', "unknown dimension 'foo'"),
+    ('[report]\nminimize = ["tpot_ms"]\n', "neither objective"),
+    ('[[hardware]]\nname = "g"\nmemory_gb = 80\nbandwidth_gbs = 1\ntflops_fp16 = 1\n'
+     '[[hardware]]\nname = "g"\nmemory_gb = 90\nbandwidth_gbs = 1\ntflops_fp16 = 1\n', "two definitions named 'g'"),
+])
+def test_report_and_definitions_checked_before_compute(capsys, spec, tmp_path, extra, message):
+    before = evaluate_block._cache_size()
+    out = tmp_path / "never.zarr"
+    code, _, err = run(capsys, "sweep", spec(SMALL + extra), "--out", out)
+    assert code == 2 and message in err and "Traceback" not in err
+    assert not out.exists()
+    assert evaluate_block._cache_size() == before
+
+
+def test_bad_range_is_a_spec_error(capsys, spec):
+    text = SMALL.replace("concurrency = [1, 8, 64]", 'concurrency = { start = 0, stop = 64, num = 8, scale = "log" }')
+    code, _, err = run(capsys, "sweep", spec(text))
+    assert code == 2 and "start > 0" in err
+
+
+def test_output_paths(capsys, spec, tmp_path):
+    s = spec(SMALL)
+    code, _, err = run(capsys, "sweep", s, "--out", tmp_path / "nodir" / "x.zarr")
+    assert code == 2 and "does not exist" in err
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "notes.txt").write_text("keep me")
+    code, _, err = run(capsys, "sweep", s, "--out", precious, "--overwrite")
+    assert code == 2 and "not a zarr store" in err
+    assert (precious / "notes.txt").read_text() == "keep me"
+    afile = tmp_path / "f"
+    afile.write_text("x")
+    code, _, err = run(capsys, "sweep", s, "--out", afile, "--overwrite")
+    assert code == 2 and "not a zarr store" in err
+
+
+def test_pareto_errors_and_selection(capsys, spec, tmp_path):
+    store = tmp_path / "s.zarr"
+    assert run(capsys, "sweep", spec(SMALL), "--out", store)[0] == 0
+    code, out, _ = run(capsys, "pareto", store, "--sel", "hit_rate=0.3", "--sel", "context_tokens=4096.0")
+    assert code == 0 and "hit_rate=0.3" in out  # range values are rounded: 0.3, not 0.30000000000000004
+    code, out, _ = run(capsys, "pareto", store, "--x", "ttft_ms", "--minimize", "ttft_ms")
+    assert code == 0 and "min ttft_ms" in out
+    for argv, message in [
+        (("pareto", tmp_path), "not a zarr store"),
+        (("pareto", store, "--sel", "tp=2"), "is a dimension of the front"),
+        (("pareto", store, "--sel", "gpu=b200"), "'b200' is not on the grid"),
+        (("pareto", store, "--dims", "tp,foo"), "unknown dimension 'foo'"),
+        (("pareto", store, "--csv", tmp_path / "nodir" / "f.csv"), "does not exist"),
+    ]:
+        code, _, err = run(capsys, *argv)
+        assert code == 2 and message in err and "Traceback" not in err, (argv, err)
+
+
+def test_non_utf8_spec(capsys, tmp_path):
+    path = tmp_path / "bin.toml"
+    path.write_bytes(b"\xff\xfe\x00grid")
+    code, _, err = run(capsys, "sweep", path)
+    assert code == 2 and "UTF-8" in err
+
+
+def test_readme_spec_example_is_valid():
+    readme = (REPO / "README.md").read_text()
+    block = re.search(r"```toml\n(.*?)```", readme, re.S).group(1)
+    import tomllib
+
+    spec = parse_spec(tomllib.loads(block))
+    plan_kwargs = spec.sweep_kwargs()
+    from jaxpareto.cli import Report
+    from jaxpareto.sweep import plan_sweep
+
+    plan = plan_sweep(**plan_kwargs)
+    Report(spec.report.x, spec.report.y, spec.report.dims, spec.report.minimize, plan.variables).cell(
+        plan.coords, spec.report.headline, "report.headline")
+
+
+def test_numpy_scalars_accepted():
+    import numpy as np
+
+    ds = jp.sweep(gpu="h100-sxm", model="llama-3.1-8b", tp=np.int64(1), concurrency=np.arange(1, 4),
+                  context_tokens=np.int32(4096), osl=np.int64(128), max_iter=np.int64(500), eta_decode=np.float32(0.4))
+    assert ds.feasible.all()
+    m = jp.Model(name="m", params_total_b=np.float32(7.0), layers=np.int64(32), kv_heads=np.int64(8), head_dim=128)
+    assert m.layers == 32
