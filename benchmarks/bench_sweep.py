@@ -1,12 +1,22 @@
-"""Sweep throughput benchmark (not part of CI): configs/s of a plain Python scalar loop of the
-model against jaxpareto's vmapped sweep, the sweep end to end into a zarr store, and Pareto
-extraction, all in one run on the same grid, results written as JSON.
+"""Sweep benchmarks (not part of CI): configs/s of
 
-Grid (issue 4's named grid): Llama-3.1-70B FP16 on H200, TP 1-8, 160 log-spaced concurrencies
-1-1024, think time 0-30 s (5 values), 40 contexts 2K-200K, 11 hit rates: 968,000 points when
-the rounded concurrencies are unique... (the exact count is printed).
+  (a) a plain Python scalar loop of the model (tests/reference.py),
+  (b) a NumPy-vectorised implementation with the same damped stopping rule,
+  (c) jaxpareto, damped solver,
+  (d) jaxpareto, exact solver,
 
-Usage: python benchmarks/bench_sweep.py [--quick]
+all on the same grid in one run, plus jaxpareto end to end into a compressed zarr store, Pareto
+extraction on 1e7 points and peak RSS; `--huge N` also streams an N-point sweep into zarr in a
+child process and records its peak RSS and disk footprint. Results go to
+benchmarks/results/<name>.json with the device name. Compilation and steady state are timed
+separately; every timing blocks on the outputs.
+
+Grid ("named grid" of issue 4): Llama-3.1-70B FP16 on H200, TP 1/2/4/8, 160 log-spaced
+concurrencies 1-1024 (110 unique integers), think time 0-30 s (5 values), 40 contexts 2K-200K,
+11 hit rates: 968,000 points.
+
+Usage: python benchmarks/bench_sweep.py [--quick] [--huge 1e9]
+On a GPU machine (jax with CUDA installed) the same command benchmarks the GPU.
 """
 
 from __future__ import annotations
@@ -15,6 +25,7 @@ import argparse
 import json
 import platform
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -24,25 +35,71 @@ import jax
 import numpy as np
 
 import jaxpareto as jp
-from jaxpareto.grid import evaluate_block
 from jaxpareto.pareto import front_mask
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from reference import reference_point  # noqa: E402  (the plain-Python scalar model)
 
+GPU, MODEL = "h200-sxm", "llama-3.1-70b"
 
-def grid(quick: bool) -> dict:
+
+def named_grid(quick: bool) -> dict:
     return dict(
-        gpu="h200-sxm", model="llama-3.1-70b", tp=[1, 2, 4, 8],
+        gpu=GPU, model=MODEL, tp=[1, 2, 4, 8],
         concurrency=np.unique(np.round(np.geomspace(1, 1024, 40 if quick else 160))).astype(int).tolist(),
         think_time_s=[0.0, 1.0, 5.0, 15.0, 30.0],
         context_tokens=np.unique(np.round(np.geomspace(2048, 200_000, 10 if quick else 40))).astype(int).tolist(),
-        hit_rate=np.linspace(0.0, 1.0, 11).tolist(),
+        hit_rate=np.round(np.linspace(0.0, 1.0, 11), 12).tolist(),
     )
 
 
-def timed(fn, repeat=3):
-    best = np.inf
+def numpy_sweep(grid: dict, tol=1e-6, damping=0.4, max_iter=10_000, osl=128.0, delta=2128.0) -> dict:
+    """(b): the model vectorised with NumPy over the whole grid (float32), damped iteration
+    with the same start, update and stopping rule as SPEC.md section 3."""
+    f32 = np.float32
+    hw, m = jp.catalog.gpus()[GPU], jp.catalog.models()[MODEL]
+    tp, c, z, ctx, h = np.meshgrid(*(np.asarray(grid[k], f32) for k in
+                                     ("tp", "concurrency", "think_time_s", "context_tokens", "hit_rate")), indexing="ij")
+    d, flops, bw, kappa = f32(2.0), f32(hw.tflops_fp16), f32(hw.bandwidth_gbs), f32(m.kv_bytes_per_token)
+    avail = tp * f32(hw.memory_gb) - f32(m.params_total_b) * d
+    kv_gb = ctx * kappa * (tp / np.minimum(tp, f32(m.kv_heads_sharded))) / f32(1e9)
+    c_eff = np.minimum(c, np.floor(np.maximum(avail, 0) / kv_gb))
+    feasible = (avail > 0) & (c_eff >= 1)
+    c_eff = np.where(feasible, c_eff, f32(1))
+    prefill = h * np.minimum(f32(delta), ctx) + (1 - h) * ctx
+    ttft = f32(2e9) * f32(m.params_active_b) * prefill / (tp * flops * f32(1e12)) * f32(1e3) / f32(0.65)
+    t_w = f32(m.params_active_b) * d / (tp * bw) * f32(1e3)
+    kv_ms = ctx * kappa / f32(1e9) / (np.minimum(tp, f32(m.kv_heads_sharded)) * bw) * f32(1e3)
+    comp_ms = f32(2e9) * f32(m.params_active_b) / (tp * flops * f32(1e12)) * f32(1e3)
+    z_ms = z * f32(1e3)
+
+    def target(b):
+        tpot = np.maximum((t_w + b * kv_ms) * f32(1.1), b * comp_ms) / f32(0.4)
+        r = ttft + tpot * f32(osl)
+        return c_eff * r / (r + z_ms), tpot, r
+
+    b = np.ones_like(c_eff)
+    t, _, _ = target(b)
+    active = np.abs(t - b) > f32(tol) * b
+    it = np.zeros(b.shape, np.int32)
+    while active.any() and it.max() < max_iter:
+        idx = np.nonzero(active)
+        bi = (1 - f32(damping)) * b[idx] + f32(damping) * t[idx]
+        b[idx] = bi
+        tpot = np.maximum((t_w[idx] + bi * kv_ms[idx]) * f32(1.1), bi * comp_ms[idx]) / f32(0.4)
+        r = ttft[idx] + tpot * f32(osl)
+        t[idx] = c_eff[idx] * r / (r + z_ms[idx])
+        it[idx] += 1
+        active[idx] = np.abs(t[idx] - bi) > f32(tol) * bi
+    _, tpot, r = target(b)
+    turns = c_eff / ((r + z_ms) / f32(1e3))
+    nan = f32(np.nan)
+    return {"batch_eff": np.where(feasible, b, nan), "tpot_ms": np.where(feasible, tpot, nan),
+            "turns_per_s": np.where(feasible, turns, nan), "iterations": it}
+
+
+def best_of(fn, repeat=3):
+    best, out = np.inf, None
     for _ in range(repeat):
         start = time.perf_counter()
         out = fn()
@@ -50,58 +107,115 @@ def timed(fn, repeat=3):
     return best, out
 
 
+def jax_steady(plan) -> tuple[float, float]:
+    """(compile + first run, best steady-state run) of a planned sweep, blocking on outputs."""
+    problem = plan.problem()
+
+    def run():
+        outs = [problem.launch(o) for o in problem.origins()]
+        jax.block_until_ready(outs)
+
+    start = time.perf_counter()
+    run()
+    first = time.perf_counter() - start
+    return first, best_of(run)[0]
+
+
+def huge(points: float, out: Path) -> dict:
+    """Stream an N-point sweep of 3 variables into zarr in a child process; its peak RSS."""
+    n_c = 1024
+    n_l = int(round(points / (4 * n_c * 11 * 11)))
+    code = f"""
+import json, resource, time, numpy as np, jaxpareto as jp
+grid = dict(gpu="{GPU}", model="{MODEL}", tp=[1, 2, 4, 8], concurrency=list(range(1, {n_c} + 1)),
+            think_time_s=np.round(np.linspace(0, 30, 11), 9).tolist(),
+            context_tokens=np.unique(np.round(np.geomspace(2048, 200000, {n_l}))).astype(int).tolist(),
+            hit_rate=np.round(np.linspace(0, 1, 11), 12).tolist())
+t = time.perf_counter()
+ds = jp.sweep_to_zarr("{out}", variables=["tpot_ms", "output_tokens_per_s_per_user", "output_tokens_per_s_per_gpu"],
+                      method="exact", progress=True, **grid)
+print(json.dumps(dict(points=int(np.prod([ds.sizes[d] for d in ds.dims])), seconds=time.perf_counter() - t,
+                      peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)))
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    stats = json.loads(result.stdout.strip().splitlines()[-1])
+    disk = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    stats.update(configs_per_s=stats["points"] / stats["seconds"], disk_bytes=disk,
+                 disk_bytes_per_point=disk / stats["points"])
+    return stats
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="a smaller grid for a smoke run")
+    parser.add_argument("--huge", type=float, default=0, help="also stream this many points into zarr (e.g. 1e9)")
     args = parser.parse_args()
-    g = grid(args.quick)
-    points = int(np.prod([len(v) if isinstance(v, list) else 1 for v in g.values()]))
-    results = {"device": str(jax.devices()[0]), "platform": platform.platform(), "jax": jax.__version__,
-               "grid_points": points}
+    grid = named_grid(args.quick)
+    device = jax.devices()[0]
+    results: dict = {"device": f"{device.platform}:{device.device_kind}", "devices": len(jax.devices()),
+                     "platform": platform.platform(), "jax": jax.__version__}
+    from jaxpareto.sweep import plan_sweep as plan
+    damped_plan, exact_plan = plan(**grid), plan(**grid, method="exact")
+    points = damped_plan.problem().size
+    results["grid_points"] = points
 
-    # Compilation and steady state, separately (the first call compiles).
-    start = time.perf_counter()
-    jp.sweep(**g)
-    results["first_sweep_s_with_compile"] = time.perf_counter() - start
-    assert evaluate_block._cache_size() >= 1
-    steady, ds = timed(lambda: jp.sweep(**g))
-    results["jaxpareto_damped_configs_per_s"] = points / steady
-    results["mean_iterations"] = float(ds.iterations.where(ds.feasible).mean())
-
-    # Plain Python scalar loop on a random sample of the same grid, extrapolated per config.
-    gpu = jp.catalog.gpus()["h200-sxm"].to_dict()
-    model = jp.catalog.models()["llama-3.1-70b"].to_dict()
+    # (a) Python loop on a random sample, extrapolated per config.
+    gpu, model = jp.catalog.gpus()[GPU].to_dict(), jp.catalog.models()[MODEL].to_dict()
     rng = np.random.default_rng(0)
-    sample = [(int(rng.choice(g["tp"])), int(rng.choice(g["concurrency"])), float(rng.choice(g["think_time_s"])),
-               int(rng.choice(g["context_tokens"])), float(rng.choice(g["hit_rate"]))) for _ in range(2000)]
+    sample = [(int(rng.choice(grid["tp"])), int(rng.choice(grid["concurrency"])), float(rng.choice(grid["think_time_s"])),
+               int(rng.choice(grid["context_tokens"])), float(rng.choice(grid["hit_rate"]))) for _ in range(3000)]
     start = time.perf_counter()
-    for tp, c, z, ctx, h in sample:
-        reference_point(gpu, model, tp, c, z, ctx, h)
-    python_rate = len(sample) / (time.perf_counter() - start)
-    results["python_loop_configs_per_s"] = python_rate
-    results["speedup_vs_python_loop"] = results["jaxpareto_damped_configs_per_s"] / python_rate
+    for point in sample:
+        reference_point(gpu, model, *point)
+    results["a_python_loop_configs_per_s"] = len(sample) / (time.perf_counter() - start)
 
-    # End to end: sweep and write a compressed zarr store.
-    with tempfile.TemporaryDirectory() as tmp:
-        start = time.perf_counter()
-        jp.to_zarr(jp.sweep(**g), Path(tmp) / "bench.zarr")
-        results["sweep_to_zarr_configs_per_s"] = points / (time.perf_counter() - start)
+    # (b) NumPy, same stopping rule.
+    numpy_s, numpy_out = best_of(lambda: numpy_sweep(grid), repeat=2)
+    results["b_numpy_configs_per_s"] = points / numpy_s
 
-    # Pareto extraction on 1e7 points (1e6 with --quick) in 1e4 groups.
+    # (c), (d): device time of the model alone, compilation separate.
+    for key, p in (("c_damped", damped_plan), ("d_exact", exact_plan)):
+        first, steady = jax_steady(p)
+        results[f"{key}_compile_and_first_run_s"] = first
+        results[f"{key}_configs_per_s"] = points / steady
+        sweep_s, ds = best_of(lambda: jp.sweep(**grid, method=p.method))  # end to end, in memory
+        results[f"{key}_sweep_configs_per_s"] = points / sweep_s
+        if key == "c_damped":
+            results["mean_iterations"] = float(ds.iterations.where(ds.feasible).mean())
+            check = np.nanmax(np.abs(numpy_out["batch_eff"] - ds.batch_eff.values.squeeze()) / ds.batch_eff.values.squeeze())
+            results["numpy_vs_jax_max_rel_diff_batch_eff"] = float(check)
+
+    # End to end into a compressed store.
+    for method in ("damped", "exact"):
+        with tempfile.TemporaryDirectory() as tmp:
+            start = time.perf_counter()
+            jp.sweep_to_zarr(Path(tmp) / "b.zarr", progress=False, method=method, **grid)
+            results[f"sweep_to_zarr_{method}_configs_per_s"] = points / (time.perf_counter() - start)
+
+    # Pareto on 1e7 points (1e6 with --quick) in 1e4 groups of 1,000 configurations.
     n = 1_000_000 if args.quick else 10_000_000
-    x = rng.random((10_000, n // 10_000))
-    y = rng.random((10_000, n // 10_000))
+    x, y = rng.random((10_000, n // 10_000)), rng.random((10_000, n // 10_000))
     valid = rng.random(x.shape) > 0.05
-    pareto_s, _ = timed(lambda: front_mask(x, y, valid), repeat=1)
     results["pareto_points"] = n
-    results["pareto_s"] = pareto_s
+    results["pareto_s"] = best_of(lambda: front_mask(x, y, valid), repeat=1)[0]
     results["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
-    out = Path(__file__).parent / "results" / f"bench_sweep{'_quick' if args.quick else ''}.json"
+    for key in ("c_damped", "d_exact"):
+        results[f"{key}_vs_numpy"] = results[f"{key}_configs_per_s"] / results["b_numpy_configs_per_s"]
+        results[f"{key}_vs_python"] = results[f"{key}_configs_per_s"] / results["a_python_loop_configs_per_s"]
+    results["exact_vs_damped"] = results["d_exact_configs_per_s"] / results["c_damped_configs_per_s"]
+    results["exact_vs_damped_sweep"] = results["d_exact_sweep_configs_per_s"] / results["c_damped_sweep_configs_per_s"]
+
+    if args.huge:
+        with tempfile.TemporaryDirectory(dir=Path(__file__).parent) as tmp:
+            results["huge"] = huge(args.huge, Path(tmp) / "huge.zarr")
+
+    name = f"bench_sweep_{device.platform}{'_quick' if args.quick else ''}"
+    out = Path(__file__).parent / "results" / f"{name}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     for key, value in results.items():
-        print(f"{key:40s} {value:,.3f}" if isinstance(value, float) else f"{key:40s} {value}")
+        print(f"{key:42s} {value:,.3f}" if isinstance(value, float) else f"{key:42s} {value}")
     print(f"wrote {out}")
 
 

@@ -33,7 +33,8 @@ from jaxpareto.model import ModelParams
 from jaxpareto.point import PointOutputs, evaluate_point
 from jaxpareto.settings import Efficiency, Solver, Workload
 
-DEFAULT_CHUNK_POINTS = 1 << 16
+DEFAULT_CHUNK_POINTS = 1 << 18  # points per block and zarr chunk (1 MB per float32 output)
+SUB_BATCH = 1 << 15  # points vmapped at once inside a block: the solver's state stays in cache
 _LANES = 64
 NUMERIC_AXES = ("tp", "concurrency", "think_time_s", "context_tokens", "hit_rate")
 OUTPUT_NAMES = PointOutputs._fields
@@ -57,12 +58,18 @@ def shared_scalars(workload: Workload, efficiency: Efficiency, solver: Solver, d
 
 def _evaluate_flat(hw, model, tp, concurrency, think_time_s, context_tokens, hit_rate, workload, efficiency,
                    solver, method, outputs):
-    """vmap of the scalar model over flat per-point arrays, keeping only ``outputs``."""
-    point = functools.partial(evaluate_point, method=method)
-    out = jax.vmap(point, in_axes=(0, 0, 0, 0, 0, 0, 0, None, None, None))(
-        hw, model, tp, concurrency, think_time_s, context_tokens, hit_rate, workload, efficiency, solver
-    )
-    return {name: getattr(out, name) for name in outputs}
+    """The scalar model over flat per-point arrays, keeping only ``outputs``.
+
+    Points are vmapped in sub-batches of `SUB_BATCH` run one after the other (`lax.map`), so
+    the solver's working set stays in cache however large the block (and zarr chunk) is.
+    """
+
+    def point(args):
+        out = evaluate_point(*args, workload, efficiency, solver, method=method)
+        return {name: getattr(out, name) for name in outputs}
+
+    args = (hw, model, tp, concurrency, think_time_s, context_tokens, hit_rate)
+    return jax.lax.map(point, args, batch_size=min(SUB_BATCH, tp.shape[0]))
 
 
 def _on_devices(fn, args: tuple, n_points: int) -> dict[str, jax.Array]:

@@ -19,6 +19,7 @@ import shutil
 import sys
 import warnings
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -89,8 +90,10 @@ def _create_template(path: Path, plan: SweepPlan, problem: GridProblem, key: str
             group.create_array(name, shape=problem.shape, chunks=problem.block, dtype=dtype, fill_value=fill,
                                compressors=COMPRESSOR, dimension_names=AXES, attributes=attrs)
         n_blocks = len(problem.origins())
-        group.create_group(DONE_GROUP).create_array("done", shape=(n_blocks,), chunks=(1,), dtype=np.uint8,
-                                                    fill_value=0, compressors=None)
+        book = group.create_group(DONE_GROUP)
+        book.create_array("done", shape=(n_blocks,), chunks=(1,), dtype=np.uint8, fill_value=0, compressors=None)
+        book.create_array("counts", shape=(n_blocks, 2), chunks=(1, 2), dtype=np.int64, fill_value=0,
+                          compressors=None)
         zarr.consolidate_metadata(path)
     finally:
         manager.__exit__(None, None, None)
@@ -138,44 +141,51 @@ def _open_existing(path: Path, key: str, overwrite: bool) -> zarr.Group | None:
     return group
 
 
-def write_block(path: str, problem: GridProblem, index: int, origin: tuple[int, ...], block: dict) -> None:
-    """Write one block's results into its region, then mark it done."""
-    group = zarr.open_group(path, mode="r+", zarr_format=3)
-    region = problem.region(origin)
-    for name, values in block.items():
-        group[name][region] = values
+def _block_counts(block: dict[str, np.ndarray]) -> np.ndarray:
+    """[infeasible, unconverged] points of one block."""
+    feasible, converged = block["feasible"], block["converged"]
+    return np.asarray([(~feasible).sum(), (feasible & ~converged).sum()], dtype=np.int64)
+
+
+def _mark_done(group: zarr.Group, index: int, block: dict[str, np.ndarray]) -> None:
+    """Record a block as written (its flag counts first, then the done marker)."""
+    group[DONE_GROUP]["counts"][index] = _block_counts(block)
     group[DONE_GROUP]["done"][index] = 1
 
 
-def _run_local(path: Path, problem: GridProblem, todo: list[int], origins, bar) -> None:
+def _run_local(path: Path, problem: GridProblem, todo: list[int], origins, bar, writers: int = 4) -> None:
+    """Evaluate and write the blocks in ``todo``: the device computes block k + 1 while a
+    thread pool compresses and writes block k's variables in parallel; a block is marked
+    done only once all its variables are written."""
     group = zarr.open_group(path, mode="r+", zarr_format=3)
     arrays = {name: group[name] for name in problem.outputs}
-    done = group[DONE_GROUP]["done"]
-    indices = iter(todo)
-    for region, block in problem.iter_blocks([origins[i] for i in todo]):
-        index = next(indices)
-        for name, values in block.items():
-            arrays[name][region] = values
-        done[index] = 1
-        bar.update(int(np.prod([s.stop - s.start for s in region])))
+    pending: list[tuple[int, dict, list]] = []
 
+    def settle(entry):
+        index, block, futures = entry
+        for future in futures:
+            future.result()  # re-raises a failed write
+        _mark_done(group, index, block)
+        bar.update(int(block["feasible"].size))
 
-def _count_flags(group: zarr.Group, problem: GridProblem) -> tuple[int, int]:
-    """Infeasible and (feasible but) unconverged points, read block by block."""
-    infeasible = unconverged = 0
-    for origin in problem.origins():
-        region = problem.region(origin)
-        feasible = group["feasible"][region]
-        infeasible += int((~feasible).sum())
-        unconverged += int((feasible & ~group["converged"][region]).sum())
-    return infeasible, unconverged
+    with ThreadPoolExecutor(max_workers=writers) as pool:
+        for index, (region, block) in zip(todo, problem.iter_blocks([origins[i] for i in todo])):
+            futures = [pool.submit(arrays[name].__setitem__, region, values) for name, values in block.items()]
+            pending.append((index, block, futures))
+            if len(pending) > 1:  # at most two blocks in flight: memory stays bounded
+                settle(pending.pop(0))
+        for entry in pending:
+            settle(entry)
 
 
 def _dask_task(path: str, problem: GridProblem, index: int, origin: tuple[int, ...]) -> int:
     """One block on a dask worker: evaluate with JAX, write its region, mark it done."""
     region, block = next(problem.iter_blocks([origin]))
-    write_block(path, problem, index, origin, block)
-    return int(np.prod([s.stop - s.start for s in region]))
+    group = zarr.open_group(path, mode="r+", zarr_format=3)
+    for name, values in block.items():
+        group[name][region] = values
+    _mark_done(group, index, block)
+    return int(block["feasible"].size)
 
 
 def _run_dask(path: Path, problem: GridProblem, todo: list[int], origins, bar, client) -> None:
@@ -244,7 +254,7 @@ def sweep_to_zarr(
             _run_dask(path, problem, todo, origins, bar, client)
     if not np.asarray(group[DONE_GROUP]["done"][:], dtype=bool).all():
         raise RuntimeError(f"{path}: some blocks were not written")  # a worker failed silently
-    infeasible, unconverged = _count_flags(group, problem)
+    infeasible, unconverged = (int(n) for n in np.asarray(group[DONE_GROUP]["counts"][:]).sum(axis=0))
     manager = _quiet()
     try:
         group.attrs.update({"jaxpareto_complete": True, "infeasible_points": infeasible,
