@@ -15,6 +15,7 @@ from jaxpareto.errors import JaxparetoError
 from jaxpareto.hardware import Hardware
 from jaxpareto.model import Model
 from jaxpareto.pareto import frontier_table, pareto_front
+from jaxpareto.reduce import pareto_sweep
 from jaxpareto.store import sweep_to_zarr, to_zarr
 from jaxpareto.sweep import sweep
 
@@ -30,6 +31,7 @@ __all__ = [
     "catalog",
     "frontier_table",
     "pareto_front",
+    "pareto_sweep",
     "sweep",
     "sweep_to_zarr",
     "to_zarr",

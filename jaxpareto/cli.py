@@ -22,7 +22,8 @@ from jaxpareto.errors import JaxparetoError
 from jaxpareto.pareto import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y, frontier_table, pareto_front
 from jaxpareto.schema import AXES
 from jaxpareto.spec import load_spec
-from jaxpareto.store import check_output_path, sweep_to_zarr
+from jaxpareto.reduce import pareto_sweep
+from jaxpareto.store import check_output_path, sweep_to_zarr, to_zarr
 from jaxpareto.sweep import plan_sweep, sweep
 
 
@@ -113,6 +114,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         raise JaxparetoError("--scheduler", "needs --out: dask workers write their blocks into the store")
 
     start = time.perf_counter()
+    if args.reduce:
+        if args.scheduler:
+            raise JaxparetoError("--reduce", "runs locally; it cannot be combined with --scheduler")
+        return _reduced_sweep(args, plan, kwargs, report, selection, out, start)
     if out is None:
         ds = sweep(**kwargs)
         infeasible = int((~ds.feasible).sum())
@@ -137,6 +142,31 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
           f"solver {plan.method}, {plan.dtype}")
     print(f"infeasible (KV memory): {infeasible:,}; unconverged: {unconverged:,}")
     report.print_frontier(ds, selection)
+    return 0
+
+
+def _reduced_sweep(args, plan, kwargs, report: Report, selection: dict, out: Path | None, start: float) -> int:
+    """--reduce: keep each cell's front and best configurations, not every point."""
+    kwargs.pop("variables", None)
+    reduced = pareto_sweep(**kwargs, x=report.x, y=report.y, dims=report.dims, maximize=report.maximize,
+                           max_front_points=args.max_front_points)
+    elapsed = time.perf_counter() - start
+    if out is not None:
+        to_zarr(reduced, out, overwrite=args.overwrite)
+    points = int(np.prod(plan.shape))
+    cells = int(reduced.front_size.size)
+    print(f"spec: {args.spec or '(built-in default: seed code agent)'}")
+    print(f"grid: {points:,} configurations reduced to the Pareto fronts of {cells:,} cells"
+          f"{f', written to {out}' if out else ''}")
+    print(f"wall time: {elapsed:.2f} s, {points / elapsed:,.0f} configs/s")
+    cell = reduced.sel(selection)
+    k = int(cell.front_size)
+    print(f"\nPareto front at {', '.join(f'{a}={v}' for a, v in selection.items())}: {k} configurations")
+    table = pd.DataFrame({name.removeprefix("front_"): cell[name].values[: min(k, cell.sizes['front_point'])]
+                          for name in cell.data_vars if name.startswith("front_") and name != "front_size"})
+    table = table.drop_duplicates(subset=[report.x, report.y], keep="first")
+    with pd.option_context("display.width", 250, "display.float_format", "{:,.4g}".format):
+        print(table.to_string(index=False))
     return 0
 
 
@@ -242,6 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: only when stderr is a terminal)")
     p.add_argument("--scheduler", metavar="ADDRESS", help="run the blocks on a dask.distributed scheduler (needs --out)")
+    p.add_argument("--reduce", action="store_true",
+                   help="keep only each cell's Pareto front and best configurations (for grids too large to store)")
+    p.add_argument("--max-front-points", type=int, default=64, help="with --reduce: front points kept per cell")
     p.set_defaults(func=_cmd_sweep)
 
     p = sub.add_parser("pareto", help="print (and export) the Pareto frontier of a stored sweep")

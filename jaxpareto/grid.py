@@ -160,15 +160,22 @@ def evaluate_block(
     return {name: value.reshape(shape) for name, value in out.items()}
 
 
-def chunk_shape(grid_shape: Sequence[int], max_points: int = DEFAULT_CHUNK_POINTS) -> tuple[int, ...]:
-    """Block shape: whole trailing axes while they fit in ``max_points``, then a slab.
+def chunk_shape(grid_shape: Sequence[int], max_points: int = DEFAULT_CHUNK_POINTS,
+                whole: Sequence[int] = ()) -> tuple[int, ...]:
+    """Block shape: the ``whole`` axes in full, then whole trailing axes while they fit in
+    ``max_points``, then a slab of the next axis.
 
     Returns a shape of the same rank, every extent >= 1, with at most ``max_points`` points
-    (the trailing axis is split when it alone is longer).
+    unless the ``whole`` axes alone hold more.
     """
     block = [1] * len(grid_shape)
     budget = max(1, int(max_points))
+    for axis in whole:
+        block[axis] = grid_shape[axis]
+        budget = max(1, budget // grid_shape[axis])
     for axis in reversed(range(len(grid_shape))):
+        if axis in whole:
+            continue
         extent = grid_shape[axis]
         if extent <= budget:
             block[axis] = extent
@@ -208,10 +215,12 @@ class GridProblem:
         method: "damped" or "exact".
         outputs: which outputs to compute and return (default all).
         chunk_points: target points per block.
+        whole_axes: axes every block must hold in full (e.g. a Pareto front's dims).
     """
 
     def __init__(self, hardware, models, axes, workload, efficiency, solver, *, dtype="float32", method="damped",
-                 outputs: Sequence[str] = OUTPUT_NAMES, chunk_points: int = DEFAULT_CHUNK_POINTS):
+                 outputs: Sequence[str] = OUTPUT_NAMES, chunk_points: int = DEFAULT_CHUNK_POINTS,
+                 whole_axes: Sequence[int] = ()):
         self.dtype = np.dtype(dtype)
         self.method = method
         self.outputs = tuple(outputs)
@@ -220,7 +229,7 @@ class GridProblem:
         self.values = [np.arange(len(hardware)), np.arange(len(models))]
         self.values += [np.asarray(axes[name], dtype=self.dtype) for name in NUMERIC_AXES]
         self.shape = tuple(v.shape[0] for v in self.values)
-        self.block = chunk_shape(self.shape, chunk_points)
+        self.block = chunk_shape(self.shape, chunk_points, whole_axes)
         self.scalars = shared_scalars(workload, efficiency, solver, self.dtype)
 
     @property

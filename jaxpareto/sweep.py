@@ -41,11 +41,12 @@ class SweepPlan:
     kv_context_tokens: float | None
     extra_attrs: dict = dataclasses.field(default_factory=dict)
 
-    def problem(self) -> GridProblem:
+    def problem(self, outputs: Sequence[str] | None = None, whole_axes: Sequence[int] = ()) -> GridProblem:
         return GridProblem(
             [g.to_params() for g in self.gpus], [m.to_params() for m in self.models], self.axes,
             self.workload, self.efficiency, self.solver, dtype=self.dtype, method=self.method,
-            outputs=self.variables, chunk_points=self.chunk_points,
+            outputs=self.variables if outputs is None else tuple(outputs), chunk_points=self.chunk_points,
+            whole_axes=whole_axes,
         )
 
     @property
