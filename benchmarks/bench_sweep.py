@@ -126,7 +126,7 @@ def huge(points: float, out: Path) -> dict:
     n_c = 1024
     n_l = int(round(points / (4 * n_c * 11 * 11)))
     code = f"""
-import json, resource, time, numpy as np, jaxpareto as jp
+import json, time, numpy as np, jaxpareto as jp
 grid = dict(gpu="{GPU}", model="{MODEL}", tp=[1, 2, 4, 8], concurrency=list(range(1, {n_c} + 1)),
             think_time_s=np.round(np.linspace(0, 30, 11), 9).tolist(),
             context_tokens=np.unique(np.round(np.geomspace(2048, 200000, {n_l}))).astype(int).tolist(),
@@ -134,8 +134,10 @@ grid = dict(gpu="{GPU}", model="{MODEL}", tp=[1, 2, 4, 8], concurrency=list(rang
 t = time.perf_counter()
 ds = jp.sweep_to_zarr("{out}", variables=["tpot_ms", "output_tokens_per_s_per_user", "output_tokens_per_s_per_gpu"],
                       method="exact", progress=True, **grid)
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec from the parent
+peak = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM"))
 print(json.dumps(dict(points=int(np.prod([ds.sizes[d] for d in ds.dims])), seconds=time.perf_counter() - t,
-                      peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)))
+                      peak_rss_mb=peak / 1024)))
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     stats = json.loads(result.stdout.strip().splitlines()[-1])

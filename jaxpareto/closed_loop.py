@@ -133,3 +133,59 @@ def solve_effective_batch_exact(
     b = jnp.where(found, b, 1.0)
     t = concurrency_eff * active_ratio(latency_ms(b), think_time_ms)
     return FixedPoint(b, found, jnp.zeros((), jnp.int32), jnp.abs(t - b) / b)
+
+
+def solve_closed_loop(
+    latency_ms: Callable[[jax.Array], jax.Array],
+    concurrency_eff: jax.Array,
+    think_time_ms: jax.Array,
+    solver: Solver,
+    method: str = "damped",
+    lines: tuple[jax.Array, jax.Array] | None = None,
+) -> FixedPoint:
+    """The closed-loop batch B, differentiable by implicit differentiation.
+
+    The root of g(B) = C_eff x ρ(R(B)) - B is found by ``method`` ("damped": the seed's
+    iteration; "exact": `solve_effective_batch_exact` on ``lines``), and its derivative with
+    respect to everything g depends on (concurrency, think time, context, hit rate, efficiency
+    factors, hardware and model numbers) is -(∂g/∂B)^-1 ∂g/∂θ at the root
+    (`jax.lax.custom_root`): the iteration is never unrolled, so gradients cost one extra
+    evaluation of g whatever the number of iterations.
+
+    Kinks: TPOT's max(memory, compute) and the MoE term min(B K, E) are differentiated on the
+    active branch (JAX splits the derivative evenly at an exact tie, a measure-zero set);
+    floor() in concurrency_max has zero derivative, so d/dC is 1 while C is below the memory cap
+    and 0 above it.
+
+    Args:
+        latency_ms: R(B) [ms].
+        concurrency_eff: C_eff [sessions].
+        think_time_ms: Z [ms].
+        solver: damping, tol, max_iter (damped only).
+        method: "damped" or "exact".
+        lines: (intercepts, slopes) of R(B)'s linear pieces, for "exact".
+
+    Returns:
+        `FixedPoint`; only ``batch`` carries derivatives.
+    """
+
+    def residual(b):
+        return concurrency_eff * active_ratio(latency_ms(b), think_time_ms) - b
+
+    def solve(_, b0):
+        if method == "damped":
+            found = solve_effective_batch(latency_ms, concurrency_eff, think_time_ms, solver)
+        else:
+            found = solve_effective_batch_exact(latency_ms, *lines, concurrency_eff, think_time_ms)
+        # aux travels as floats: custom_root's JVP rule mishandles integer and bool aux
+        as_float = lambda v: v.astype(found.batch.dtype)  # noqa: E731
+        return found.batch, (as_float(found.converged), as_float(found.iterations), found.residual)
+
+    def tangent_solve(g, y):  # scalar: g is multiplication by dg/dB
+        return y / g(jnp.ones_like(y))
+
+    b0 = jnp.ones_like(concurrency_eff)
+    batch, (converged, iterations, residual_norm) = jax.lax.custom_root(
+        residual, b0, solve, tangent_solve, has_aux=True
+    )
+    return FixedPoint(batch, converged > 0.5, jnp.round(iterations).astype(jnp.int32), residual_norm)

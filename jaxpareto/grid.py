@@ -269,6 +269,21 @@ class GridProblem:
         if pending is not None:
             yield self.region(pending[0]), self.crop(*pending)
 
+    def iter_cells(self, dim_axes: Sequence[int]
+                   ) -> Iterator[tuple[tuple[slice, ...], dict[str, np.ndarray]]]:
+        """Yield, per block, the region of the cell axes it covers and its results as rows:
+        one row per cell (a combination of the axes outside ``dim_axes``), one column per
+        point of the cell (the ``dim_axes`` in row-major order). Blocks must hold whole cells
+        (build the problem with ``whole_axes=dim_axes``)."""
+        if any(self.block[a] != self.shape[a] for a in dim_axes):
+            raise ValueError("blocks do not hold whole cells: build the problem with whole_axes")
+        cell_axes = [a for a in range(len(self.shape)) if a not in dim_axes]
+        order = [*cell_axes, *dim_axes]
+        n = math.prod(self.shape[a] for a in dim_axes)
+        for region, block in self.iter_blocks():
+            rows = {name: np.transpose(values, order).reshape(-1, n) for name, values in block.items()}
+            yield tuple(region[a] for a in cell_axes), rows
+
     def run(self) -> dict[str, np.ndarray]:
         """The whole grid in memory: output name -> array of the grid shape."""
         results: dict[str, np.ndarray] = {}

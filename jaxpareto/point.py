@@ -12,7 +12,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxpareto.closed_loop import active_ratio, solve_effective_batch, solve_effective_batch_exact
+from jaxpareto.closed_loop import active_ratio, solve_closed_loop
 from jaxpareto.decode import decode_coefficients, decode_step, tpot_lines
 from jaxpareto.hardware import HardwareParams, effective_tflops
 from jaxpareto.memory import memory_budget
@@ -99,16 +99,15 @@ def evaluate_point(
     def latency_at(batch):  # seed eq. 1: R = TTFT + TPOT x OSL
         return ttft + decode_step(coefficients, batch).tpot_ms * workload.osl
 
-    if method == "damped":
-        solution = solve_effective_batch(latency_at, concurrency_eff, think_ms, solver)
-    elif method == "exact":
-        lines = tpot_lines(coefficients)
-        osl = workload.osl
-        intercepts = jnp.stack([ttft + osl * lines.a_unsat, ttft + osl * lines.a_sat, ttft + 0.0 * lines.b_compute])
-        slopes = jnp.stack([osl * lines.b_unsat, osl * lines.b_sat, osl * lines.b_compute])
-        solution = solve_effective_batch_exact(latency_at, intercepts, slopes, concurrency_eff, think_ms)
-    else:
+    if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    lines = None
+    if method == "exact":  # R(B) = ttft + OSL x TPOT(B) on each linear piece of TPOT
+        tpot = tpot_lines(coefficients)
+        osl = workload.osl
+        lines = (jnp.stack([ttft + osl * tpot.a_unsat, ttft + osl * tpot.a_sat, ttft + 0.0 * tpot.b_compute]),
+                 jnp.stack([osl * tpot.b_unsat, osl * tpot.b_sat, osl * tpot.b_compute]))
+    solution = solve_closed_loop(latency_at, concurrency_eff, think_ms, solver, method, lines)
     step = decode_step(coefficients, solution.batch)
     latency = ttft + step.tpot_ms * workload.osl
     turns_per_s = concurrency_eff / ((latency + think_ms) / MS_PER_S)

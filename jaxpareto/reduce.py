@@ -84,23 +84,19 @@ def pareto_sweep(
     dim_values = [np.asarray(plan.coords[d]) for d in dims]
     sign = {x: 1.0 if maximize[0] else -1.0, y: 1.0 if maximize[1] else -1.0}
 
-    for region, block in problem.iter_blocks():
-        order = [*cell_axes, *dim_axes]
-        to_rows = lambda a: np.transpose(a, order).reshape(-1, n)  # noqa: E731
-        valid = to_rows(block["feasible"] & block["converged"])
-        xs, ys = to_rows(block[x]).astype(np.float64), to_rows(block[y]).astype(np.float64)
+    # coordinates of each point of a row along dims (row-major over the dims axes)
+    dim_index = np.unravel_index(np.arange(n), [problem.shape[a] for a in dim_axes])
+    for cells, rows in problem.iter_cells(dim_axes):
+        valid = rows["feasible"] & rows["converged"]
+        xs, ys = rows[x].astype(np.float64), rows[y].astype(np.float64)
         valid &= np.isfinite(xs) & np.isfinite(ys)
         on = front_mask(sign[x] * xs, sign[y] * ys, valid)
-        cells = tuple(region[a] for a in cell_axes)
         block_cells = tuple(s.stop - s.start for s in cells)
-        # coordinates of each point of a row along dims (row-major over the dims axes)
-        dim_index = np.unravel_index(np.arange(n), [problem.shape[a] for a in dim_axes])
         sizes = on.sum(axis=1)
         # front points ordered from the worst x to the best; keep the first `keep`
         x_key = np.where(on, sign[x] * xs, np.inf)
         rank = np.argsort(x_key, axis=1, kind="stable")[:, :keep]
         taken = np.take_along_axis(on, rank, axis=1)
-        target = lambda name: out[name][cells].reshape(-1, *out[name].shape[len(cell_shape):])  # noqa: E731
         updates = {"front_size": sizes.astype(np.int32)}
         for d, idx, values in zip(dims, dim_index, dim_values):
             updates[f"front_{d}"] = np.where(taken, values[idx[rank]], -1)
