@@ -451,7 +451,7 @@ def _continuous_search(hw, model, think_time_s, context_tokens, hit_rate, worklo
 
 
 def least_hardware(*args, **kwargs):
-    """Placeholder replaced below (keeps the public name importable while defined later)."""
-    from jaxpareto.whatif import least_hardware as impl
+    """See `jaxpareto.whatif.least_hardware` (imported lazily: it builds on this module)."""
+    from jaxpareto.whatif import least_hardware as search
 
-    return impl(*args, **kwargs)
+    return search(*args, **kwargs)
