@@ -15,7 +15,9 @@ from jaxpareto.errors import JaxparetoError
 from jaxpareto.hardware import Hardware
 from jaxpareto.model import Model
 from jaxpareto.pareto import frontier_table, pareto_front
+from jaxpareto.optimize import OptimizeResult, optimize
 from jaxpareto.reduce import pareto_sweep
+from jaxpareto.sizing import SizingResult, size_deployment
 from jaxpareto.store import sweep_to_zarr, to_zarr
 from jaxpareto.sweep import sweep
 
@@ -28,10 +30,14 @@ __all__ = [
     "Hardware",
     "JaxparetoError",
     "Model",
+    "OptimizeResult",
+    "SizingResult",
     "catalog",
     "frontier_table",
     "pareto_front",
+    "optimize",
     "pareto_sweep",
+    "size_deployment",
     "sweep",
     "sweep_to_zarr",
     "to_zarr",

@@ -306,8 +306,9 @@ class Problem:
             u = _continuous_search(hw, model, np.asarray(cells["think_time_s"], dtype),
                                    np.asarray(cells["context_tokens"], dtype), np.asarray(cells["hit_rate"], dtype),
                                    *scalars, np.asarray(self.tp_choices, dtype), np.log(self.lo), np.log(self.hi),
+                                   np.asarray([c.limit for c in self.constraints], dtype),
                                    objective=self.objective, sign=self.sign,
-                                   constraints=tuple((c.name, c.op, c.limit) for c in self.constraints),
+                                   constraints=tuple((c.name, c.op, 1.0) for c in self.constraints),
                                    starts=starts, steps=steps)
             c_star = np.exp(np.asarray(u, np.float64))  # (cells, tp, starts)
         offsets = np.arange(-3, 4)
@@ -400,10 +401,15 @@ class Problem:
         return dataset
 
 
-def _penalties(out, memory, concurrency, constraints):
-    """Relative violations (> 0 when violated) of the SLOs and of memory, log-scaled."""
+def _penalties(out, memory, concurrency, constraints, limits=None):
+    """Relative violations (> 0 when violated) of the SLOs and of memory, log-scaled.
+
+    ``constraints`` are (name, op, limit) triples; ``limits`` (traced) overrides the limits so
+    that new SLO values do not recompile.
+    """
     terms = []
-    for name, op, limit in constraints:
+    for k, (name, op, limit) in enumerate(constraints):
+        limit = limit if limits is None else limits[k]
         value = jnp.maximum(getattr(out, name), 1e-30)
         terms.append(jnp.log(value / limit) if op == "<=" else jnp.log(limit / value))
     # memory: C x KV per session <= memory left for KV (continuous: no floor)
@@ -414,10 +420,11 @@ def _penalties(out, memory, concurrency, constraints):
 
 @functools.partial(jax.jit, static_argnames=("objective", "sign", "constraints", "starts", "steps"))
 def _continuous_search(hw, model, think_time_s, context_tokens, hit_rate, workload, efficiency, solver, tp_choices,
-                       log_lo, log_hi, *, objective, sign, constraints, starts, steps):
+                       log_lo, log_hi, limits, *, objective, sign, constraints, starts, steps):
     """log C* for every cell x TP choice x start: Adam on a penalised log-objective."""
-    # large steps to cross the range, small ones to settle on a constraint's boundary
-    optimizer = optax.adam(optax.cosine_decay_schedule(0.2, steps, alpha=0.002))
+    # Large steps to cross the range, small ones to settle on a constraint's boundary; the
+    # clip keeps a hardened penalty's huge gradients from swamping Adam's second moment.
+    optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(optax.cosine_decay_schedule(0.2, steps, alpha=0.002)))
 
     def one(hw, model, z, ctx, h, tp, u0):
         kv_context = jnp.where(workload.kv_context_tokens > 0, workload.kv_context_tokens, ctx)
@@ -428,7 +435,8 @@ def _continuous_search(hw, model, think_time_s, context_tokens, hit_rate, worklo
             memory = memory_budget(hw, model, tp, c, kv_context)
             ok = out.feasible
             value = jnp.where(ok, getattr(out, objective), 1.0)  # double where: no NaN in gradients
-            penalty = jnp.where(ok, jnp.sum(jnp.maximum(_penalties(out, memory, c, constraints), 0.0) ** 2), 0.0)
+            violations = _penalties(out, memory, c, constraints, limits)
+            penalty = jnp.where(ok, jnp.sum(jnp.maximum(violations, 0.0) ** 2), 0.0)
             return -sign * jnp.log(jnp.maximum(value, 1e-30)) + weight * penalty
 
         def step(k, state):

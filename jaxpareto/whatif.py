@@ -87,26 +87,24 @@ def least_hardware(
     search = _Search(plan, variables, cons)
     u0 = np.log([getattr(base, v) for v in variables])
     u = search.descend(u0, steps)
-    everything = np.ones(len(variables), bool)
-    scale = search.least_scale(u, everything)
-    if scale is not None:
+    shift = search.least_shift(u, np.ones(len(variables), bool))
+    if shift is not None:
         # then each variable alone down to its least: no variable keeps slack it does not need
-        u = u + np.log(scale)
+        u = u + shift
         for _ in range(2):
             for k in range(len(variables)):
-                alone = np.arange(len(variables)) == k
-                u = u + alone * np.log(search.least_scale(u, alone) or 1.0)
-        scale = 1.0
-    if scale is None:
+                alone = search.least_shift(u, np.arange(len(variables)) == k)
+                u = u + (0.0 if alone is None else alone)
+    if shift is None:
         return OptimizeResult(False, None, None, "least " + ", ".join(variables), math.nan, {}, (),
                               f"SLO: no amount of {', '.join(variables)} meets "
                               + ", ".join(c.describe() for c in search.unmet(u + np.log(2.0) * _MAX_DOUBLINGS)),
                               "gradient")
-    values = np.exp(u) * scale
+    values = np.exp(u)
     hardware = base.model_copy(update={"name": f"{base.name}-what-if", **dict(zip(variables, map(float, values)))})
-    out = search.outputs(np.log(values))
+    out = search.outputs(u)
     metrics = {n: float(np.asarray(getattr(out, n))[0]) for n in REPORTED}
-    tight = search.violations(np.log(values)).max(axis=0) > -1e-3  # within 0.1 % of a limit
+    tight = search.violations(u).max(axis=0) > -1e-3  # within 0.1 % of a limit
     binding = tuple([c.describe() for c, t in zip(cons, tight) if t] + (["memory"] if tight[-1] else []))
     return OptimizeResult(True, int(plan.axes["tp"][0]), int(plan.axes["concurrency"][0]),
                           "least " + ", ".join(variables), float(values[0]), metrics, binding, "", "gradient", hardware)
@@ -179,7 +177,7 @@ class _Search:
 
     def descend(self, u0, steps):
         """Gradient search: minimise sum(log v) + w x penalties (w hardening)."""
-        optimizer = optax.adam(optax.cosine_decay_schedule(0.1, steps, alpha=0.01))
+        optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(optax.cosine_decay_schedule(0.1, steps, alpha=0.01)))
 
         def loss(u, weight):
             out, memory = self._evaluate(u)
@@ -201,9 +199,10 @@ class _Search:
         with jax.enable_x64(True):
             return np.asarray(run(jnp.asarray(u0, jnp.float64)))
 
-    def least_scale(self, u, which: np.ndarray) -> float | None:
-        """The least t with every constraint met when the ``which`` variables are scaled by t
-        (bisection in log t); None when no t up to 2**40 meets them."""
+    def least_shift(self, u, which: np.ndarray) -> np.ndarray | None:
+        """The log-space shift, along the ``which`` variables, to the least values that meet
+        every constraint (bisection in log2 units; the shift returned was itself checked), or
+        None when no scale up to 2**40 meets them."""
         step = math.log(2) * which
         lo = hi = 0.0
         if self.meets(u):
@@ -211,7 +210,7 @@ class _Search:
                 lo -= 1
             lo -= 1
             if lo < -_MAX_DOUBLINGS:
-                return math.exp(lo * math.log(2))  # met all the way down: any amount works
+                return lo * step  # met all the way down: any amount works
         else:
             while not self.meets(u + hi * step):
                 hi += 1
@@ -221,4 +220,4 @@ class _Search:
         for _ in range(_BISECTION_STEPS):
             mid = 0.5 * (lo + hi)
             lo, hi = (lo, mid) if self.meets(u + mid * step) else (mid, hi)
-        return math.exp(hi * math.log(2))
+        return hi * step

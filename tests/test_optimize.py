@@ -1,0 +1,188 @@
+"""Optimal configurations under SLOs: gradient search vs exhaustive, implicit gradients vs
+finite differences, hardware what-if vs bisection, infeasibility reasons, sizing."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxpareto as jp
+from jaxpareto.point import evaluate_point
+from jaxpareto.settings import Efficiency, Solver, Workload
+
+SLO = {"ttft_ms": ("<=", 2000.0), "output_tokens_per_s_per_user": (">=", 20.0)}
+SCENARIO = dict(gpu="h100-sxm", model="llama-3.1-70b", think_time_s=2.0, context_tokens=32768, hit_rate=0.9,
+                osl=128, delta_tokens=2128)
+
+
+def test_issue_example_exhaustive_and_gradient_agree():
+    results = {m: jp.optimize(**SCENARIO, objective="output_tokens_per_s_per_gpu", constraints=SLO,
+                              tp=(1, 2, 4, 8), concurrency=(1, 1024), method=m)
+               for m in ("exhaustive", "gradient", "auto")}
+    best = results["exhaustive"]
+    assert best.feasible and best.tp == 8 and best.concurrency == 42
+    assert best.metrics["ttft_ms"] <= 2000 and best.metrics["output_tokens_per_s_per_user"] >= 20
+    assert best.binding == ("output_tokens_per_s_per_user >= 20",)
+    for other in results.values():
+        assert (other.tp, other.concurrency) == (best.tp, best.concurrency)
+    # brute force over the public sweep agrees
+    ds = jp.sweep(**SCENARIO, tp=[1, 2, 4, 8], concurrency=list(range(1, 1025))).squeeze()
+    ok = ds.feasible & (ds.ttft_ms <= 2000) & (ds.output_tokens_per_s_per_user >= 20) & (ds.concurrency <= ds.concurrency_max)
+    assert float(ds.output_tokens_per_s_per_gpu.where(ok).max()) == pytest.approx(best.value)
+
+
+def _random_gpus(rng, n):
+    return [jp.Hardware(name=f"gpu-{i}", memory_gb=float(rng.choice([48, 80, 141, 192, 288])),
+                        bandwidth_gbs=float(rng.uniform(800, 8000)), tflops_fp16=float(rng.uniform(300, 2500)),
+                        tflops_fp8=float(rng.uniform(600, 5000)) if rng.random() < 0.7 else None) for i in range(n)]
+
+
+@pytest.mark.parametrize("seed, slo, objective", [
+    (0, {"output_tokens_per_s_per_user": (">=", 25.0), "ttft_ms": ("<=", 3000.0)}, "output_tokens_per_s_per_gpu"),
+    (1, {"tpot_ms": ("<=", 80.0)}, "turns_per_s"),
+])
+def test_gradient_matches_exhaustive_on_random_scenarios(seed, slo, objective):
+    rng = np.random.default_rng(seed)
+    scenario = dict(gpu=_random_gpus(rng, 5), model=["llama-3.1-8b", "llama-3.1-70b", "qwen3-235b-a22b", "mixtral-8x7b",
+                                                        "gpt-oss-120b"],
+                    think_time_s=sorted(rng.uniform(0, 20, 2).round(2).tolist()),
+                    context_tokens=sorted(rng.integers(2000, 150_000, 2).tolist()), hit_rate=[0.0, 0.9])
+    kwargs = dict(objective=objective, constraints=slo, tp=(1, 2, 4, 8), concurrency=(1, 512))
+    exact = jp.optimize(**scenario, **kwargs, method="exhaustive")
+    grad = jp.optimize(**scenario, **kwargs, method="gradient")
+    n = exact.feasible.size
+    assert n >= 200
+    np.testing.assert_array_equal(exact.feasible.values, grad.feasible.values)
+    feasible = exact.feasible.values
+    assert 0.2 * n < feasible.sum() < n  # both outcomes exercised
+    rel = np.abs(grad.value.values - exact.value.values) / np.abs(exact.value.values)
+    rel = np.where(feasible, rel, 0.0)
+    misses = np.argwhere(rel > 0.005)
+    for idx in misses:
+        print("miss", {d: grad[d].values[i] for d, i in zip(grad.value.dims, idx)}, rel[tuple(idx)])
+    assert len(misses) <= 0.02 * feasible.sum()
+    assert rel.max() <= 0.02
+    # never a configuration that violates an SLO
+    for name, (op, limit) in slo.items():
+        got = grad[name].values[feasible]
+        assert (got <= limit).all() if op == "<=" else (got >= limit).all()
+    assert (grad.concurrency.values[feasible] <= grad.concurrency_max.values[feasible]).all()
+
+
+def test_unreachable_and_memory_infeasible():
+    unreachable = jp.optimize(**SCENARIO, constraints={"ttft_ms": ("<=", 1.0)})
+    assert not unreachable.feasible and unreachable.tp is None
+    assert "ttft_ms <= 1" in unreachable.reason
+    too_big = jp.optimize(gpu="l40s", model="llama-3.1-405b", context_tokens=8192, tp=(1, 2, 4, 8), constraints=SLO)
+    assert not too_big.feasible and too_big.reason.startswith("memory")
+    jointly = jp.optimize(**SCENARIO, constraints={"output_tokens_per_s_per_user": (">=", 60.0),
+                                                   "output_tokens_per_s_per_gpu": (">=", 50.0)})
+    assert not jointly.feasible and "SLO" in jointly.reason
+
+
+def test_bad_optimize_inputs():
+    with pytest.raises(jp.JaxparetoError, match="objective"):
+        jp.optimize(**SCENARIO, objective="speed")
+    with pytest.raises(jp.JaxparetoError, match="constraints.ttft"):
+        jp.optimize(**SCENARIO, constraints={"ttft": ("<=", 1.0)})
+    with pytest.raises(jp.JaxparetoError, match="constraints.ttft_ms"):
+        jp.optimize(**SCENARIO, constraints={"ttft_ms": ("<", 1.0)})
+    with pytest.raises(jp.JaxparetoError, match="concurrency"):
+        jp.optimize(**SCENARIO, concurrency=(10, 1))
+    with pytest.raises(jp.JaxparetoError, match="method"):
+        jp.optimize(**SCENARIO, method="newton")
+
+
+# -- implicit gradients -----------------------------------------------------------------------
+
+OUTPUTS = ("ttft_ms", "tpot_ms", "latency_ms", "turns_per_s", "output_tokens_per_s_per_gpu")
+INPUTS = ("concurrency", "think_time_s", "context_tokens", "hit_rate", "eta_prefill", "eta_decode",
+          "bandwidth_gbs", "tflops_fp16", "elementwise_overhead")
+
+
+def _point(values, name, gpu, model, method):
+    hw = gpu.to_params()
+    hw = type(hw)(**{**hw.__dict__, "bandwidth_gbs": values["bandwidth_gbs"], "tflops_fp16": values["tflops_fp16"]})
+    out = evaluate_point(hw, model.to_params(), 8.0, values["concurrency"], values["think_time_s"],
+                         values["context_tokens"], values["hit_rate"], Workload(),
+                         Efficiency(values["eta_prefill"], values["eta_decode"], values["elementwise_overhead"]),
+                         Solver(tol=1e-12, max_iter=100_000), method=method)
+    return getattr(out, name)
+
+
+@pytest.mark.parametrize("method", ["damped", "exact"])
+def test_gradients_match_central_differences(method):
+    rng = np.random.default_rng(7)
+    gpu = jp.catalog.gpus()["h200-sxm"]
+    checked = 0
+    with jax.enable_x64(True):
+        for model_name in ("llama-3.1-70b", "qwen3-235b-a22b", "deepseek-v3"):
+            model = jp.catalog.models()[model_name]
+            for _ in range(3):
+                x = {"concurrency": float(rng.uniform(5, 60)), "think_time_s": float(rng.uniform(0.5, 10)),
+                     "context_tokens": float(rng.uniform(4000, 60000)), "hit_rate": float(rng.uniform(0.1, 0.9)),
+                     "eta_prefill": 0.65, "eta_decode": 0.40, "bandwidth_gbs": gpu.bandwidth_gbs,
+                     "tflops_fp16": gpu.tflops_fp16, "elementwise_overhead": 1.1}
+                for name in OUTPUTS:
+                    f = lambda v: _point(v, name, gpu, model, method)  # noqa: E731
+                    if not np.isfinite(float(f(x))):
+                        continue
+                    grads = jax.grad(f)({k: jnp.asarray(v) for k, v in x.items()})
+                    for k in INPUTS:
+                        h = 1e-6 * max(abs(x[k]), 1.0)
+                        fd = (float(f({**x, k: x[k] + h})) - float(f({**x, k: x[k] - h}))) / (2 * h)
+                        g = float(grads[k])
+                        scale = max(abs(fd), abs(g), 1e-9 * abs(float(f(x))))
+                        assert abs(g - fd) <= 1e-3 * scale + 1e-12, (model_name, name, k, g, fd)
+                        checked += 1
+    assert checked > 300
+
+
+# -- hardware what-if and sizing ----------------------------------------------------------------
+
+def test_least_bandwidth_agrees_with_bisection():
+    slo = {"output_tokens_per_s_per_user": (">=", 20.0)}
+    best = jp.optimize(**SCENARIO, tp=8, concurrency=40, constraints=slo, variables=("bandwidth_gbs",))
+    assert best.feasible and best.binding == ("output_tokens_per_s_per_user >= 20",)
+    found = best.hardware.bandwidth_gbs
+
+    def meets(bw):
+        hw = jp.catalog.gpus()["h100-sxm"].model_copy(update={"bandwidth_gbs": bw, "name": "probe"})
+        ds = jp.sweep(gpu=hw, model="llama-3.1-70b", tp=8, concurrency=40, think_time_s=2.0, context_tokens=32768,
+                      hit_rate=0.9, dtype="float64", tol=1e-12)
+        return float(ds.output_tokens_per_s_per_user.squeeze()) >= 20.0
+
+    lo, hi = 100.0, 20_000.0
+    for _ in range(60):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if meets(mid) else (mid, hi)
+    assert found == pytest.approx(hi, rel=1e-4)
+    assert meets(found) and not meets(found * (1 - 1e-3))
+
+
+def test_what_if_two_variables_and_joint_scenarios():
+    slo = {"output_tokens_per_s_per_user": (">=", 20.0)}
+    best = jp.optimize(gpu="h100-sxm", model="llama-3.1-70b", think_time_s=2.0, context_tokens=[16384, 32768],
+                       hit_rate=0.9, tp=8, concurrency=60, constraints=slo, variables=("bandwidth_gbs", "memory_gb"))
+    assert best.feasible and set(best.binding) == {"output_tokens_per_s_per_user >= 20", "memory"}
+    # the memory found holds exactly 60 sessions of the longer context
+    kv = 32768 * 327680 / 1e9
+    assert best.hardware.memory_gb == pytest.approx((70.55 * 2 + 60 * kv) / 8, rel=1e-4)
+    unreachable = jp.optimize(**SCENARIO, tp=8, concurrency=40, constraints={"ttft_ms": ("<=", 10.0)},
+                              variables=("bandwidth_gbs",))
+    assert not unreachable.feasible and "ttft_ms <= 10" in unreachable.reason
+
+
+def test_size_deployment():
+    result = jp.size_deployment("h100-sxm", "llama-3.1-70b", 2.0, 32768, 0.9, sessions=500, constraints=SLO)
+    assert result.feasible and result.tp == 8 and result.gpus == result.replicas * 8
+    capacity = jp.optimize(**SCENARIO, constraints=SLO, tp=(8,), concurrency=(1, 4096)).concurrency
+    assert result.replicas == math.ceil(500 / capacity)
+    options = result.options.set_index("tp")
+    assert options.loc[8, "gpus"] <= options.dropna(subset=["gpus"]).gpus.min()
+    rate = jp.size_deployment("h100-sxm", "llama-3.1-70b", 2.0, 32768, 0.9, turns_per_s=50, constraints=SLO)
+    assert rate.feasible and rate.replicas * rate.turns_per_s_per_replica >= 50
+    none = jp.size_deployment("l40s", "llama-3.1-405b", 2.0, 32768, 0.9, sessions=10, constraints=SLO)
+    assert not none.feasible and none.reason.startswith("memory")
