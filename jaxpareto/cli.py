@@ -22,7 +22,9 @@ from jaxpareto.errors import JaxparetoError
 from jaxpareto.pareto import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y, frontier_table, pareto_front
 from jaxpareto.schema import AXES
 from jaxpareto.spec import load_spec
+from jaxpareto.optimize import optimize
 from jaxpareto.reduce import pareto_sweep
+from jaxpareto.sizing import size_deployment
 from jaxpareto.store import check_output_path, sweep_to_zarr, to_zarr
 from jaxpareto.sweep import plan_sweep, sweep
 
@@ -236,6 +238,71 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_optimize(args: argparse.Namespace) -> int:
+    spec = load_spec(args.spec)
+    kwargs = spec.optimize_kwargs()
+    if args.method:
+        kwargs["method"] = args.method
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        check_output_path(out, args.overwrite)
+        if out.exists() and not args.overwrite:
+            raise JaxparetoError("--out", f"{out} already exists; pass --overwrite to replace it")
+    start = time.perf_counter()
+    ds = optimize(**kwargs)
+    elapsed = time.perf_counter() - start
+    if out is not None:
+        to_zarr(ds, out, overwrite=args.overwrite)
+    cells = int(ds.feasible.size)
+    print(f"spec: {args.spec}")
+    if spec.description:
+        print(f"  {spec.description}")
+    print(f"{ds.attrs['sense']} {ds.attrs['objective']} subject to {ds.attrs['constraints'] or 'memory only'}; "
+          f"TP in {ds.attrs['tp_choices']}, concurrency in {ds.attrs['concurrency_range']}")
+    print(f"{cells:,} scenarios in {elapsed:.2f} s ({ds.attrs['method']} search), {int(ds.feasible.sum()):,} feasible"
+          f"{f'; written to {out}' if out else ''}\n")
+    columns = ["feasible", "tp", "concurrency", "value", *[c for c in ("ttft_ms", "output_tokens_per_s_per_user")
+                                                           if c in ds], "binding", "reason"]
+    table = ds[columns].to_dataframe().reset_index()
+    with pd.option_context("display.width", 250, "display.max_rows", 500, "display.max_colwidth", 60,
+                           "display.float_format", "{:,.4g}".format):
+        print(table.to_string(index=False))
+    return 0
+
+
+def _parse_slo(items: Sequence[str]) -> dict:
+    constraints = {}
+    for item in items or []:
+        for op in ("<=", ">="):
+            name, sep, limit = item.partition(op)
+            if sep:
+                try:
+                    constraints[name.strip()] = (op, float(limit))
+                except ValueError:
+                    raise JaxparetoError("--slo", f"not a number in {item!r}") from None
+                break
+        else:
+            raise JaxparetoError("--slo", f"expected NAME<=LIMIT or NAME>=LIMIT, got {item!r}")
+    return constraints
+
+
+def _cmd_size(args: argparse.Namespace) -> int:
+    result = size_deployment(
+        args.gpu, args.model, args.think_time_s, args.context_tokens, args.hit_rate, sessions=args.sessions,
+        turns_per_s=args.turns_per_s, constraints=_parse_slo(args.slo), tp=tuple(int(t) for t in args.tp.split(",")),
+        concurrency=(1, args.max_concurrency), osl=args.osl, delta_tokens=args.delta_tokens)
+    target = f"{args.sessions} concurrent sessions" if args.sessions else f"{args.turns_per_s} turns/s"
+    if result.feasible:
+        print(f"{target} of {args.model} on {args.gpu}: {result.gpus} GPUs = {result.replicas} replicas x TP "
+              f"{result.tp}, {result.sessions_per_replica} sessions and {result.turns_per_s_per_replica:,.2f} turns/s "
+              "per replica")
+    else:
+        print(f"{target} of {args.model} on {args.gpu}: not possible ({result.reason})")
+    with pd.option_context("display.width", 250, "display.float_format", "{:,.4g}".format):
+        print("\n" + result.options.to_string(index=False))
+    return 0 if result.feasible else 1
+
+
 def _cmd_catalog(args: argparse.Namespace) -> int:
     gpus = pd.DataFrame([g.model_dump(exclude={"sources"}) for g in catalog.gpus().values()])
     models = pd.DataFrame(
@@ -286,6 +353,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sel", action="append", metavar="AXIS=VALUE", help="cell to print (repeatable)")
     p.add_argument("--csv", help="write the frontier of every cell to this CSV file")
     p.set_defaults(func=_cmd_pareto)
+
+    p = sub.add_parser("optimize", help="best TP and concurrency per scenario under the spec's [optimize] SLOs")
+    p.add_argument("spec", help="spec TOML with [grid] scenarios and an [optimize] table")
+    p.add_argument("--out", help="zarr store for the optimum per scenario")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out zarr store")
+    p.add_argument("--method", choices=("auto", "exhaustive", "gradient"), help="search method (default: the spec's)")
+    p.set_defaults(func=_cmd_optimize)
+
+    p = sub.add_parser("size", help="fewest GPUs (replicas x TP) serving a target load under SLOs")
+    p.add_argument("--gpu", required=True)
+    p.add_argument("--model", required=True)
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--sessions", type=int, help="target concurrent agent sessions")
+    target.add_argument("--turns-per-s", type=float, help="target turn rate")
+    p.add_argument("--think-time-s", type=float, default=2.0)
+    p.add_argument("--context-tokens", type=int, default=32768)
+    p.add_argument("--hit-rate", type=float, default=0.9)
+    p.add_argument("--osl", type=float, default=128)
+    p.add_argument("--delta-tokens", type=float, default=2128)
+    p.add_argument("--slo", action="append", metavar="NAME<=LIMIT", help="an SLO, e.g. ttft_ms<=2000 (repeatable)")
+    p.add_argument("--tp", default="1,2,4,8", help="TP choices per replica (default 1,2,4,8)")
+    p.add_argument("--max-concurrency", type=int, default=4096, help="most sessions per replica searched")
+    p.set_defaults(func=_cmd_size)
 
     p = sub.add_parser("catalog", help="list the catalog's GPUs and models")
     p.add_argument("--sources", action="store_true", help="also print where every value comes from")

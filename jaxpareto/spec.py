@@ -62,11 +62,31 @@ Numbers = float | list[float] | AxisRange
 class GridSpec(_Table):
     gpu: Names
     model: Names
-    tp: Numbers
-    concurrency: Numbers
+    tp: Numbers | None = None  # required for a sweep; an [optimize] table searches its own
+    concurrency: Numbers | None = None
     think_time_s: Numbers = 0.0
     context_tokens: Numbers
     hit_rate: Numbers = 0.0
+
+
+class OptimizeSpec(_Table):
+    """``jaxpareto optimize``: objective, SLOs and the choices searched per scenario."""
+
+    objective: str = "output_tokens_per_s_per_gpu"
+    sense: Literal["max", "min"] = "max"
+    constraints: dict[str, list[str | float]] = pydantic.Field(default_factory=dict)
+    tp: list[int] | None = None
+    concurrency: list[int] | None = None
+    method: Literal["auto", "exhaustive", "gradient"] = "auto"
+
+    @pydantic.model_validator(mode="after")
+    def _shapes(self) -> "OptimizeSpec":
+        for name, spec in self.constraints.items():
+            if len(spec) != 2 or spec[0] not in ("<=", ">=") or isinstance(spec[1], str):
+                raise ValueError(f"constraints.{name}: expected [\"<=\" or \">=\", limit], got {spec}")
+        if self.concurrency is not None and len(self.concurrency) != 2:
+            raise ValueError(f"concurrency: expected [lo, hi], got {self.concurrency}")
+        return self
 
 
 class WorkloadSpec(_Table):
@@ -119,14 +139,52 @@ class SweepSpec(_Table):
     solver: SolverSpec = SolverSpec()
     report: ReportSpec = ReportSpec()
     output: OutputSpec = OutputSpec()
+    optimize: OptimizeSpec | None = None
     hardware: list[Hardware] = pydantic.Field(default_factory=list)
     model: list[Model] = pydantic.Field(default_factory=list)
+
+    def _axis_values(self, axis: str):
+        value = getattr(self.grid, axis)
+        if isinstance(value, AxisRange):
+            return value.values(integer=axis in ("tp", "concurrency", "context_tokens"))
+        return value
+
+    def optimize_kwargs(self) -> dict:
+        """Keyword arguments of `jaxpareto.optimize` for this spec's [optimize] table.
+
+        Raises:
+            JaxparetoError: the spec has no [optimize] table.
+        """
+        if self.optimize is None:
+            raise JaxparetoError("optimize", "the spec has no [optimize] table (objective, constraints, tp, concurrency)")
+        opt = self.optimize
+        tp = opt.tp
+        if tp is None:
+            tp = self._axis_values("tp") if self.grid.tp is not None else [1, 2, 4, 8]
+        concurrency = opt.concurrency
+        if concurrency is None:
+            grid_c = self._axis_values("concurrency") if self.grid.concurrency is not None else [1, 1024]
+            grid_c = grid_c if isinstance(grid_c, list) else [grid_c]
+            concurrency = (int(min(grid_c)), int(max(grid_c)))
+        scenario = {axis: self._axis_values(axis) for axis in ("gpu", "model", "think_time_s", "context_tokens", "hit_rate")}
+        scenario = {k: v if isinstance(v, list) else [v] for k, v in scenario.items()}  # always a Dataset
+        solver = self.solver.model_dump()
+        return {
+            **scenario, **self.workload.model_dump(), **self.efficiency.model_dump(),
+            "damping": solver["damping"], "tol": solver["tol"], "max_iter": solver["max_iter"],
+            "dtype": solver["dtype"], "solver": solver["method"], "hardware": self.hardware, "models": self.model,
+            "objective": opt.objective, "sense": opt.sense,
+            "constraints": {k: tuple(v) for k, v in opt.constraints.items()}, "tp": tp,
+            "concurrency": tuple(concurrency), "method": opt.method,
+        }
 
     def sweep_kwargs(self) -> dict:
         """Keyword arguments of `jaxpareto.sweep` for this spec."""
         grid = {}
         for axis in AXES:
             value = getattr(self.grid, axis)
+            if value is None:
+                raise JaxparetoError(f"grid.{axis}", "is required for a sweep")
             if isinstance(value, AxisRange):
                 value = value.values(integer=axis in ("tp", "concurrency", "context_tokens"))
             grid[axis] = value

@@ -1,6 +1,7 @@
 """Optimal configurations under SLOs: gradient search vs exhaustive, implicit gradients vs
 finite differences, hardware what-if vs bisection, infeasibility reasons, sizing."""
 
+import functools
 import math
 
 import jax
@@ -102,42 +103,46 @@ INPUTS = ("concurrency", "think_time_s", "context_tokens", "hit_rate", "eta_pref
           "bandwidth_gbs", "tflops_fp16", "elementwise_overhead")
 
 
-def _point(values, name, gpu, model, method):
-    hw = gpu.to_params()
-    hw = type(hw)(**{**hw.__dict__, "bandwidth_gbs": values["bandwidth_gbs"], "tflops_fp16": values["tflops_fp16"]})
-    out = evaluate_point(hw, model.to_params(), 8.0, values["concurrency"], values["think_time_s"],
-                         values["context_tokens"], values["hit_rate"], Workload(),
-                         Efficiency(values["eta_prefill"], values["eta_decode"], values["elementwise_overhead"]),
+def _outputs(x, hw, model, method):
+    """The five outputs at the inputs ``x`` (a vector ordered as INPUTS), TP 8."""
+    v = dict(zip(INPUTS, x))
+    hw = type(hw)(**{**hw.__dict__, "bandwidth_gbs": v["bandwidth_gbs"], "tflops_fp16": v["tflops_fp16"]})
+    out = evaluate_point(hw, model, 8.0, v["concurrency"], v["think_time_s"], v["context_tokens"], v["hit_rate"],
+                         Workload(), Efficiency(v["eta_prefill"], v["eta_decode"], v["elementwise_overhead"]),
                          Solver(tol=1e-12, max_iter=100_000), method=method)
-    return getattr(out, name)
+    return jnp.stack([getattr(out, name) for name in OUTPUTS])
 
 
 @pytest.mark.parametrize("method", ["damped", "exact"])
 def test_gradients_match_central_differences(method):
+    """Implicit-function gradients against float64 central differences, away from kinks."""
     rng = np.random.default_rng(7)
     gpu = jp.catalog.gpus()["h200-sxm"]
     checked = 0
     with jax.enable_x64(True):
+        forward = jax.jit(jax.vmap(functools.partial(_outputs, method=method), in_axes=(0, None, None)))
+        jacobian = jax.jit(jax.jacfwd(functools.partial(_outputs, method=method)))
         for model_name in ("llama-3.1-70b", "qwen3-235b-a22b", "deepseek-v3"):
-            model = jp.catalog.models()[model_name]
-            for _ in range(3):
-                x = {"concurrency": float(rng.uniform(5, 60)), "think_time_s": float(rng.uniform(0.5, 10)),
-                     "context_tokens": float(rng.uniform(4000, 60000)), "hit_rate": float(rng.uniform(0.1, 0.9)),
-                     "eta_prefill": 0.65, "eta_decode": 0.40, "bandwidth_gbs": gpu.bandwidth_gbs,
-                     "tflops_fp16": gpu.tflops_fp16, "elementwise_overhead": 1.1}
-                for name in OUTPUTS:
-                    f = lambda v: _point(v, name, gpu, model, method)  # noqa: E731
-                    if not np.isfinite(float(f(x))):
-                        continue
-                    grads = jax.grad(f)({k: jnp.asarray(v) for k, v in x.items()})
-                    for k in INPUTS:
-                        h = 1e-6 * max(abs(x[k]), 1.0)
-                        fd = (float(f({**x, k: x[k] + h})) - float(f({**x, k: x[k] - h}))) / (2 * h)
-                        g = float(grads[k])
-                        scale = max(abs(fd), abs(g), 1e-9 * abs(float(f(x))))
-                        assert abs(g - fd) <= 1e-3 * scale + 1e-12, (model_name, name, k, g, fd)
-                        checked += 1
-    assert checked > 300
+            model = jp.catalog.models()[model_name].to_params()
+            hw = jax.tree_util.tree_map(jnp.asarray, gpu.to_params())
+            for _ in range(4):
+                x = np.array([rng.uniform(5, 60), rng.uniform(0.5, 10), rng.uniform(4000, 60000), rng.uniform(0.1, 0.9),
+                              0.65, 0.40, gpu.bandwidth_gbs, gpu.tflops_fp16, 1.1])
+                value = np.asarray(forward(x[None], hw, model))[0]
+                if not np.isfinite(value).all():
+                    continue
+                jac = np.asarray(jacobian(x, hw, model))  # (outputs, inputs)
+                h = 1e-6 * np.maximum(np.abs(x), 1.0)
+                steps = np.diag(h)
+                plus = np.asarray(forward(x + steps, hw, model))
+                minus = np.asarray(forward(x - steps, hw, model))
+                fd = ((plus - minus) / (2 * h[:, None])).T  # (outputs, inputs)
+                scale = np.maximum(np.maximum(np.abs(fd), np.abs(jac)), 1e-9 * np.abs(value)[:, None])
+                bad = np.abs(jac - fd) > 1e-3 * scale + 1e-12
+                assert not bad.any(), (model_name, [(OUTPUTS[i], INPUTS[j], jac[i, j], fd[i, j])
+                                                    for i, j in np.argwhere(bad)])
+                checked += jac.size
+    assert checked >= 300
 
 
 # -- hardware what-if and sizing ----------------------------------------------------------------
@@ -186,3 +191,31 @@ def test_size_deployment():
     assert rate.feasible and rate.replicas * rate.turns_per_s_per_replica >= 50
     none = jp.size_deployment("l40s", "llama-3.1-405b", 2.0, 32768, 0.9, sessions=10, constraints=SLO)
     assert not none.feasible and none.reason.startswith("memory")
+
+
+def test_cli_optimize_and_size(tmp_path, capsys):
+    from jaxpareto.cli import main
+
+    spec = tmp_path / "slo.toml"
+    spec.write_text('[grid]\ngpu = ["h100-sxm", "l40s"]\nmodel = ["llama-3.1-70b"]\nthink_time_s = [2.0]\n'
+                    'context_tokens = [32768]\nhit_rate = [0.9]\n[optimize]\n'
+                    'constraints = { ttft_ms = ["<=", 2000.0], output_tokens_per_s_per_user = [">=", 20.0] }\n'
+                    'concurrency = [1, 1024]\n')
+    out = tmp_path / "best.zarr"
+    assert main(["optimize", str(spec), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "2 scenarios" in printed
+    assert "no configuration reaches output_tokens_per_s_per_user >= 20" in printed  # L40S bandwidth is too low
+    import xarray as xr
+
+    best = xr.open_zarr(out)
+    assert int(best.tp.sel(gpu="h100-sxm").squeeze()) == 8
+    assert int(best.concurrency.sel(gpu="h100-sxm").squeeze()) == 42
+    assert not bool(best.feasible.sel(gpu="l40s").squeeze())
+    code = main(["size", "--gpu", "h100-sxm", "--model", "llama-3.1-70b", "--sessions", "500",
+                 "--slo", "ttft_ms<=2000", "--slo", "output_tokens_per_s_per_user>=20"])
+    assert code == 0 and "96 GPUs = 12 replicas x TP 8" in capsys.readouterr().out
+    assert main(["size", "--gpu", "h100-sxm", "--model", "llama-3.1-70b", "--sessions", "5", "--slo", "ttft<2"]) == 2
+    spec.write_text(spec.read_text().replace('["<=", 2000.0]', '["<", 2000.0]'))
+    assert main(["optimize", str(spec)]) == 2
+    assert "constraints.ttft_ms" in capsys.readouterr().err
