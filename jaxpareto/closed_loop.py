@@ -7,6 +7,7 @@ on B through TPOT, hence the fixed point.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -135,22 +136,30 @@ def solve_effective_batch_exact(
     return FixedPoint(b, found, jnp.zeros((), jnp.int32), jnp.abs(t - b) / b)
 
 
-def solve_closed_loop(
-    latency_ms: Callable[[jax.Array], jax.Array],
-    concurrency_eff: jax.Array,
-    think_time_ms: jax.Array,
-    solver: Solver,
-    method: str = "damped",
-    lines: tuple[jax.Array, jax.Array] | None = None,
-) -> FixedPoint:
+class LoopInputs(NamedTuple):
+    """What the closed loop depends on, as an explicit pytree (so it can be differentiated).
+
+    Attributes:
+        latency: whatever R(B) needs besides B (read by the ``latency_ms`` function).
+        concurrency_eff: C_eff [sessions].
+        think_time_ms: Z [ms].
+    """
+
+    latency: object
+    concurrency_eff: jax.Array
+    think_time_ms: jax.Array
+
+
+def solve_closed_loop(latency_ms, inputs: LoopInputs, solver: Solver, method: str = "damped",
+                      lines=None) -> FixedPoint:
     """The closed-loop batch B, differentiable by implicit differentiation.
 
     The root of g(B) = C_eff x ρ(R(B)) - B is found by ``method`` ("damped": the seed's
-    iteration; "exact": `solve_effective_batch_exact` on ``lines``), and its derivative with
-    respect to everything g depends on (concurrency, think time, context, hit rate, efficiency
-    factors, hardware and model numbers) is -(∂g/∂B)^-1 ∂g/∂θ at the root
-    (`jax.lax.custom_root`): the iteration is never unrolled, so gradients cost one extra
-    evaluation of g whatever the number of iterations.
+    iteration; "exact": `solve_effective_batch_exact` on the linear pieces ``lines(latency)``
+    of R), and its derivative with respect to everything g depends on (concurrency, think
+    time, context, hit rate, efficiency factors, hardware and model numbers) is
+    dB = -(∂g/∂θ · dθ) / (∂g/∂B) at the root (a `jax.custom_jvp`, so reverse mode works too):
+    the iteration is never unrolled, and the forward pass costs nothing extra.
 
     Kinks: TPOT's max(memory, compute) and the MoE term min(B K, E) are differentiated on the
     active branch (JAX splits the derivative evenly at an exact tie, a measure-zero set);
@@ -158,34 +167,45 @@ def solve_closed_loop(
     and 0 above it.
 
     Args:
-        latency_ms: R(B) [ms].
-        concurrency_eff: C_eff [sessions].
-        think_time_ms: Z [ms].
+        latency_ms: R(latency, B) [ms], a module-level function (static).
+        inputs: `LoopInputs`.
         solver: damping, tol, max_iter (damped only).
-        method: "damped" or "exact".
-        lines: (intercepts, slopes) of R(B)'s linear pieces, for "exact".
+        method: "damped" or "exact" (static).
+        lines: for "exact", a function of ``inputs.latency`` giving (intercepts, slopes) of
+            R(B)'s linear pieces (static).
 
     Returns:
         `FixedPoint`; only ``batch`` carries derivatives.
     """
+    batch, converged, iterations, residual = _closed_loop(latency_ms, method, lines, inputs, solver)
+    return FixedPoint(batch, converged > 0.5, jnp.round(iterations).astype(jnp.int32), residual)
 
-    def residual(b):
-        return concurrency_eff * active_ratio(latency_ms(b), think_time_ms) - b
 
-    def solve(_, b0):
-        if method == "damped":
-            found = solve_effective_batch(latency_ms, concurrency_eff, think_time_ms, solver)
-        else:
-            found = solve_effective_batch_exact(latency_ms, *lines, concurrency_eff, think_time_ms)
-        # aux travels as floats: custom_root's JVP rule mishandles integer and bool aux
-        as_float = lambda v: v.astype(found.batch.dtype)  # noqa: E731
-        return found.batch, (as_float(found.converged), as_float(found.iterations), found.residual)
+def _residual(latency_ms, b, inputs: LoopInputs):
+    return inputs.concurrency_eff * active_ratio(latency_ms(inputs.latency, b), inputs.think_time_ms) - b
 
-    def tangent_solve(g, y):  # scalar: g is multiplication by dg/dB
-        return y / g(jnp.ones_like(y))
 
-    b0 = jnp.ones_like(concurrency_eff)
-    batch, (converged, iterations, residual_norm) = jax.lax.custom_root(
-        residual, b0, solve, tangent_solve, has_aux=True
-    )
-    return FixedPoint(batch, converged > 0.5, jnp.round(iterations).astype(jnp.int32), residual_norm)
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
+def _closed_loop(latency_ms, method, lines, inputs: LoopInputs, solver: Solver):
+    def r(b):
+        return latency_ms(inputs.latency, b)
+
+    if method == "damped":
+        found = solve_effective_batch(r, inputs.concurrency_eff, inputs.think_time_ms, solver)
+    else:
+        found = solve_effective_batch_exact(r, *lines(inputs.latency), inputs.concurrency_eff, inputs.think_time_ms)
+    as_float = lambda v: v.astype(found.batch.dtype)  # noqa: E731  (one output dtype for the JVP)
+    return found.batch, as_float(found.converged), as_float(found.iterations), found.residual
+
+
+@_closed_loop.defjvp
+def _closed_loop_jvp(latency_ms, method, lines, primals, tangents):
+    inputs, solver = primals
+    d_inputs, _ = tangents
+    out = _closed_loop(latency_ms, method, lines, inputs, solver)
+    batch = out[0]
+    # implicit function theorem at the root: g(B*(θ), θ) = 0
+    dg_db = jax.jvp(lambda b: _residual(latency_ms, b, inputs), (batch,), (jnp.ones_like(batch),))[1]
+    dg_dtheta = jax.jvp(lambda i: _residual(latency_ms, batch, i), (inputs,), (d_inputs,))[1]
+    zero = jnp.zeros_like(batch)
+    return out, (-dg_dtheta / dg_db, zero, zero, zero)

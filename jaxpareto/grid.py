@@ -74,8 +74,9 @@ def _evaluate_flat(hw, model, tp, concurrency, think_time_s, context_tokens, hit
 
 def _on_devices(fn, args: tuple, n_points: int) -> dict[str, jax.Array]:
     """Run ``fn`` on the flat per-point ``args`` (the first 7; the rest are shared scalars),
-    split evenly over all local devices when there are several. The points are padded to a
-    multiple of the device count by repeating the last one, and the padding is cut off."""
+    split evenly over all local devices with `jax.shard_map` (one device included). The points
+    are padded to whole vector lanes on every device by repeating the last one, and the padding
+    is cut off."""
     devices = jax.devices()
     # Every device gets a multiple of _LANES points, so that every point runs through the
     # same vectorised loop body: a remainder loop may round differently (e.g. without FMA),

@@ -12,8 +12,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxpareto.closed_loop import active_ratio, solve_closed_loop
-from jaxpareto.decode import decode_coefficients, decode_step, tpot_lines
+from jaxpareto.closed_loop import LoopInputs, active_ratio, solve_closed_loop
+from jaxpareto.decode import DecodeCoefficients, decode_coefficients, decode_step, tpot_lines
 from jaxpareto.hardware import HardwareParams, effective_tflops
 from jaxpareto.memory import memory_budget
 from jaxpareto.model import ModelParams
@@ -23,6 +23,29 @@ from jaxpareto.units import MS_PER_S
 
 DECODE_MEMORY, DECODE_COMPUTE, DECODE_NONE = 0, 1, -1
 METHODS = ("damped", "exact")
+
+
+class TurnLatency(NamedTuple):
+    """What a turn's latency R(B) depends on besides the batch (scalars)."""
+
+    ttft_ms: jax.Array
+    osl: jax.Array
+    decode: DecodeCoefficients
+
+
+def turn_latency_ms(turn: TurnLatency, batch: jax.Array) -> jax.Array:
+    """Seed eq. 1: R(B) = TTFT + TPOT(B) x OSL [ms]."""
+    return turn.ttft_ms + decode_step(turn.decode, batch).tpot_ms * turn.osl
+
+
+def turn_latency_lines(turn: TurnLatency) -> tuple[jax.Array, jax.Array]:
+    """(intercepts, slopes) of R(B) on each linear piece of TPOT (for the exact solver)."""
+    tpot = tpot_lines(turn.decode)
+    zero = 0.0 * tpot.b_compute
+    intercepts = jnp.stack([turn.ttft_ms + turn.osl * tpot.a_unsat, turn.ttft_ms + turn.osl * tpot.a_sat,
+                            turn.ttft_ms + zero])
+    slopes = jnp.stack([turn.osl * tpot.b_unsat, turn.osl * tpot.b_sat, turn.osl * tpot.b_compute])
+    return intercepts, slopes
 
 
 class PointOutputs(NamedTuple):
@@ -95,21 +118,13 @@ def evaluate_point(
     coefficients = decode_coefficients(
         hw, model, tp, context_tokens, tflops, efficiency.eta_decode, efficiency.elementwise_overhead
     )
-
-    def latency_at(batch):  # seed eq. 1: R = TTFT + TPOT x OSL
-        return ttft + decode_step(coefficients, batch).tpot_ms * workload.osl
-
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    lines = None
-    if method == "exact":  # R(B) = ttft + OSL x TPOT(B) on each linear piece of TPOT
-        tpot = tpot_lines(coefficients)
-        osl = workload.osl
-        lines = (jnp.stack([ttft + osl * tpot.a_unsat, ttft + osl * tpot.a_sat, ttft + 0.0 * tpot.b_compute]),
-                 jnp.stack([osl * tpot.b_unsat, osl * tpot.b_sat, osl * tpot.b_compute]))
-    solution = solve_closed_loop(latency_at, concurrency_eff, think_ms, solver, method, lines)
+    turn = TurnLatency(ttft, workload.osl, coefficients)
+    solution = solve_closed_loop(turn_latency_ms, LoopInputs(turn, concurrency_eff, think_ms), solver, method,
+                                 turn_latency_lines)
     step = decode_step(coefficients, solution.batch)
-    latency = ttft + step.tpot_ms * workload.osl
+    latency = turn_latency_ms(turn, solution.batch)
     turns_per_s = concurrency_eff / ((latency + think_ms) / MS_PER_S)
 
     def masked(value):
