@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxpareto.hardware import HardwareParams
+from jaxpareto.memory import kv_bytes
 from jaxpareto.model import ModelParams
 from jaxpareto.units import BYTES_PER_GB, FLOPS_PER_PARAM_PER_TOKEN, FLOPS_PER_TFLOPS, MS_PER_S, PARAMS_PER_B
 
@@ -98,12 +99,11 @@ def decode_coefficients(
     """
     bw = hw.bandwidth_gbs
     return DecodeCoefficients(
-        nonmoe_ms=model.nonmoe_params_b * model.weight_bytes / (tp * bw) * MS_PER_S,
-        expert_ms=model.expert_params_b * model.weight_bytes / (tp * bw) * MS_PER_S,
+        nonmoe_ms=model.nonmoe_params_b * model.nonmoe_weight_bytes / (tp * bw) * MS_PER_S,
+        expert_ms=model.expert_params_b * model.expert_weight_bytes / (tp * bw) * MS_PER_S,
         experts=model.experts,
         experts_per_token=model.experts_per_token,
-        kv_ms=context_tokens * model.kv_bytes_per_token / BYTES_PER_GB / (jnp.minimum(tp, model.kv_heads) * bw)
-        * MS_PER_S,
+        kv_ms=kv_bytes(model, context_tokens) / BYTES_PER_GB / (jnp.minimum(tp, model.kv_heads) * bw) * MS_PER_S,
         compute_ms=FLOPS_PER_PARAM_PER_TOKEN * model.params_active_b * PARAMS_PER_B / (tp * tflops * FLOPS_PER_TFLOPS)
         * MS_PER_S,
         elementwise_overhead=elementwise_overhead,
@@ -111,9 +111,28 @@ def decode_coefficients(
     )
 
 
-def decode_step(c: DecodeCoefficients, batch: jax.Array) -> DecodeStep:
-    """Seed eq. 3 at effective batch B (continuous, >= 0)."""
-    t_weight_ms = c.nonmoe_ms + jnp.minimum(batch * c.experts_per_token, c.experts) * c.expert_ms
+EXPERT_ROUTINGS = ("seed", "uniform")
+
+
+def experts_touched(batch: jax.Array, experts: jax.Array, experts_per_token: jax.Array,
+                    routing: str = "seed") -> jax.Array:
+    """Distinct routed experts a decode step of B tokens loads.
+
+    "seed": min(B K, E) (seed eq. 3a: no two tokens share an expert until all are busy);
+    "uniform": E (1 - (1 - K / E)^B), the expected number of distinct experts when each token
+    picks K of E uniformly at random (each expert is missed by a token with probability
+    1 - K/E); always at most the seed's count. Dense models (E = 0) touch none.
+    """
+    if routing == "seed":
+        return jnp.minimum(batch * experts_per_token, experts)
+    safe_e = jnp.where(experts > 0, experts, 1.0)  # double where: no NaN from 0/0 in gradients
+    missed = jnp.power(1.0 - experts_per_token / safe_e, batch)
+    return jnp.where(experts > 0, safe_e * (1.0 - missed), 0.0)
+
+
+def decode_step(c: DecodeCoefficients, batch: jax.Array, routing: str = "seed") -> DecodeStep:
+    """Seed eq. 3 at effective batch B (continuous, >= 0); ``routing`` as in `experts_touched`."""
+    t_weight_ms = c.nonmoe_ms + experts_touched(batch, c.experts, c.experts_per_token, routing) * c.expert_ms
     t_kv_ms = batch * c.kv_ms
     t_compute_ms = batch * c.compute_ms
     t_memory_ms = (t_weight_ms + t_kv_ms) * c.elementwise_overhead

@@ -30,8 +30,20 @@ def _get(cfg: dict, *keys, default=None):
     return default
 
 
+def _weight_dtypes(cfg: dict) -> tuple[str, str | None]:
+    """(weight_dtype, expert_weight_dtype or None): a quantisation that leaves attention and
+    the other non-expert weights out (compressed-tensors ``ignore``, MXFP4
+    ``modules_to_not_convert``) applies to the routed experts only."""
+    quant = cfg.get("quantization_config") or {}
+    stored = _weight_dtype(cfg)
+    native = {"float16": "fp16"}.get(str(cfg.get("torch_dtype", "bfloat16")), "bf16")
+    skipped = " ".join(map(str, (quant.get("ignore") or []) + (quant.get("modules_to_not_convert") or [])))
+    experts_only = "self_attn" in skipped and stored != native
+    return (native, stored) if experts_only else (stored, None)
+
+
 def _weight_dtype(cfg: dict) -> str:
-    """Stored weight format of the routed experts (or of the whole model when dense)."""
+    """Stored weight format of the quantised weights (or of the whole model)."""
     quant = cfg.get("quantization_config") or {}
     method = str(quant.get("quant_method", "")).lower()
     if method == "mxfp4" or "fp4" in method:
@@ -89,8 +101,9 @@ def model_from_hf_config(
     Args:
         path: path to ``config.json``, or the parsed dict.
         name: model name; default the config's ``_name_or_path`` or the file's folder name.
-        weight_dtype: override the stored weight format (otherwise read from
-            ``quantization_config``, else ``torch_dtype``).
+        weight_dtype: override the stored weight format of the whole model (otherwise read
+            from ``quantization_config``, else ``torch_dtype``; a quantisation that skips the
+            attention and other non-expert weights sets ``expert_weight_dtype`` only).
         kv_dtype: KV-cache dtype (fp16, bf16, fp8).
 
     Returns:
@@ -159,14 +172,24 @@ def model_from_hf_config(
             "expert_params_b": expert_total / 1e9,
             "nonmoe_params_b": nonmoe / 1e9,
         }
+    dtype, expert_dtype = _weight_dtypes(cfg)
+    if weight_dtype is not None:  # an override applies to the whole model
+        dtype, expert_dtype = weight_dtype, None
+    if expert_dtype is not None and moe_fields:
+        moe_fields["expert_weight_dtype"] = expert_dtype
+    types = cfg.get("layer_types") or []
+    sliding = sum(1 for t in types if "sliding" in str(t))
+    window = {"sliding_window": cfg["sliding_window"], "sliding_layers": sliding} \
+        if sliding and cfg.get("sliding_window") else {}
     return Model(
         name=name or str(default_name).split("/")[-1].lower(),
         params_total_b=total / 1e9,
         params_active_b=active / 1e9,
-        weight_dtype=weight_dtype or _weight_dtype(cfg),
+        weight_dtype=dtype,
         layers=layers,
         kv_dtype=kv_dtype,
         sources={"config": str(path) if not isinstance(path, dict) else "dict"},
         **attn_fields,
         **moe_fields,
+        **window,
     )

@@ -40,6 +40,13 @@ def kv_replication(tp: jax.Array, kv_heads: jax.Array) -> jax.Array:
     return tp / jnp.minimum(tp, kv_heads)
 
 
+def kv_bytes(model: ModelParams, tokens: jax.Array) -> jax.Array:
+    """KV bytes of one sequence of ``tokens`` over the whole model [B]: κ x T for the
+    full-attention layers plus κ_window x min(T, window) for sliding-window layers."""
+    return tokens * model.kv_bytes_per_token + jnp.minimum(tokens, model.kv_window_tokens) * \
+        model.kv_window_bytes_per_token
+
+
 def memory_budget(
     hw: HardwareParams,
     model: ModelParams,
@@ -51,7 +58,7 @@ def memory_budget(
 
     Args:
         hw: one GPU; memory_gb [GB].
-        model: one model; params_total_b [B params], weight_bytes, kv_bytes_per_token [B].
+        model: one model; weights_gb [GB] and its KV widths [B].
         tp: G, GPUs in the tensor-parallel group (scalar).
         concurrency: C, sessions offered (scalar).
         kv_context_tokens: L̄, context held in KV per session [tokens] (scalar).
@@ -59,11 +66,9 @@ def memory_budget(
     Returns:
         `MemoryBudget` of scalars.
     """
-    weights_gb = model.params_total_b * model.weight_bytes
+    weights_gb = model.weights_gb
     available_gb = tp * hw.memory_gb - weights_gb
-    kv_per_session_gb = (
-        kv_context_tokens * model.kv_bytes_per_token * kv_replication(tp, model.kv_heads) / BYTES_PER_GB
-    )
+    kv_per_session_gb = kv_bytes(model, kv_context_tokens) * kv_replication(tp, model.kv_heads) / BYTES_PER_GB
     sessions = jnp.floor(jnp.maximum(available_gb, 0.0) / kv_per_session_gb)
     concurrency_max = jnp.minimum(sessions, _INT32_MAX)
     concurrency_eff = jnp.minimum(concurrency, concurrency_max)

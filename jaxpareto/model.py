@@ -46,6 +46,11 @@ class Model(Definition):
             (SPEC.md section 2: the bytes one expert slot costs to load per decode step).
         nonmoe_params_b: everything else: attention, shared experts, dense layers,
             embeddings [billions].
+        expert_weight_dtype: dtype of the routed experts when it differs from ``weight_dtype``
+            (mixed precision: Kimi K2.5 INT4 experts with BF16 elsewhere, gpt-oss MXFP4 experts).
+        sliding_window: tokens a sliding-window attention layer keeps (gpt-oss: 128).
+        sliding_layers: how many of the ``layers`` use that window (the rest see the whole
+            context): KV(T) = full layers x T + sliding layers x min(T, window), per token width.
         sources: field name -> where its value comes from.
 
     For MoE models give either ``expert_params_b`` and ``nonmoe_params_b`` (the totals are
@@ -72,6 +77,9 @@ class Model(Definition):
     experts_per_token: int | None = pydantic.Field(default=None, gt=0)
     expert_params_b: float | None = None
     nonmoe_params_b: float | None = None
+    expert_weight_dtype: WeightDtype | None = None
+    sliding_window: int | None = pydantic.Field(default=None, gt=0)
+    sliding_layers: int = pydantic.Field(default=0, ge=0)
     sources: dict[str, str] = pydantic.Field(default_factory=dict)
 
     @pydantic.field_validator("params_total_b", "params_active_b", "expert_params_b", "nonmoe_params_b")
@@ -86,6 +94,14 @@ class Model(Definition):
                 raise ValueError("attention='gqa' needs kv_heads and head_dim")
         elif self.kv_lora_rank is None or self.rope_head_dim is None:
             raise ValueError("attention='mla' needs kv_lora_rank and rope_head_dim")
+        if self.sliding_layers > self.layers:
+            raise ValueError(f"sliding_layers ({self.sliding_layers}) exceeds layers ({self.layers})")
+        if self.sliding_layers and self.sliding_window is None:
+            raise ValueError("sliding_layers needs sliding_window (tokens)")
+        if self.sliding_layers and self.attention == "mla":
+            raise ValueError("sliding-window layers are modelled for GQA attention only")
+        if self.expert_weight_dtype is not None and not self.is_moe:
+            raise ValueError("expert_weight_dtype needs experts (MoE models only)")
         update = self._moe_split() if self.is_moe else self._dense_split()
         if self.params_active_b is not None and self.params_total_b is not None:
             if self.params_active_b > self.params_total_b * (1 + _MOE_CONSISTENCY_RTOL):
@@ -149,22 +165,52 @@ class Model(Definition):
         """n_kv: how many GPUs the KV cache can be split over (1 for MLA's shared latent)."""
         return 1 if self.attention == "mla" else int(self.kv_heads)
 
+    def _kv_width(self, layers: int) -> float:
+        width = KV_DTYPE_BYTES[self.kv_dtype]
+        if self.attention == "mla":
+            return float((self.kv_lora_rank + self.rope_head_dim) * layers * width)
+        return float(2 * layers * self.kv_heads * self.head_dim * width)
+
     @property
     def kv_bytes_per_token(self) -> float:
-        """KV-cache bytes per token of context κ, whole model (SPEC.md section 3).
+        """KV-cache bytes per token of context κ of the full-attention layers (SPEC.md section 3).
 
         gqa: 2 x layers x kv_heads x head_dim x kv bytes (Llama-3.1-70B fp16: 327,680 B);
         mla: (kv_lora_rank + rope_head_dim) x layers x kv bytes (DeepSeek-V3: 70,272 B).
+        Sliding-window layers are not counted here (see `kv_window_bytes_per_token`).
         """
-        width = KV_DTYPE_BYTES[self.kv_dtype]
-        if self.attention == "mla":
-            return float((self.kv_lora_rank + self.rope_head_dim) * self.layers * width)
-        return float(2 * self.layers * self.kv_heads * self.head_dim * width)
+        return self._kv_width(self.layers - self.sliding_layers)
+
+    @property
+    def kv_window_bytes_per_token(self) -> float:
+        """KV bytes per token of the sliding-window layers, held for at most the window."""
+        return self._kv_width(self.sliding_layers) if self.sliding_layers else 0.0
+
+    def kv_bytes(self, tokens: float) -> float:
+        """KV bytes of one sequence of ``tokens``: κ x T + κ_window x min(T, window)."""
+        window = min(tokens, self.sliding_window or 0)
+        return self.kv_bytes_per_token * tokens + self.kv_window_bytes_per_token * window
+
+    @property
+    def expert_dtype(self) -> str:
+        """Dtype of the routed experts (``weight_dtype`` unless mixed precision)."""
+        return self.expert_weight_dtype or self.weight_dtype
 
     @property
     def weight_memory_gb(self) -> float:
-        """M_model = P_total x bytes per weight [GB] (seed eq. 5)."""
-        return self.params_total_b * WEIGHT_DTYPE_BYTES[self.weight_dtype]
+        """M_model [GB] (seed eq. 5): P_total x d for one dtype; with mixed precision the
+        non-expert params at ``weight_dtype`` plus E x expert params at ``expert_dtype``."""
+        if not self.is_moe:
+            return self.params_total_b * WEIGHT_DTYPE_BYTES[self.weight_dtype]
+        return (self.nonmoe_params_b * WEIGHT_DTYPE_BYTES[self.weight_dtype]
+                + self.experts * self.expert_params_b * WEIGHT_DTYPE_BYTES[self.expert_dtype])
+
+    @property
+    def compute_dtype(self) -> str:
+        """The dtype whose tensor rate the matmuls run at: that of the larger active part
+        (for gpt-oss-120b and Kimi K2.5 the routed experts)."""
+        routed = (self.experts_per_token or 0) * (self.expert_params_b or 0.0)
+        return self.expert_dtype if routed > self.nonmoe_params_b else self.weight_dtype
 
     def to_params(self) -> "ModelParams":
         """Numeric form for the physics (dense: zero routed experts)."""
@@ -175,9 +221,13 @@ class Model(Definition):
             expert_params_b=self.expert_params_b or 0.0,
             experts=float(self.experts or 0),
             experts_per_token=float(self.experts_per_token or 0),
-            weight_bytes=WEIGHT_DTYPE_BYTES[self.weight_dtype],
-            compute_bits=float(COMPUTE_BITS[self.weight_dtype]),
+            weights_gb=self.weight_memory_gb,
+            nonmoe_weight_bytes=WEIGHT_DTYPE_BYTES[self.weight_dtype],
+            expert_weight_bytes=WEIGHT_DTYPE_BYTES[self.expert_dtype],
+            compute_bits=float(COMPUTE_BITS[self.compute_dtype]),
             kv_bytes_per_token=self.kv_bytes_per_token,
+            kv_window_bytes_per_token=self.kv_window_bytes_per_token,
+            kv_window_tokens=float(self.sliding_window or 0),
             kv_heads=float(self.kv_heads_sharded),
         )
 
@@ -205,8 +255,11 @@ class Model(Definition):
 class ModelParams:
     """One model as scalars (or, stacked, a table with a leading model axis).
 
-    Units as in `Model`; ``weight_bytes`` is bytes per weight d, ``compute_bits`` the tensor
-    precision (16/8/4), ``kv_bytes_per_token`` κ [B], ``kv_heads`` n_kv (1 for MLA).
+    Units as in `Model`; ``weights_gb`` is M_model [GB], ``nonmoe_weight_bytes`` and
+    ``expert_weight_bytes`` the bytes per weight d of each part, ``compute_bits`` the tensor
+    precision (16/8/4), ``kv_bytes_per_token`` κ of the full-attention layers and
+    ``kv_window_bytes_per_token`` that of the sliding layers, held for at most
+    ``kv_window_tokens`` [B, tokens], ``kv_heads`` n_kv (1 for MLA).
     Dense models have ``experts = experts_per_token = expert_params_b = 0`` and
     ``nonmoe_params_b = params_active_b``.
     """
@@ -217,7 +270,11 @@ class ModelParams:
     expert_params_b: jax.Array | float
     experts: jax.Array | float
     experts_per_token: jax.Array | float
-    weight_bytes: jax.Array | float
+    weights_gb: jax.Array | float
+    nonmoe_weight_bytes: jax.Array | float
+    expert_weight_bytes: jax.Array | float
     compute_bits: jax.Array | float
     kv_bytes_per_token: jax.Array | float
+    kv_window_bytes_per_token: jax.Array | float
+    kv_window_tokens: jax.Array | float
     kv_heads: jax.Array | float

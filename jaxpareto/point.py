@@ -7,13 +7,14 @@ nor leak NaN into gradients of the feasible points.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from jaxpareto.closed_loop import LoopInputs, active_ratio, solve_closed_loop
-from jaxpareto.decode import DecodeCoefficients, decode_coefficients, decode_step, tpot_lines
+from jaxpareto.decode import EXPERT_ROUTINGS, DecodeCoefficients, decode_coefficients, decode_step, tpot_lines
 from jaxpareto.hardware import HardwareParams, effective_tflops
 from jaxpareto.memory import memory_budget
 from jaxpareto.model import ModelParams
@@ -33,9 +34,13 @@ class TurnLatency(NamedTuple):
     decode: DecodeCoefficients
 
 
-def turn_latency_ms(turn: TurnLatency, batch: jax.Array) -> jax.Array:
+def turn_latency_ms(turn: TurnLatency, batch: jax.Array, routing: str = "seed") -> jax.Array:
     """Seed eq. 1: R(B) = TTFT + TPOT(B) x OSL [ms]."""
-    return turn.ttft_ms + decode_step(turn.decode, batch).tpot_ms * turn.osl
+    return turn.ttft_ms + decode_step(turn.decode, batch, routing).tpot_ms * turn.osl
+
+
+# One latency function per expert-routing model, defined once so the solver sees a stable one.
+TURN_LATENCY = {routing: functools.partial(turn_latency_ms, routing=routing) for routing in EXPERT_ROUTINGS}
 
 
 def turn_latency_lines(turn: TurnLatency) -> tuple[jax.Array, jax.Array]:
@@ -84,6 +89,7 @@ def evaluate_point(
     efficiency: Efficiency,
     solver: Solver,
     method: str = "damped",
+    expert_routing: str = "seed",
 ) -> PointOutputs:
     """Evaluate seed eqs. 1-5 at one configuration (SPEC.md section 3).
 
@@ -98,6 +104,8 @@ def evaluate_point(
         workload, efficiency, solver: shared scalars.
         method: closed-loop solver, static: "damped" (the seed's iteration, the reference) or
             "exact" (closed form per linear piece of R(B), `solve_effective_batch_exact`).
+        expert_routing: distinct experts per decode step, static: "seed" (min(B K, E)) or
+            "uniform" (E (1 - (1 - K/E)^B)); see `jaxpareto.decode.experts_touched`.
 
     Returns:
         `PointOutputs`. Where ``feasible`` is False (no memory left for KV, or not one
@@ -118,13 +126,16 @@ def evaluate_point(
     coefficients = decode_coefficients(
         hw, model, tp, context_tokens, tflops, efficiency.eta_decode, efficiency.elementwise_overhead
     )
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if method not in METHODS or expert_routing not in EXPERT_ROUTINGS:
+        raise ValueError(f"method {method!r} / expert_routing {expert_routing!r} not in {METHODS} / {EXPERT_ROUTINGS}")
+    if method == "exact" and expert_routing != "seed":
+        raise ValueError("the exact solver needs the seed's piecewise-linear expert count")
     turn = TurnLatency(ttft, workload.osl, coefficients)
-    solution = solve_closed_loop(turn_latency_ms, LoopInputs(turn, concurrency_eff, think_ms), solver, method,
+    latency_ms = TURN_LATENCY[expert_routing]
+    solution = solve_closed_loop(latency_ms, LoopInputs(turn, concurrency_eff, think_ms), solver, method,
                                  turn_latency_lines)
-    step = decode_step(coefficients, solution.batch)
-    latency = turn_latency_ms(turn, solution.batch)
+    step = decode_step(coefficients, solution.batch, expert_routing)
+    latency = latency_ms(turn, solution.batch)
     turns_per_s = concurrency_eff / ((latency + think_ms) / MS_PER_S)
 
     def masked(value):

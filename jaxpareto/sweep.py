@@ -17,6 +17,7 @@ from jaxpareto.grid import DEFAULT_CHUNK_POINTS, GridProblem
 from jaxpareto.hardware import Hardware
 from jaxpareto.model import Model
 from jaxpareto.schema import AXES, AXIS_INFO, DECODE_BOUND_FLAGS, OUTPUTS
+from jaxpareto.decode import EXPERT_ROUTINGS
 from jaxpareto.point import METHODS
 from jaxpareto.settings import Efficiency, Solver, Workload
 from jaxpareto.validation import check_number
@@ -40,13 +41,14 @@ class SweepPlan:
     chunk_points: int
     kv_context_tokens: float | None
     extra_attrs: dict = dataclasses.field(default_factory=dict)
+    expert_routing: str = "seed"
 
     def problem(self, outputs: Sequence[str] | None = None, whole_axes: Sequence[int] = ()) -> GridProblem:
         return GridProblem(
             [g.to_params() for g in self.gpus], [m.to_params() for m in self.models], self.axes,
             self.workload, self.efficiency, self.solver, dtype=self.dtype, method=self.method,
             outputs=self.variables if outputs is None else tuple(outputs), chunk_points=self.chunk_points,
-            whole_axes=whole_axes,
+            whole_axes=whole_axes, expert_routing=self.expert_routing,
         )
 
     @property
@@ -69,6 +71,7 @@ class SweepPlan:
             "model_equations": "seed 000 section 3 eqs. 1-5 as fixed by SPEC.md section 3",
             "dtype": self.dtype,
             "solver": self.method,
+            "expert_routing": self.expert_routing,
             "osl": float(self.workload.osl),
             "delta_tokens": float(self.workload.delta_tokens),
             "kv_context_tokens": "per point (context_tokens)" if self.kv_context_tokens is None
@@ -89,7 +92,7 @@ def plan_sweep(
     gpu, model, tp, concurrency, think_time_s=0.0, context_tokens=16384, hit_rate=0.0, *,
     osl=128, delta_tokens=2128, kv_context_tokens=None, eta_prefill=0.65, eta_decode=0.40,
     elementwise_overhead=1.10, damping=0.4, tol=1e-6, max_iter=10_000, dtype="float32", method="damped",
-    variables=None, chunk_points=DEFAULT_CHUNK_POINTS, hardware=(), models=(), attrs=None,
+    variables=None, chunk_points=DEFAULT_CHUNK_POINTS, hardware=(), models=(), attrs=None, expert_routing="seed",
 ) -> SweepPlan:
     """Validate every input of `sweep` (same arguments) without computing anything.
 
@@ -100,6 +103,10 @@ def plan_sweep(
         raise JaxparetoError("dtype", f"unknown dtype {dtype!r}", DTYPES)
     if method not in METHODS:
         raise JaxparetoError("method", f"unknown solver {method!r}", METHODS)
+    if expert_routing not in EXPERT_ROUTINGS:
+        raise JaxparetoError("expert_routing", f"unknown {expert_routing!r}", EXPERT_ROUTINGS)
+    if method == "exact" and expert_routing != "seed":
+        raise JaxparetoError("method", "'exact' needs expert_routing='seed' (a piecewise-linear TPOT); use 'damped'")
     if kv_context_tokens is not None:
         kv_context_tokens = check_number("kv_context_tokens", kv_context_tokens, low=0, low_inclusive=False)
     workload = Workload(osl=osl, delta_tokens=delta_tokens,
@@ -117,7 +124,7 @@ def plan_sweep(
     except TypeError as error:
         raise JaxparetoError("attrs", f"must be JSON-serialisable: {error}") from None
     return SweepPlan(gpus, model_defs, axes, workload, efficiency, solver, dtype, method,
-                     _variables(variables), chunk_points, kv_context_tokens, extra)
+                     _variables(variables), chunk_points, kv_context_tokens, extra, expert_routing)
 
 
 def _variables(variables) -> tuple[str, ...]:
@@ -157,6 +164,7 @@ def sweep(
     hardware: Sequence[Hardware] = (),
     models: Sequence[Model] = (),
     attrs: dict | None = None,
+    expert_routing: str = "seed",
 ) -> xr.Dataset:
     """Evaluate the agent-serving model over the grid of all axis combinations, in memory.
 
@@ -187,6 +195,9 @@ def sweep(
         chunk_points: points per compiled block (memory/compile-size trade-off).
         hardware, models: custom definitions that the name lists may refer to.
         attrs: extra JSON-serialisable dataset attributes (e.g. the spec that produced it).
+        expert_routing: distinct routed experts per decode step of a MoE model: "seed"
+            (min(B K, E), default) or "uniform" (E (1 - (1 - K/E)^B), the expectation under
+            uniform routing; damped solver only).
 
     Returns:
         `xarray.Dataset` with the variables of `jaxpareto.schema.OUTPUTS` (each with

@@ -17,7 +17,11 @@ def reference_point(gpu: dict, model: dict, tp: int, concurrency: int, think_tim
                     damping: float = 0.4, tol: float = 1e-6, max_iter: int = 10_000) -> dict:
     """All outputs for one point; ``gpu``/``model`` are plain dicts of the definitions."""
     d = BYTES[model["weight_dtype"]]
-    dtype = model["weight_dtype"]
+    d_expert = BYTES[model.get("expert_weight_dtype") or model["weight_dtype"]]
+    routed = (model.get("experts_per_token") or 0) * (model.get("expert_params_b") or 0.0)
+    # matmuls run at the rate of the dtype holding most active weights
+    dtype = (model.get("expert_weight_dtype") or model["weight_dtype"]) if routed > model["nonmoe_params_b"] \
+        else model["weight_dtype"]
     fp8 = gpu.get("tflops_fp8")
     fp4 = gpu.get("tflops_fp4")
     if dtype == "fp4":
@@ -27,12 +31,19 @@ def reference_point(gpu: dict, model: dict, tp: int, concurrency: int, think_tim
     else:
         flops = gpu["tflops_fp16"]
     kv_width = 1.0 if model.get("kv_dtype") == "fp8" else 2.0
+    sliding = model.get("sliding_layers") or 0
+    window = model.get("sliding_window") or 0
     if model.get("attention") == "mla":
         kappa = (model["kv_lora_rank"] + model["rope_head_dim"]) * model["layers"] * kv_width
+        kappa_window = 0.0
         n_kv = 1
     else:
-        kappa = 2 * model["layers"] * model["kv_heads"] * model["head_dim"] * kv_width
+        kappa = 2 * (model["layers"] - sliding) * model["kv_heads"] * model["head_dim"] * kv_width
+        kappa_window = 2 * sliding * model["kv_heads"] * model["head_dim"] * kv_width
         n_kv = model["kv_heads"]
+
+    def seq_kv(tokens):  # KV bytes of one sequence: full layers x T + sliding layers x min(T, window)
+        return kappa * tokens + kappa_window * min(tokens, window)
     p_total = model["params_total_b"]
     p_active = model["params_active_b"]
     experts = model.get("experts") or 0
@@ -41,10 +52,10 @@ def reference_point(gpu: dict, model: dict, tp: int, concurrency: int, think_tim
     p_nonmoe = model["nonmoe_params_b"]
     bw = gpu["bandwidth_gbs"]
 
-    m_model = p_total * d
+    m_model = p_nonmoe * d + experts * p_expert * d_expert if experts else p_total * d
     m_avail = tp * gpu["memory_gb"] - m_model
     r_kv = tp / min(tp, n_kv)
-    kv_gb = context_tokens * kappa * r_kv / 1e9
+    kv_gb = seq_kv(context_tokens) * r_kv / 1e9
     c_max = math.floor(max(m_avail, 0.0) / kv_gb)
     c_eff = min(concurrency, c_max)
     out = {"kv_per_session_gb": kv_gb, "concurrency_max": c_max, "concurrency_eff": c_eff,
@@ -58,10 +69,10 @@ def reference_point(gpu: dict, model: dict, tp: int, concurrency: int, think_tim
 
     def step(b):
         if experts:
-            t_weight = p_nonmoe * d / (tp * bw) * 1e3 + (min(b * top_k, experts) / tp) * p_expert * d / bw * 1e3
+            t_weight = p_nonmoe * d / (tp * bw) * 1e3 + (min(b * top_k, experts) / tp) * p_expert * d_expert / bw * 1e3
         else:
             t_weight = p_active * d / (tp * bw) * 1e3
-        t_kv = b * context_tokens * kappa / (min(tp, n_kv) * bw * 1e9) * 1e3
+        t_kv = b * seq_kv(context_tokens) / (min(tp, n_kv) * bw * 1e9) * 1e3
         t_compute = 2 * p_active * 1e9 * b / (tp * flops * 1e12) * 1e3
         tpot = max((t_weight + t_kv) * overhead, t_compute) / eta_decode
         return t_weight, t_kv, t_compute, tpot

@@ -17,7 +17,7 @@ FACT_SHEET = {
     "qwen3-235b-a22b": ("235.09", "22.19", 192_512),
     "deepseek-v3": ("671.03", "37.55", 70_272),
     "kimi-k2.5": ("1026.4", "32.86", 70_272),
-    "gpt-oss-120b": ("116.83", "5.71", 73_728),  # all 36 layers counted as full attention
+    "gpt-oss-120b": ("116.83", "5.71", 36_864),  # the 18 full-attention layers; 18 more hold 128 tokens
     "mixtral-8x7b": ("46.70", "12.88", 131_072),
 }
 
@@ -47,13 +47,19 @@ def test_catalog_agrees_with_hf_config(name):
         assert entry.expert_params_b == pytest.approx(from_config.expert_params_b, rel=1e-6)
         assert (entry.experts, entry.experts_per_token) == (from_config.experts, from_config.experts_per_token)
     assert entry.kv_bytes_per_token == from_config.kv_bytes_per_token
+    assert entry.kv_bytes(100_000) == from_config.kv_bytes(100_000)
     assert entry.attention == from_config.attention
+    assert (entry.weight_dtype, entry.expert_dtype) == (from_config.weight_dtype, from_config.expert_dtype)
 
 
 def test_hf_weight_dtypes_and_head_dim():
     assert jp.Model.from_hf_config(FIXTURES / "deepseek-v3.json").weight_dtype == "fp8"
-    assert jp.Model.from_hf_config(FIXTURES / "kimi-k2.5.json").weight_dtype == "int4"
-    assert jp.Model.from_hf_config(FIXTURES / "gpt-oss-120b.json").weight_dtype == "fp4"
+    kimi = jp.Model.from_hf_config(FIXTURES / "kimi-k2.5.json")
+    assert (kimi.weight_dtype, kimi.expert_weight_dtype) == ("bf16", "int4")  # ignore list keeps the rest bf16
+    oss = jp.Model.from_hf_config(FIXTURES / "gpt-oss-120b.json")
+    assert (oss.weight_dtype, oss.expert_weight_dtype) == ("bf16", "fp4")
+    assert (oss.sliding_window, oss.sliding_layers) == (128, 18)  # layer_types alternate sliding / full
+    assert jp.Model.from_hf_config(FIXTURES / "deepseek-v3.json").expert_weight_dtype is None  # fp8 throughout
     qwen = jp.Model.from_hf_config(FIXTURES / "qwen3-32b.json")
     assert qwen.head_dim == 128  # explicit head_dim, not 5120 / 64 = 80
     assert jp.Model.from_hf_config(FIXTURES / "llama-3.1-8b.json").head_dim == 128  # hidden / heads
