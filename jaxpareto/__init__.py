@@ -17,6 +17,7 @@ from jaxpareto.model import Model
 from jaxpareto.pareto import frontier_table, pareto_front
 from jaxpareto.optimize import OptimizeResult, optimize
 from jaxpareto.reduce import pareto_sweep
+from jaxpareto.session import session_sweep
 from jaxpareto.sizing import SizingResult, size_deployment
 from jaxpareto.store import sweep_to_zarr, to_zarr
 from jaxpareto.sweep import sweep
@@ -37,6 +38,7 @@ __all__ = [
     "pareto_front",
     "optimize",
     "pareto_sweep",
+    "session_sweep",
     "size_deployment",
     "sweep",
     "sweep_to_zarr",

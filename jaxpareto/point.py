@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from jaxpareto.closed_loop import LoopInputs, active_ratio, solve_closed_loop
 from jaxpareto.decode import EXPERT_ROUTINGS, DecodeCoefficients, decode_coefficients, decode_step, tpot_lines
 from jaxpareto.hardware import HardwareParams, effective_tflops
+from jaxpareto.intensity import operational_intensity
 from jaxpareto.memory import memory_budget
 from jaxpareto.model import ModelParams
 from jaxpareto.prefill import prefill_tokens, ttft_ms
@@ -72,6 +73,8 @@ class PointOutputs(NamedTuple):
     t_kv_ms: jax.Array
     t_compute_ms: jax.Array
     decode_bound: jax.Array
+    operational_intensity: jax.Array
+    prefill_share: jax.Array
     feasible: jax.Array
     converged: jax.Array
     iterations: jax.Array
@@ -160,6 +163,9 @@ def evaluate_point(
         decode_bound=jnp.where(ok, jnp.where(step.compute_bound, DECODE_COMPUTE, DECODE_MEMORY), DECODE_NONE).astype(
             jnp.int8
         ),
+        operational_intensity=masked(operational_intensity(
+            hw, model, tp, solution.batch, step, tokens, context_tokens, workload.osl)),
+        prefill_share=masked(ttft / latency),
         feasible=ok,
         converged=ok & solution.converged,
         iterations=jnp.where(ok, solution.iterations, 0).astype(jnp.int32),

@@ -40,6 +40,8 @@ OUTPUTS: dict[str, VariableInfo] = {
     "t_kv_ms": VariableInfo("ms", "KV-cache loading per decode step, seed eq. 3b"),
     "t_compute_ms": VariableInfo("ms", "matmul time per decode step, seed eq. 3c"),
     "decode_bound": VariableInfo("1", "what bounds a decode step (flag: 0 memory, 1 compute, -1 infeasible)"),
+    "operational_intensity": VariableInfo("FLOP/byte", "FLOPs per byte moved over a turn, prefill and decode"),
+    "prefill_share": VariableInfo("1", "share of the turn latency spent in prefill TTFT / R"),
     "feasible": VariableInfo("1", "KV memory admits at least one session"),
     "converged": VariableInfo("1", "closed-loop fixed point converged to tol"),
     "iterations": VariableInfo("1", "damped fixed-point updates performed"),

@@ -30,7 +30,7 @@ from zarr.codecs import BloscCodec
 from jaxpareto.errors import JaxparetoError
 from jaxpareto.grid import GridProblem
 from jaxpareto.schema import AXES, AXIS_INFO, DECODE_BOUND_FLAGS, OUTPUTS
-from jaxpareto.sweep import SweepPlan, plan_sweep
+from jaxpareto.sweep import SweepPlan, plan_sweep, with_ridge_points
 
 DONE_GROUP = "_jaxpareto"
 COMPRESSOR = BloscCodec(cname="lz4", clevel=5, shuffle="bitshuffle")  # fast enough not to bound a sweep
@@ -76,6 +76,7 @@ def _create_template(path: Path, plan: SweepPlan, problem: GridProblem, key: str
                           {"units": AXIS_INFO[name].units, "long_name": AXIS_INFO[name].long_name})
         for name, values in plan.coords.items()
     })
+    coords = with_ridge_points(coords, plan)
     coords.attrs = {**plan.attrs(), "jaxpareto_fingerprint": key, "jaxpareto_block": list(problem.block),
                     "jaxpareto_complete": False}
     manager = _quiet()

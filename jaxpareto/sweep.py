@@ -15,6 +15,7 @@ from jaxpareto.axes import grid_axes
 from jaxpareto.errors import JaxparetoError
 from jaxpareto.grid import DEFAULT_CHUNK_POINTS, GridProblem
 from jaxpareto.hardware import Hardware
+from jaxpareto.intensity import ridge_point
 from jaxpareto.model import Model
 from jaxpareto.schema import AXES, AXIS_INFO, DECODE_BOUND_FLAGS, OUTPUTS
 from jaxpareto.decode import EXPERT_ROUTINGS
@@ -208,7 +209,14 @@ def sweep(
             before anything is compiled.
     """
     plan = plan_sweep(**locals())
-    return build_dataset(plan.coords, plan.problem().run(), plan.attrs())
+    return with_ridge_points(build_dataset(plan.coords, plan.problem().run(), plan.attrs()), plan)
+
+
+def with_ridge_points(ds: xr.Dataset, plan: SweepPlan) -> xr.Dataset:
+    """Add each (GPU, model)'s ridge point as a coordinate, to read against operational_intensity."""
+    ridge = np.asarray([[ridge_point(g, m) for m in plan.models] for g in plan.gpus])
+    return ds.assign_coords(ridge_point=(("gpu", "model"), ridge, {
+        "units": "FLOP/byte", "long_name": "ridge point: peak FLOPS at the model's precision / bandwidth"}))
 
 
 def _by_name(field: str, items: Sequence, kind) -> dict:
