@@ -11,6 +11,7 @@ Public API::
 from importlib.metadata import PackageNotFoundError, version
 
 from jaxpareto import catalog
+from jaxpareto.cost import add_costs
 from jaxpareto.errors import JaxparetoError
 from jaxpareto.hardware import Hardware
 from jaxpareto.model import Model
@@ -28,6 +29,7 @@ except PackageNotFoundError:  # running from a source tree without installing
     __version__ = "0.0.0+source"
 
 __all__ = [
+    "add_costs",
     "Hardware",
     "JaxparetoError",
     "Model",

@@ -21,7 +21,9 @@ from jaxpareto import catalog
 from jaxpareto.errors import JaxparetoError
 from jaxpareto.pareto import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y, frontier_table, pareto_front
 from jaxpareto.schema import AXES
-from jaxpareto.spec import load_spec
+from jaxpareto.cost import add_costs
+from jaxpareto.session import session_sweep
+from jaxpareto.spec import load_spec, presets
 from jaxpareto.optimize import optimize
 from jaxpareto.reduce import pareto_sweep
 from jaxpareto.sizing import size_deployment
@@ -32,14 +34,16 @@ from jaxpareto.sweep import plan_sweep, sweep
 class Report:
     """What to print: objectives, their directions, the front's dims and one headline cell."""
 
-    def __init__(self, x: str, y: str, dims: Sequence[str], minimize: Sequence[str], available: Sequence[str]):
+    def __init__(self, x: str, y: str, dims: Sequence[str], minimize: Sequence[str], available: Sequence[str],
+                 axes: Sequence[str] = AXES):
         for field, name in (("x", x), ("y", y)):
             if name not in available:
                 raise JaxparetoError(f"report {field}", f"unknown or unselected variable {name!r}", available)
         dims = tuple(dims)
+        self.axes = tuple(axes)
         for d in dims:
-            if d not in AXES:
-                raise JaxparetoError("report dims", f"unknown dimension {d!r}", AXES)
+            if d not in self.axes:
+                raise JaxparetoError("report dims", f"unknown dimension {d!r}", self.axes)
         if len(set(dims)) != len(dims) or not dims:
             raise JaxparetoError("report dims", f"need one or more distinct dimensions, got {list(dims)}")
         for name in minimize:
@@ -51,13 +55,13 @@ class Report:
     def cell(self, coords: Mapping[str, Sequence], headline: Mapping, source: str) -> dict:
         """One coordinate value for every axis outside ``dims``: the headline's, else the first."""
         for key in headline:
-            if key not in AXES:
-                raise JaxparetoError(f"{source}.{key}", "unknown axis", [a for a in AXES if a not in self.dims])
+            if key not in self.axes:
+                raise JaxparetoError(f"{source}.{key}", "unknown axis", [a for a in self.axes if a not in self.dims])
             if key in self.dims:
                 raise JaxparetoError(f"{source}.{key}", f"is a dimension of the front ({', '.join(self.dims)}); "
                                                         "the front is taken over all its values")
         selection = {}
-        for axis in AXES:
+        for axis in self.axes:
             if axis in self.dims:
                 continue
             values = np.asarray(coords[axis])
@@ -93,8 +97,62 @@ class Report:
                   "what KV memory admits; `jaxpareto pareto --csv` lists them all)")
 
 
+def _cmd_session(args: argparse.Namespace, spec) -> int:
+    """A spec with a [session] table: whole sessions, in memory (then written to --out)."""
+    kwargs = spec.session_kwargs()
+    for option in ("dtype", "method"):
+        if getattr(args, option) is not None:
+            kwargs[option] = getattr(args, option)
+    if args.scheduler or args.reduce:
+        raise JaxparetoError("--scheduler/--reduce", "apply to grid sweeps, not to [session] specs")
+    axes = [a if a != "context_tokens" else "turn" for a in AXES]
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        check_output_path(out, args.overwrite)
+        if out.exists() and not args.overwrite:
+            raise JaxparetoError("--out", f"{out} already exists; pass --overwrite to replace it")
+    start = time.perf_counter()
+    ds = session_sweep(**kwargs)
+    if spec.prices is not None:
+        ds = add_costs(ds, **spec.prices.model_dump(exclude_none=True))
+    elapsed = time.perf_counter() - start
+    report = Report(spec.report.x, spec.report.y, spec.report.dims, spec.report.minimize, list(ds.data_vars), axes)
+    selection = report.cell(ds.coords, spec.report.headline, "report.headline")
+    ds.attrs["report"] = json.dumps(spec.report.model_dump(mode="json"))
+    if out is not None:
+        to_zarr(ds, out, overwrite=args.overwrite)
+    points = int(np.prod([ds.sizes[a] for a in axes]))
+    print(f"spec: {args.spec}")
+    if spec.description:
+        print(f"  {spec.description}")
+    print(f"sessions: {points:,} configurations x turns ({' x '.join(f'{a} {ds.sizes[a]}' for a in axes)})"
+          f"{f', written to {out}' if out else ''}")
+    print(f"wall time: {elapsed:.2f} s, {points / elapsed:,.0f} configs/s; KV demand {ds.attrs['kv_demand']}")
+    cell = ds.sel({k: v for k, v in selection.items() if k != "turn"})
+    best = cell.tasks_per_s.where(cell.task_concurrency_eff >= 1)
+    if bool(best.notnull().any()):
+        where = best.argmax(dim=["tp", "concurrency"])
+        top = cell.isel(where)
+        print(f"most tasks/s at {', '.join(f'{k}={v}' for k, v in selection.items() if k != 'turn')}: "
+              f"tp {int(top.tp)}, concurrency {int(top.concurrency)}: {float(top.tasks_per_s):.3g} tasks/s, "
+              f"task time {float(top.task_time_s):,.1f} s, operational intensity at turn {selection.get('turn')} "
+              f"{float(top.operational_intensity.sel(turn=selection['turn'])):,.0f} FLOP/byte "
+              f"(ridge {float(top.ridge_point):,.0f})")
+    report.print_frontier(ds, selection)
+    return 0
+
+
+def _cmd_presets(args: argparse.Namespace) -> int:
+    for name, description in presets().items():
+        print(f"{name:24s} {description}")
+    print("\nrun one with: jaxpareto sweep NAME  (files: sweeps/presets/NAME.toml)")
+    return 0
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
+    if spec.session is not None:
+        return _cmd_session(args, spec)
     kwargs = spec.sweep_kwargs()
     for option in ("dtype", "method", "chunk_points"):
         if getattr(args, option) is not None:
@@ -328,7 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("sweep", help="run a sweep spec (default: the seed's code agent) and print its frontier")
-    p.add_argument("spec", nargs="?", help="sweep spec TOML (default: built-in code agent)")
+    p.add_argument("spec", nargs="?", help="sweep spec TOML or a preset name (default: built-in code agent)")
     p.add_argument("--out", help="zarr store to stream into; an unfinished one of the same spec is resumed, "
                                  "anything else existing is refused unless --overwrite")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out zarr store")
@@ -376,6 +434,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tp", default="1,2,4,8", help="TP choices per replica (default 1,2,4,8)")
     p.add_argument("--max-concurrency", type=int, default=4096, help="most sessions per replica searched")
     p.set_defaults(func=_cmd_size)
+
+    p = sub.add_parser("presets", help="list the shipped workload presets, one line each")
+    p.set_defaults(func=_cmd_presets)
 
     p = sub.add_parser("catalog", help="list the catalog's GPUs and models")
     p.add_argument("--sources", action="store_true", help="also print where every value comes from")

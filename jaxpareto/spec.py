@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.resources
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -65,8 +66,26 @@ class GridSpec(_Table):
     tp: Numbers | None = None  # required for a sweep; an [optimize] table searches its own
     concurrency: Numbers | None = None
     think_time_s: Numbers = 0.0
-    context_tokens: Numbers
+    context_tokens: Numbers | None = None  # required unless a [session] sets the context per turn
     hit_rate: Numbers = 0.0
+
+
+class SessionSpec(_Table):
+    """Whole sessions (`jaxpareto.session_sweep`): the context grows turn by turn."""
+
+    initial_context_tokens: int = pydantic.Field(ge=1)
+    turns: int = pydantic.Field(ge=1)
+    tool_tokens: float = pydantic.Field(ge=0)
+    kv_demand: Literal["staggered", "synchronised", "synchronized"] = "staggered"
+
+
+class PricesSpec(_Table):
+    """Prices for `jaxpareto.add_costs` (USD per million tokens, USD per GPU-hour)."""
+
+    input_per_mtok: float | None = None
+    cached_input_per_mtok: float | None = None
+    output_per_mtok: float | None = None
+    gpu_hour: float | None = None
 
 
 class OptimizeSpec(_Table):
@@ -140,6 +159,8 @@ class SweepSpec(_Table):
     report: ReportSpec = ReportSpec()
     output: OutputSpec = OutputSpec()
     optimize: OptimizeSpec | None = None
+    session: SessionSpec | None = None
+    prices: PricesSpec | None = None
     hardware: list[Hardware] = pydantic.Field(default_factory=list)
     model: list[Model] = pydantic.Field(default_factory=list)
 
@@ -178,10 +199,23 @@ class SweepSpec(_Table):
             "concurrency": tuple(concurrency), "method": opt.method,
         }
 
-    def sweep_kwargs(self) -> dict:
+    def session_kwargs(self) -> dict:
+        """Keyword arguments of `jaxpareto.session_sweep` for this spec's [session] table."""
+        if self.session is None:
+            raise JaxparetoError("session", "the spec has no [session] table")
+        if self.grid.context_tokens is not None:
+            raise JaxparetoError("grid.context_tokens", "a [session] sets the context of every turn; remove it")
+        kwargs = self.sweep_kwargs(axes=[a for a in AXES if a != "context_tokens"])
+        kwargs.pop("delta_tokens")
+        if kwargs.pop("kv_context_tokens") is not None:
+            raise JaxparetoError("workload.kv_context_tokens", "a [session] sets the KV demand (see session.kv_demand)")
+        kwargs.update(self.session.model_dump())
+        return kwargs
+
+    def sweep_kwargs(self, axes: Sequence[str] = AXES) -> dict:
         """Keyword arguments of `jaxpareto.sweep` for this spec."""
         grid = {}
-        for axis in AXES:
+        for axis in axes:
             value = getattr(self.grid, axis)
             if value is None:
                 raise JaxparetoError(f"grid.{axis}", "is required for a sweep")
@@ -263,19 +297,35 @@ def parse_spec(data: dict, source: str = "spec") -> SweepSpec:
         raise JaxparetoError(source, str(error)) from None
 
 
+def presets() -> dict[str, str]:
+    """The shipped presets (``jaxpareto/data/presets/*.toml``, copies in ``sweeps/``): name ->
+    the preset's one-line description."""
+    folder = importlib.resources.files("jaxpareto").joinpath("data/presets")
+    out = {}
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".toml"):
+            out[entry.name.removesuffix(".toml")] = tomllib.loads(entry.read_text()).get("description", "")
+    return out
+
+
 def load_spec(path: str | Path | None = None) -> SweepSpec:
-    """Read a spec file; with no path, the built-in default (the seed's code agent).
+    """Read a spec file, or a preset by name; with no path, the built-in default (the seed's
+    code agent).
 
     Raises:
-        JaxparetoError: missing file, TOML syntax error, or an invalid spec.
+        JaxparetoError: missing file (the message lists the presets), TOML syntax error, or an
+            invalid spec.
     """
     if path is None:
         text = importlib.resources.files("jaxpareto").joinpath(f"data/{DEFAULT_SPEC}").read_text()
         source = f"(built-in {DEFAULT_SPEC})"
+    elif not Path(path).is_file() and str(path) in presets():
+        text = importlib.resources.files("jaxpareto").joinpath(f"data/presets/{path}.toml").read_text()
+        source = f"(preset {path})"
     else:
         path = Path(path)
         if not path.is_file():
-            raise JaxparetoError("spec", f"no such file: {path}")
+            raise JaxparetoError("spec", f"no such file or preset: {path}", presets())
         try:
             text, source = path.read_text(encoding="utf-8"), str(path)
         except UnicodeDecodeError:

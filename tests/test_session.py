@@ -58,3 +58,43 @@ def test_session_inputs_checked():
         jp.session_sweep(gpu="h100-sxm", model="llama-3.1-8b", tp=1, concurrency=1, context_tokens=5)
     with pytest.raises(jp.JaxparetoError, match="turns"):
         jp.session_sweep(gpu="h100-sxm", model="llama-3.1-8b", tp=1, concurrency=1, turns=0)
+
+
+def test_presets_ship_parse_and_match_sweeps(capsys):
+    from pathlib import Path
+
+    from jaxpareto.cli import main
+    from jaxpareto.spec import load_spec, presets
+
+    repo = Path(__file__).resolve().parents[1]
+    names = presets()
+    assert {"code_agent", "research_agent", "deep_reasoning", "chat", "tracelab_claude_code", "swebench_pro_codex",
+            "exgentic"} <= set(names)
+    for name in names:
+        shipped = (repo / "jaxpareto" / "data" / "presets" / f"{name}.toml").read_text()
+        assert shipped == (repo / "sweeps" / "presets" / f"{name}.toml").read_text()
+        spec = load_spec(name)
+        assert spec.session is not None and names[name]
+        assert "agent_traces.md" in shipped or "seed 000" in shipped  # every preset cites its source
+    assert main(["presets"]) == 0
+    assert "tracelab_claude_code" in capsys.readouterr().out
+
+
+def test_session_preset_runs_from_the_cli(capsys, tmp_path):
+    from jaxpareto.cli import main
+
+    spec = tmp_path / "s.toml"
+    spec.write_text('[grid]\ngpu = ["h100-sxm"]\nmodel = ["llama-3.1-70b"]\ntp = [4, 8]\nconcurrency = [1, 16, 64]\n'
+                    'think_time_s = [2.0]\nhit_rate = [0.9]\n[session]\ninitial_context_tokens = 16384\nturns = 6\n'
+                    'tool_tokens = 2000\n[prices]\ninput_per_mtok = 3.0\ncached_input_per_mtok = 0.3\n'
+                    'output_per_mtok = 15.0\ngpu_hour = 2.0\n[report]\nheadline = { turn = 3 }\n')
+    out = tmp_path / "s.zarr"
+    assert main(["sweep", str(spec), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "most tasks/s" in printed and "Pareto frontier" in printed
+    import xarray as xr
+
+    ds = xr.open_zarr(out)
+    assert "turn" in ds.dims and "api_cost_per_task_usd" in ds and "gpu_cost_per_task_usd" in ds
+    spec.write_text(spec.read_text().replace("[session]", "[session]\nkv_demand = \"sometimes\""))
+    assert main(["sweep", str(spec)]) == 2
