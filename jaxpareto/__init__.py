@@ -14,6 +14,7 @@ from jaxpareto import catalog
 from jaxpareto.cost import add_costs
 from jaxpareto.errors import JaxparetoError
 from jaxpareto.hardware import Hardware
+from jaxpareto.mapping import agent_from_standard
 from jaxpareto.model import Model
 from jaxpareto.pareto import frontier_table, pareto_front
 from jaxpareto.optimize import OptimizeResult, optimize
@@ -30,6 +31,7 @@ except PackageNotFoundError:  # running from a source tree without installing
 
 __all__ = [
     "add_costs",
+    "agent_from_standard",
     "Hardware",
     "JaxparetoError",
     "Model",
