@@ -20,14 +20,14 @@ import xarray as xr
 from jaxpareto import catalog
 from jaxpareto.errors import JaxparetoError
 from jaxpareto.pareto import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y, frontier_table, pareto_front
-from jaxpareto.schema import AXES
+from jaxpareto.schema import AXES, OUTPUTS
 from jaxpareto.cost import add_costs
-from jaxpareto.session import session_sweep
+from jaxpareto.session import TASK_VARIABLES, session_sweep
 from jaxpareto.spec import load_spec, presets
 from jaxpareto.optimize import optimize
 from jaxpareto.reduce import pareto_sweep
 from jaxpareto.sizing import size_deployment
-from jaxpareto.store import check_output_path, sweep_to_zarr, to_zarr
+from jaxpareto.store import check_new_output, check_output_path, sweep_to_zarr, to_zarr
 from jaxpareto.sweep import plan_sweep, sweep
 
 
@@ -106,18 +106,20 @@ def _cmd_session(args: argparse.Namespace, spec) -> int:
     if args.scheduler or args.reduce:
         raise JaxparetoError("--scheduler/--reduce", "apply to grid sweeps, not to [session] specs")
     axes = [a if a != "context_tokens" else "turn" for a in AXES]
-    out = Path(args.out) if args.out else None
-    if out is not None:
-        check_output_path(out, args.overwrite)
-        if out.exists() and not args.overwrite:
-            raise JaxparetoError("--out", f"{out} already exists; pass --overwrite to replace it")
+    # the report and the output path are checked before anything runs
+    report = Report(spec.report.x, spec.report.y, spec.report.dims, spec.report.minimize,
+                    [*OUTPUTS, *TASK_VARIABLES], axes)
+    coords = {a: np.atleast_1d(kwargs[a] if a != "turn" else np.arange(1, spec.session.turns + 1)) for a in axes}
+    coords["gpu"] = [g if isinstance(g, str) else g.name for g in np.atleast_1d(coords["gpu"])]
+    coords["model"] = [m if isinstance(m, str) else m.name for m in np.atleast_1d(coords["model"])]
+    selection = report.cell(coords, spec.report.headline, "report.headline")
+    out = _new_output(args)
     start = time.perf_counter()
     ds = session_sweep(**kwargs)
     if spec.prices is not None:
         ds = add_costs(ds, **spec.prices.model_dump(exclude_none=True))
     elapsed = time.perf_counter() - start
-    report = Report(spec.report.x, spec.report.y, spec.report.dims, spec.report.minimize, list(ds.data_vars), axes)
-    selection = report.cell(ds.coords, spec.report.headline, "report.headline")
+    selection = report.cell(ds.coords, {**spec.report.headline, **selection}, "report.headline")
     ds.attrs["report"] = json.dumps(spec.report.model_dump(mode="json"))
     if out is not None:
         to_zarr(ds, out, overwrite=args.overwrite)
@@ -140,6 +142,15 @@ def _cmd_session(args: argparse.Namespace, spec) -> int:
               f"(ridge {float(top.ridge_point):,.0f})")
     report.print_frontier(ds, selection)
     return 0
+
+
+def _new_output(args: argparse.Namespace) -> Path | None:
+    """--out as a path, refused now (before computing) when it exists without --overwrite."""
+    if not args.out:
+        return None
+    out = Path(args.out)
+    check_new_output(out, args.overwrite)
+    return out
 
 
 def _cmd_presets(args: argparse.Namespace) -> int:
@@ -301,11 +312,7 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
     kwargs = spec.optimize_kwargs()
     if args.method:
         kwargs["method"] = args.method
-    out = Path(args.out) if args.out else None
-    if out is not None:
-        check_output_path(out, args.overwrite)
-        if out.exists() and not args.overwrite:
-            raise JaxparetoError("--out", f"{out} already exists; pass --overwrite to replace it")
+    out = _new_output(args)
     start = time.perf_counter()
     ds = optimize(**kwargs)
     elapsed = time.perf_counter() - start

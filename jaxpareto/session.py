@@ -35,6 +35,8 @@ from jaxpareto.sweep import sweep
 from jaxpareto.validation import check_number
 
 KV_DEMANDS = ("staggered", "synchronised", "synchronized")
+TASK_VARIABLES = ("task_time_s", "tasks_per_s", "task_concurrency_eff", "output_tokens_per_task",
+                  "prefill_tokens_per_task")
 
 
 def context_per_turn(initial_context_tokens: float, turns: int, osl: float, tool_tokens: float) -> np.ndarray:

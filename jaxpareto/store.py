@@ -116,6 +116,13 @@ def check_output_path(path: Path, overwrite: bool) -> None:
         raise JaxparetoError("out", f"{path} exists and is not a zarr store; refusing to replace it")
 
 
+def check_new_output(path: Path, overwrite: bool) -> None:
+    """`check_output_path`, and an existing store is refused unless ``overwrite``."""
+    check_output_path(path, overwrite)
+    if path.exists() and not overwrite:
+        raise JaxparetoError("out", f"{path} already exists; pass overwrite=True (CLI: --overwrite)")
+
+
 def _open_existing(path: Path, key: str, overwrite: bool) -> zarr.Group | None:
     """The existing store to resume, or None to create one. Refuses what must not be touched."""
     check_output_path(path, overwrite)
@@ -274,9 +281,7 @@ def to_zarr(ds: xr.Dataset, path: str | Path, *, overwrite: bool = False) -> Pat
             ``overwrite``; anything else is never replaced), or its folder is missing.
     """
     path = Path(path)
-    check_output_path(path, overwrite)
-    if path.exists() and not overwrite:
-        raise JaxparetoError("out", f"{path} already exists; pass overwrite=True (CLI: --overwrite)")
+    check_new_output(path, overwrite)
     manager = _quiet()
     try:
         ds.to_zarr(path, mode="w", zarr_format=3, consolidated=True)
