@@ -36,10 +36,9 @@ import optax
 import xarray as xr
 
 from jaxpareto.axes import numeric_axis
-from jaxpareto.catalog import resolve_gpu, resolve_model
 from jaxpareto.errors import JaxparetoError
 from jaxpareto.grid import evaluate_points, shared_scalars, stack_params
-from jaxpareto.hardware import Hardware, HardwareParams
+from jaxpareto.hardware import Hardware
 from jaxpareto.memory import memory_budget
 from jaxpareto.point import evaluate_point
 from jaxpareto.schema import AXIS_INFO, OUTPUTS
@@ -124,10 +123,6 @@ class OptimizeResult:
     hardware: Hardware | None = None
 
 
-def _as_choices(field: str, value, *, integer: bool, low: float, high: float = math.inf) -> np.ndarray:
-    return numeric_axis(field, value, integer=integer, low=low, high=high)
-
-
 def _concurrency_range(concurrency) -> tuple[int, int]:
     if isinstance(concurrency, (int, np.integer)) and not isinstance(concurrency, bool):
         lo = hi = check_number("concurrency", concurrency, low=1, integer=True)
@@ -197,7 +192,7 @@ def optimize(
     if method not in METHODS:
         raise JaxparetoError("method", f"unknown method {method!r}", METHODS)
     cons = parse_constraints(constraints)
-    tp_choices = _as_choices("tp", tp, integer=True, low=1, high=2**24)
+    tp_choices = numeric_axis("tp", tp, integer=True, low=1, high=2**24)
     lo, hi = _concurrency_range(concurrency)
     starts = check_number("starts", starts, low=1, high=256, integer=True)
     steps = check_number("steps", steps, low=1, high=100_000, integer=True)

@@ -25,7 +25,6 @@ R(j) are then those of that many sessions.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 
 import numpy as np
 import xarray as xr

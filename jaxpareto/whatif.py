@@ -20,9 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxpareto.axes import grid_axes
 from jaxpareto.errors import JaxparetoError
-from jaxpareto.hardware import HardwareParams
 from jaxpareto.memory import memory_budget
 from jaxpareto.optimize import HARDWARE_VARIABLES, OptimizeResult, REPORTED, _penalties, parse_constraints
 from jaxpareto.point import evaluate_point

@@ -1,6 +1,5 @@
 """The seed's worked numbers (seed 000, section 3), pinned to SPEC.md's equations."""
 
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
