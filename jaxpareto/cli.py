@@ -103,8 +103,9 @@ def _cmd_session(args: argparse.Namespace, spec) -> int:
     for option in ("dtype", "method"):
         if getattr(args, option) is not None:
             kwargs[option] = getattr(args, option)
-    if args.scheduler or args.reduce:
-        raise JaxparetoError("--scheduler/--reduce", "apply to grid sweeps, not to [session] specs")
+    if args.scheduler or args.reduce or args.variables or args.chunk_points or args.progress:
+        raise JaxparetoError("--scheduler/--reduce/--variables/--chunk-points/--progress",
+                             "apply to grid sweeps, not to [session] specs")
     axes = [a if a != "context_tokens" else "turn" for a in AXES]
     # the report and the output path are checked before anything runs
     report = Report(spec.report.x, spec.report.y, spec.report.dims, spec.report.minimize,
@@ -131,7 +132,8 @@ def _cmd_session(args: argparse.Namespace, spec) -> int:
           f"{f', written to {out}' if out else ''}")
     print(f"wall time: {elapsed:.2f} s, {points / elapsed:,.0f} configs/s; KV demand {ds.attrs['kv_demand']}")
     cell = ds.sel({k: v for k, v in selection.items() if k != "turn"})
-    best = cell.tasks_per_s.where(cell.task_concurrency_eff >= 1)
+    # only concurrencies the KV memory admits in full for a whole task
+    best = cell.tasks_per_s.where((cell.task_concurrency_eff >= 1) & (cell.concurrency <= cell.task_concurrency_eff))
     if bool(best.notnull().any()):
         where = best.argmax(dim=["tp", "concurrency"])
         top = cell.isel(where)
@@ -168,8 +170,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     for option in ("dtype", "method", "chunk_points"):
         if getattr(args, option) is not None:
             kwargs[option] = getattr(args, option)
-    if args.variables:
-        kwargs["variables"] = args.variables.split(",")
+    if args.variables is not None:
+        names = [v for v in args.variables.split(",") if v]
+        if not names:
+            raise JaxparetoError("--variables", "name at least one output", list(OUTPUTS))
+        kwargs["variables"] = sorted({*names, spec.report.x, spec.report.y}, key=list(OUTPUTS).index) \
+            if spec.report.x in OUTPUTS and spec.report.y in OUTPUTS else names  # the report needs its x and y
     kwargs["attrs"] = {"spec": json.dumps(spec.model_dump(mode="json")),
                        "report": json.dumps(spec.report.model_dump(mode="json"))}
     # Every input is checked before anything runs or is written.
@@ -352,9 +358,13 @@ def _parse_slo(items: Sequence[str]) -> dict:
 
 
 def _cmd_size(args: argparse.Namespace) -> int:
+    try:
+        tp = tuple(int(t) for t in args.tp.split(","))
+    except ValueError:
+        raise JaxparetoError("--tp", f"expected comma-separated integers, got {args.tp!r}") from None
     result = size_deployment(
         args.gpu, args.model, args.think_time_s, args.context_tokens, args.hit_rate, sessions=args.sessions,
-        turns_per_s=args.turns_per_s, constraints=_parse_slo(args.slo), tp=tuple(int(t) for t in args.tp.split(",")),
+        turns_per_s=args.turns_per_s, constraints=_parse_slo(args.slo), tp=tp,
         concurrency=(1, args.max_concurrency), osl=args.osl, delta_tokens=args.delta_tokens)
     target = f"{args.sessions} concurrent sessions" if args.sessions else f"{args.turns_per_s} turns/s"
     if result.feasible:

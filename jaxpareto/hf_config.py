@@ -43,20 +43,33 @@ def _weight_dtypes(cfg: dict) -> tuple[str, str | None]:
 
 
 def _weight_dtype(cfg: dict) -> str:
-    """Stored weight format of the quantised weights (or of the whole model)."""
+    """Stored weight format of the quantised weights (or of the whole model).
+
+    Raises:
+        JaxparetoError: a format jaxpareto has no dtype for (8-bit integer, float32), naming
+            the ``weight_dtype`` override to use.
+    """
     quant = cfg.get("quantization_config") or {}
     method = str(quant.get("quant_method", "")).lower()
-    if method == "mxfp4" or "fp4" in method:
+    bits = quant.get("bits") or quant.get("w_bit")
+    weights = [g.get("weights", {}) for g in (quant.get("config_groups") or {}).values() if isinstance(g, dict)]
+    group_bits = {w.get("num_bits") for w in weights}
+    if method in ("mxfp4", "nvfp4") or "fp4" in method or quant.get("quant_algo", "").upper() == "NVFP4":
         return "fp4"
-    if method == "fp8" or quant.get("fmt") == "e4m3":
+    if method in ("fp8", "fbgemm_fp8") or quant.get("fmt") == "e4m3" or quant.get("quant_algo", "").upper() == "FP8":
         return "fp8"
-    groups = quant.get("config_groups") or {}
-    bits = {g.get("weights", {}).get("num_bits") for g in groups.values() if isinstance(g, dict)}
-    if 4 in bits:
+    if quant.get("load_in_4bit") or bits == 4 or 4 in group_bits:  # AWQ, GPTQ, bitsandbytes, compressed-tensors
         return "int4"
-    if 8 in bits:
-        return "fp8"
-    return {"float16": "fp16"}.get(str(cfg.get("torch_dtype", "bfloat16")), "bf16")
+    if any(w.get("num_bits") == 8 and w.get("type") == "float" for w in weights):
+        return "fp8"  # compressed-tensors FP8
+    if quant.get("load_in_8bit") or bits == 8 or 8 in group_bits:
+        raise JaxparetoError("config.json: quantization_config", "8-bit integer weights have no jaxpareto dtype; "
+                             "pass weight_dtype= (e.g. 'fp8' for their 1-byte footprint)")
+    torch_dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
+    if torch_dtype == "float32":
+        raise JaxparetoError("config.json: torch_dtype", "float32 weights are not a serving format; "
+                             "pass weight_dtype= (fp16, bf16, fp8, fp4 or int4)")
+    return {"float16": "fp16"}.get(torch_dtype, "bf16")
 
 
 def _attention_params(cfg: dict, hidden: int, heads: int) -> tuple[int, dict]:
@@ -119,13 +132,26 @@ def model_from_hf_config(
         cfg, default_name = dict(path), path.get("_name_or_path", "hf-model")
     else:
         path = Path(path)
-        cfg = json.loads(path.read_text())
+        if not path.is_file():
+            raise JaxparetoError("config.json", f"no such file: {path}")
+        try:
+            cfg = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise JaxparetoError("config.json", f"{path} is not valid JSON: {error}") from None
         default_name = cfg.get("_name_or_path") or path.resolve().parent.name
     if isinstance(cfg.get("text_config"), dict):
         cfg = {**cfg, **cfg["text_config"]}
-    for key in ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size"):
-        if cfg.get(key) is None:
+    for key in ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size", "intermediate_size",
+                "moe_intermediate_size", "num_key_value_heads", "head_dim", "n_routed_experts", "num_experts",
+                "num_local_experts", "num_experts_per_tok", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
+                "v_head_dim", "q_lora_rank"):
+        value = cfg.get(key)
+        if key in ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size") and value is None:
             raise JaxparetoError(f"config.json: {key}", "is required and missing")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0 or
+                                  (value == 0 and key in ("num_hidden_layers", "hidden_size", "num_attention_heads",
+                                                          "vocab_size"))):
+            raise JaxparetoError(f"config.json: {key}", f"must be a positive integer, got {value!r}")
 
     layers, hidden = cfg["num_hidden_layers"], cfg["hidden_size"]
     heads, vocab = cfg["num_attention_heads"], cfg["vocab_size"]
@@ -172,9 +198,8 @@ def model_from_hf_config(
             "expert_params_b": expert_total / 1e9,
             "nonmoe_params_b": nonmoe / 1e9,
         }
-    dtype, expert_dtype = _weight_dtypes(cfg)
-    if weight_dtype is not None:  # an override applies to the whole model
-        dtype, expert_dtype = weight_dtype, None
+    # an override applies to the whole model (and stands in for formats we cannot read)
+    dtype, expert_dtype = (weight_dtype, None) if weight_dtype is not None else _weight_dtypes(cfg)
     if expert_dtype is not None and moe_fields:
         moe_fields["expert_weight_dtype"] = expert_dtype
     types = cfg.get("layer_types") or []

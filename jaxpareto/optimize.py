@@ -265,7 +265,8 @@ class Problem:
                 if name not in parts:
                     parts[name] = np.zeros((*self.cell_shape, *values.shape[1:]), values.dtype)
                 parts[name][cells] = values.reshape(*block_cells, *values.shape[1:])
-        return {k: v.reshape(-1, *v.shape[len(self.cell_shape):]) for k, v in parts.items()}
+        n_cells = math.prod(self.cell_shape)
+        return {k: v.reshape(n_cells, *v.shape[len(self.cell_shape):]) for k, v in parts.items()}
 
     def _cell_inputs(self) -> dict:
         """Per-cell arrays (flattened cell order) of the scenario inputs."""
@@ -287,7 +288,7 @@ class Problem:
                                   np.asarray(cells["think_time_s"][index], dtype),
                                   np.asarray(cells["context_tokens"][index], dtype),
                                   np.asarray(cells["hit_rate"][index], dtype), *scalars,
-                                  method=self.plan.method, outputs=outputs)
+                                  method=self.plan.method, outputs=outputs, expert_routing=self.plan.expert_routing)
             out = {k: np.asarray(v) for k, v in out.items()}
         return {**out, "tp": np.asarray(tp), "concurrency": np.asarray(concurrency)}
 
@@ -306,7 +307,7 @@ class Problem:
                                    np.asarray([c.limit for c in self.constraints], dtype),
                                    objective=self.objective, sign=self.sign,
                                    constraints=tuple((c.name, c.op, 1.0) for c in self.constraints),
-                                   starts=starts, steps=steps)
+                                   starts=starts, steps=steps, expert_routing=self.plan.expert_routing)
             c_star = np.exp(np.asarray(u, np.float64))  # (cells, tp, starts)
         offsets = np.arange(-3, 4)
         base = np.floor(c_star)[..., None] + offsets  # (cells, tp, starts, 7)
@@ -398,6 +399,12 @@ class Problem:
         return dataset
 
 
+def solver_for(expert_routing: str) -> str:
+    """The closed-loop solver of the continuous searches: the exact closed form where TPOT is
+    piecewise linear, the damped iteration otherwise (both differentiate implicitly)."""
+    return "exact" if expert_routing == "seed" else "damped"
+
+
 def _penalties(out, memory, concurrency, constraints, limits=None):
     """Relative violations (> 0 when violated) of the SLOs and of memory, log-scaled.
 
@@ -415,9 +422,10 @@ def _penalties(out, memory, concurrency, constraints, limits=None):
     return jnp.stack(terms)
 
 
-@functools.partial(jax.jit, static_argnames=("objective", "sign", "constraints", "starts", "steps"))
+@functools.partial(jax.jit, static_argnames=("objective", "sign", "constraints", "starts", "steps",
+                                             "expert_routing"))
 def _continuous_search(hw, model, think_time_s, context_tokens, hit_rate, workload, efficiency, solver, tp_choices,
-                       log_lo, log_hi, limits, *, objective, sign, constraints, starts, steps):
+                       log_lo, log_hi, limits, *, objective, sign, constraints, starts, steps, expert_routing="seed"):
     """log C* for every cell x TP choice x start: Adam on a penalised log-objective."""
     # Large steps to cross the range, small ones to settle on a constraint's boundary; the
     # clip keeps a hardened penalty's huge gradients from swamping Adam's second moment.
@@ -428,7 +436,8 @@ def _continuous_search(hw, model, think_time_s, context_tokens, hit_rate, worklo
 
         def loss(u, weight):
             c = jnp.exp(u)
-            out = evaluate_point(hw, model, tp, c, z, ctx, h, workload, efficiency, solver, method="exact")
+            out = evaluate_point(hw, model, tp, c, z, ctx, h, workload, efficiency, solver,
+                                 method=solver_for(expert_routing), expert_routing=expert_routing)
             memory = memory_budget(hw, model, tp, c, kv_context)
             ok = out.feasible
             value = jnp.where(ok, getattr(out, objective), 1.0)  # double where: no NaN in gradients

@@ -19,8 +19,12 @@ sessions of a steady-state population are at different turns.
 
 Task level: ``task_time_s = sum_j (R(j) + Z)`` and ``tasks_per_s = C_eff / task_time_s`` (Little's
 law on tasks; equal to the session-average turn throughput over N), with C_eff the sessions the
-KV memory holds through the whole task: under "synchronised" the last turn's, and the turns'
-R(j) are then those of that many sessions.
+KV memory holds through the whole task. Under "staggered" the per-turn variables and the task
+variables describe the same population. Under "synchronised" they answer two questions: the
+per-turn variables are snapshots of all C sessions at turn j with that turn's own C_eff (the
+memory wall), while the task variables admit only the sessions the last turn can hold
+(``task_concurrency_eff``) and sum the R(j) of that many sessions, so ``task_time_s`` is then not
+the sum of the per-turn ``latency_ms``.
 """
 
 from __future__ import annotations

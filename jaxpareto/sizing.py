@@ -96,9 +96,19 @@ def size_deployment(
         if target_sessions is not None:
             idx = int(np.flatnonzero(good)[-1])  # the most sessions that meet everything
             capacity = int(ds.concurrency.values[idx])
-            replicas = math.ceil(target_sessions / capacity)
-            per_replica = math.ceil(target_sessions / replicas)  # spread evenly
-            idx = int(np.flatnonzero(ds.concurrency.values == per_replica)[0])
+            # Spread evenly, the per-replica count must itself meet every SLO (a lower bound,
+            # e.g. on tokens/s per GPU, can fail below the capacity): add replicas until it does.
+            concurrency = ds.concurrency.values
+            replicas = None
+            for count in range(math.ceil(target_sessions / capacity), target_sessions + 1):
+                per_replica = math.ceil(target_sessions / count)
+                hit = np.flatnonzero(concurrency == per_replica)
+                if len(hit) and good[hit[0]]:
+                    replicas, idx = count, int(hit[0])
+                    break
+            if replicas is None:
+                rows.append({"tp": int(t), "capacity": capacity, "replicas": None, "gpus": None})
+                continue
         else:
             rates = np.where(good, ds.turns_per_s.sel(tp=t).values, -np.inf)
             idx = int(np.argmax(rates))
@@ -112,8 +122,13 @@ def size_deployment(
     options = pd.DataFrame(rows)
     usable = options.dropna(subset=["gpus"])
     if usable.empty:
-        reason = ("memory: the model does not fit one session on any TP choice" if not bool(ds.feasible.any())
-                  else "SLO: no (TP, concurrency) meets " + ", ".join(c.describe() for c in cons))
+        slos = ", ".join(c.describe() for c in cons)
+        if not bool(ds.feasible.any()):
+            reason = "memory: the model does not fit one session on any TP choice"
+        elif bool(ok.any()):
+            reason = f"SLO: no even split of {target_sessions} sessions over replicas meets {slos}"
+        else:
+            reason = "SLO: no (TP, concurrency) meets " + slos
         return SizingResult(False, None, None, None, None, math.nan, options, reason)
     best = usable.sort_values(["gpus", "tp"], kind="stable").iloc[0]
     return SizingResult(True, int(best.tp), int(best.replicas), int(best.gpus), int(best.sessions_per_replica),

@@ -71,6 +71,16 @@ def _output_dtypes(plan: SweepPlan) -> dict[str, np.dtype]:
 
 
 def _create_template(path: Path, plan: SweepPlan, problem: GridProblem, key: str) -> None:
+    """Lay the store out in a scratch folder beside ``path`` and rename it into place, so a
+    kill at any moment leaves either no store or a complete template (never a half one)."""
+    for stale in path.parent.glob(f".{path.name}.tmp-*"):  # left by a killed run
+        shutil.rmtree(stale, ignore_errors=True)
+    scratch = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    _write_template(scratch, plan, problem, key)
+    os.rename(scratch, path)  # atomic: path does not exist here
+
+
+def _write_template(path: Path, plan: SweepPlan, problem: GridProblem, key: str) -> None:
     coords = xr.Dataset(coords={
         name: xr.Variable(name, np.asarray(values, dtype=str) if name in ("gpu", "model") else np.asarray(values),
                           {"units": AXIS_INFO[name].units, "long_name": AXIS_INFO[name].long_name})

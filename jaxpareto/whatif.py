@@ -22,7 +22,7 @@ import optax
 
 from jaxpareto.errors import JaxparetoError
 from jaxpareto.memory import memory_budget
-from jaxpareto.optimize import HARDWARE_VARIABLES, OptimizeResult, REPORTED, _penalties, parse_constraints
+from jaxpareto.optimize import HARDWARE_VARIABLES, REPORTED, OptimizeResult, _penalties, parse_constraints, solver_for
 from jaxpareto.point import evaluate_point
 from jaxpareto.sweep import plan_sweep
 
@@ -72,8 +72,9 @@ def least_hardware(
     if not cons:
         raise JaxparetoError("constraints", "a hardware what-if needs at least one SLO to meet")
     settings.pop("solver", None)
+    routing = settings.get("expert_routing", "seed")
     plan = plan_sweep(gpu=gpu, model=model, tp=tp, concurrency=concurrency, think_time_s=think_time_s,
-                      context_tokens=context_tokens, hit_rate=hit_rate, method="exact", **settings)
+                      context_tokens=context_tokens, hit_rate=hit_rate, method=solver_for(routing), **settings)
     if len(plan.gpus) != 1 or len(plan.axes["tp"]) != 1 or len(plan.axes["concurrency"]) != 1:
         raise JaxparetoError("gpu/tp/concurrency", "a hardware what-if takes one GPU, one TP and one concurrency")
     base = plan.gpus[0]
@@ -95,8 +96,8 @@ def least_hardware(
                 u = u + (0.0 if alone is None else alone)
     if shift is None:
         return OptimizeResult(False, None, None, "least " + ", ".join(variables), math.nan, {}, (),
-                              f"SLO: no amount of {', '.join(variables)} meets "
-                              + ", ".join(c.describe() for c in search.unmet(u + np.log(2.0) * _MAX_DOUBLINGS)),
+                              f"no amount of {', '.join(variables)} meets "
+                              + ", ".join(search.unmet(u + np.log(2.0) * _MAX_DOUBLINGS)),
                               "gradient")
     values = np.exp(u)
     hardware = base.model_copy(update={"name": f"{base.name}-what-if", **dict(zip(variables, map(float, values)))})
@@ -126,6 +127,7 @@ class _Search:
         self.tp = float(plan.axes["tp"][0])
         self.c = float(plan.axes["concurrency"][0])
         self.workload, self.efficiency, self.solver = plan.workload, plan.efficiency, plan.solver
+        self.method, self.expert_routing = plan.method, plan.expert_routing
         self.spec = tuple((c.name, c.op, c.limit) for c in constraints)
 
     def _hw(self, u):
@@ -143,7 +145,7 @@ class _Search:
 
         def point(m, z, ctx, h):
             out = evaluate_point(hw, m, self.tp, self.c, z, ctx, h, self.workload, self.efficiency, self.solver,
-                                 method="exact")
+                                 method=self.method, expert_routing=self.expert_routing)
             kv_context = jnp.where(self.workload.kv_context_tokens > 0, self.workload.kv_context_tokens, ctx)
             return out, memory_budget(hw, m, self.tp, self.c, kv_context)
 
@@ -169,9 +171,11 @@ class _Search:
     def meets(self, u) -> bool:
         return bool((self.violations(u) <= 0).all())
 
-    def unmet(self, u) -> list:
+    def unmet(self, u) -> list[str]:
+        """The constraints (and "memory") violated at exp(u), as text."""
         bad = (self.violations(u) > 0).any(axis=0)
-        return [c for c, b in zip(self.constraints, bad[: len(self.constraints)]) if b] or ["memory"]
+        names = [c.describe() for c, b in zip(self.constraints, bad[: len(self.constraints)]) if b]
+        return names + (["memory"] if bad[-1] or not names else [])
 
     def descend(self, u0, steps):
         """Gradient search: minimise sum(log v) + w x penalties (w hardening)."""

@@ -3,6 +3,7 @@ finite differences, hardware what-if vs bisection, infeasibility reasons, sizing
 
 import functools
 import math
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -219,3 +220,50 @@ def test_cli_optimize_and_size(tmp_path, capsys):
     spec.write_text(spec.read_text().replace('["<=", 2000.0]', '["<", 2000.0]'))
     assert main(["optimize", str(spec)]) == 2
     assert "constraints.ttft_ms" in capsys.readouterr().err
+
+
+def test_regressions_found_in_review():
+    # an even split must meet the SLOs itself (a lower bound on tokens/s per GPU fails below capacity)
+    split = jp.size_deployment("h100-sxm", "llama-3.1-70b", 2.0, 16384, 0.9, sessions=100,
+                               constraints={"output_tokens_per_s_per_user": (">=", 20.0),
+                                            "output_tokens_per_s_per_gpu": (">=", 150.0)})
+    if split.feasible:
+        row = split.options.set_index("tp").loc[split.tp]
+        assert row.output_tokens_per_s_per_gpu >= 150.0 and row.output_tokens_per_s_per_user >= 20.0
+    else:
+        assert "even split" in split.reason
+    # no constraints at all: memory only
+    free = jp.optimize(gpu="h100-sxm", model="llama-3.1-70b")
+    assert free.feasible and free.concurrency == free.metrics["concurrency_max"]
+    # the gradient search honours expert_routing
+    kw = dict(gpu="h200-sxm", model="deepseek-v3", think_time_s=2.0, context_tokens=16384, hit_rate=0.9,
+              constraints={"output_tokens_per_s_per_user": (">=", 30.0)}, tp=(8,), concurrency=(1, 512),
+              expert_routing="uniform")
+    exact, grad = jp.optimize(**kw, method="exhaustive"), jp.optimize(**kw, method="gradient")
+    assert (grad.tp, grad.concurrency) == (exact.tp, exact.concurrency)
+    assert grad.metrics["output_tokens_per_s_per_user"] == pytest.approx(exact.metrics["output_tokens_per_s_per_user"])
+    # a bandwidth what-if that memory forbids says so
+    memory_bound = jp.optimize(**SCENARIO, tp=8, concurrency=60, constraints={"output_tokens_per_s_per_user": (">=", 20.0)},
+                               variables=("bandwidth_gbs",))
+    assert not memory_bound.feasible and "memory" in memory_bound.reason
+
+
+def test_hf_quantisation_formats(tmp_path):
+    import json
+
+    base = json.loads((Path(__file__).parent / "fixtures" / "hf" / "llama-3.1-70b.json").read_text())
+    for quant, dtype in (({"quant_method": "awq", "bits": 4}, "int4"), ({"quant_method": "gptq", "bits": 4}, "int4"),
+                         ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "int4"),
+                         ({"quant_method": "fbgemm_fp8"}, "fp8")):
+        assert jp.Model.from_hf_config({**base, "quantization_config": quant}).weight_dtype == dtype
+    with pytest.raises(jp.JaxparetoError, match="weight_dtype="):
+        jp.Model.from_hf_config({**base, "quantization_config": {"quant_method": "gptq", "bits": 8}})
+    with pytest.raises(jp.JaxparetoError, match="float32"):
+        jp.Model.from_hf_config({**base, "torch_dtype": "float32"})
+    assert jp.Model.from_hf_config({**base, "torch_dtype": "float32"}, weight_dtype="bf16").weight_dtype == "bf16"
+    with pytest.raises(jp.JaxparetoError, match="num_attention_heads"):
+        jp.Model.from_hf_config({**base, "num_attention_heads": 0})
+    bad = tmp_path / "config.json"
+    bad.write_text("{not json")
+    with pytest.raises(jp.JaxparetoError, match="not valid JSON"):
+        jp.Model.from_hf_config(bad)

@@ -138,3 +138,23 @@ def test_dask_local_cluster_identical(in_memory, tmp_path):
                                   dashboard_address=None) as cluster, distributed.Client(cluster) as client:
         ds = jp.sweep_to_zarr(tmp_path / "dask.zarr", client=client, **GRID)
     same_sweep(in_memory, ds)
+
+
+def test_template_is_created_atomically(tmp_path, monkeypatch):
+    """A kill while the template is laid out leaves no store at the path: the rerun starts clean."""
+    import jaxpareto.store as store
+
+    path = tmp_path / "s.zarr"
+
+    def killed(scratch, *args):
+        scratch.mkdir()
+        (scratch / "zarr.json").write_text("{}")  # half a template
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(store, "_write_template", killed)
+    with pytest.raises(KeyboardInterrupt):
+        jp.sweep_to_zarr(path, **GRID)
+    assert not path.exists()
+    monkeypatch.undo()
+    ds = jp.sweep_to_zarr(path, **GRID)  # the stale scratch folder is cleared, the sweep runs
+    assert ds.attrs["jaxpareto_complete"] and not list(tmp_path.glob(".s.zarr.tmp-*"))
