@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
+from jaxpareto.cost import add_costs
 from jaxpareto.errors import JaxparetoError
 from jaxpareto.sweep import sweep
 from jaxpareto.validation import check_number
@@ -60,6 +61,7 @@ def session_sweep(
     osl: float = 128,
     tool_tokens: float = 2000,
     kv_demand: str = "staggered",
+    prices: dict | None = None,
     **kwargs,
 ) -> xr.Dataset:
     """Sweep whole sessions: the core grid with ``turn`` (1..N) in place of ``context_tokens``.
@@ -71,6 +73,8 @@ def session_sweep(
         osl: output tokens per turn.
         tool_tokens: tool-result tokens added per turn.
         kv_demand: "staggered" (default) or "synchronised" (see the module docstring).
+        prices: keyword arguments of `jaxpareto.add_costs` (input_per_mtok,
+            cached_input_per_mtok, output_per_mtok, gpu_hour): adds cost per turn and per task.
         **kwargs: other arguments of `jaxpareto.sweep` (efficiency, solver, dtype, ...);
             ``context_tokens``, ``delta_tokens`` and ``kv_context_tokens`` are set here.
 
@@ -124,4 +128,4 @@ def session_sweep(
         units="tokens", long_name="tokens prefilled per task")
     ds.attrs.update(session_initial_context_tokens=l0, session_turns=n, session_tool_tokens=tool,
                     kv_demand="synchronised" if not staggered else "staggered")
-    return ds
+    return add_costs(ds, **prices) if prices else ds
