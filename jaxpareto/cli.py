@@ -264,22 +264,27 @@ def _dask_client(address: str):
     return Client(address)
 
 
-def _open_sweep(path: Path) -> xr.Dataset:
+def _open_sweep(path: Path) -> tuple[xr.Dataset, list[str]]:
+    """A stored sweep or session sweep, and its axes (``turn`` in place of ``context_tokens``)."""
     if not (path / "zarr.json").is_file():
         raise JaxparetoError("store", f"{path} is not a zarr store (written by `jaxpareto sweep --out`)")
     ds = xr.open_zarr(path)
-    missing = [a for a in AXES if a not in ds.dims]
+    if ds.attrs.get("reduction") == "pareto":
+        raise JaxparetoError("store", f"{path} holds reduced fronts already (`sweep --reduce`): read its front_* "
+                                      "and best_* variables")
+    axes = [a if a != "context_tokens" or "turn" not in ds.dims else "turn" for a in AXES]
+    missing = [a for a in axes if a not in ds.dims]
     if missing:
         raise JaxparetoError("store", f"{path} is not a jaxpareto sweep: no dimension {missing[0]!r}")
-    return ds
+    return ds, axes
 
 
 def _parse_selection(items: Sequence[str], ds: xr.Dataset) -> dict:
     selection = {}
     for item in items:
         key, sep, raw = item.partition("=")
-        if not sep or key not in AXES:
-            raise JaxparetoError("--sel", f"expected AXIS=VALUE, got {item!r}", AXES)
+        if not sep or key not in ds.dims:
+            raise JaxparetoError("--sel", f"expected AXIS=VALUE, got {item!r}", [str(d) for d in ds.dims])
         if ds[key].dtype.kind in "US":
             selection[key] = raw
             continue
@@ -291,13 +296,13 @@ def _parse_selection(items: Sequence[str], ds: xr.Dataset) -> dict:
 
 
 def _cmd_pareto(args: argparse.Namespace) -> int:
-    ds = _open_sweep(Path(args.store))
+    ds, axes = _open_sweep(Path(args.store))
     stored = json.loads(ds.attrs.get("report", "{}"))
     x = args.x or (stored.get("x", DEFAULT_X) if not args.y else DEFAULT_X)
     y = args.y or (stored.get("y", DEFAULT_Y) if not args.x else DEFAULT_Y)
     dims = args.dims.split(",") if args.dims else stored.get("dims", list(DEFAULT_DIMS))
     minimize = args.minimize or ([] if (args.x or args.y) else stored.get("minimize", []))
-    report = Report(x, y, dims, minimize, [str(v) for v in ds.data_vars])
+    report = Report(x, y, dims, minimize, [str(v) for v in ds.data_vars], axes)
     headline = {k: v for k, v in stored.get("headline", {}).items() if k not in report.dims}
     requested = _parse_selection(args.sel or [], ds)
     selection = report.cell(ds.coords, {**headline, **requested}, "--sel")

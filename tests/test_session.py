@@ -98,3 +98,21 @@ def test_session_preset_runs_from_the_cli(capsys, tmp_path):
     assert "turn" in ds.dims and "api_cost_per_task_usd" in ds and "gpu_cost_per_task_usd" in ds
     spec.write_text(spec.read_text().replace("[session]", "[session]\nkv_demand = \"sometimes\""))
     assert main(["sweep", str(spec)]) == 2
+
+
+def test_pareto_command_reads_session_stores(capsys, tmp_path):
+    from jaxpareto.cli import main
+
+    out = tmp_path / "chat.zarr"
+    assert main(["sweep", "chat", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["pareto", str(out), "--sel", "turn=2"]) == 0
+    assert "turn=2" in capsys.readouterr().out
+    reduced = tmp_path / "r.zarr"
+    spec = tmp_path / "g.toml"
+    spec.write_text('[grid]\ngpu = ["h100-sxm"]\nmodel = ["llama-3.1-8b"]\ntp = [1, 2]\nconcurrency = [1, 8]\n'
+                    'context_tokens = [4096]\n')
+    assert main(["sweep", str(spec), "--reduce", "--out", str(reduced)]) == 0
+    capsys.readouterr()
+    assert main(["pareto", str(reduced)]) == 2
+    assert "reduced fronts" in capsys.readouterr().err
