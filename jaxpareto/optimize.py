@@ -203,10 +203,11 @@ def optimize(
                               constraints=constraints, tp=tp, concurrency=concurrency, **settings)
     scenario = dict(gpu=gpu, model=model, think_time_s=think_time_s, context_tokens=context_tokens, hit_rate=hit_rate)
     batched = any(_is_batch(v) for v in scenario.values())
-    plan = plan_sweep(tp=tp_choices.tolist(), concurrency=list(range(lo, hi + 1)), method=solve_method,
-                      **scenario, **settings)
     n_points = len(tp_choices) * (hi - lo + 1)
     chosen = method if method != "auto" else ("exhaustive" if n_points <= AUTO_EXHAUSTIVE_MAX_POINTS else "gradient")
+    # only the exhaustive search walks every concurrency; the gradient search needs the bounds
+    searched = list(range(lo, hi + 1)) if chosen == "exhaustive" else sorted({lo, hi})
+    plan = plan_sweep(tp=tp_choices.tolist(), concurrency=searched, method=solve_method, **scenario, **settings)
     problem = Problem(plan, cons, objective, 1.0 if sense == "max" else -1.0, tp_choices, lo, hi)
     found = problem.exhaustive() if chosen == "exhaustive" else problem.gradient(starts, steps)
     return problem.to_dataset(found, chosen) if batched else problem.to_result(found, chosen)
