@@ -182,6 +182,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     plan = plan_sweep(**kwargs)
     report = Report(spec.report.x, spec.report.y, spec.report.dims, spec.report.minimize, plan.variables)
     selection = report.cell(plan.coords, spec.report.headline, "report.headline")
+    if args.reduce:
+        if args.scheduler:
+            raise JaxparetoError("--reduce", "runs locally; it cannot be combined with --scheduler")
+        out = _new_output(args)  # a reduced store is written whole at the end: never resumed
+        return _reduced_sweep(args, plan, kwargs, report, selection, out, time.perf_counter())
     out = Path(args.out) if args.out else None
     if out is not None:
         check_output_path(out, args.overwrite)
@@ -191,10 +196,6 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         raise JaxparetoError("--scheduler", "needs --out: dask workers write their blocks into the store")
 
     start = time.perf_counter()
-    if args.reduce:
-        if args.scheduler:
-            raise JaxparetoError("--reduce", "runs locally; it cannot be combined with --scheduler")
-        return _reduced_sweep(args, plan, kwargs, report, selection, out, start)
     if out is None:
         ds = sweep(**kwargs)
         infeasible = int((~ds.feasible).sum())
