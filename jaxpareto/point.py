@@ -13,6 +13,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxpareto.cache import cache_survival
 from jaxpareto.closed_loop import LoopInputs, active_ratio, solve_closed_loop
 from jaxpareto.decode import EXPERT_ROUTINGS, DecodeCoefficients, decode_coefficients, decode_step, tpot_lines
 from jaxpareto.hardware import HardwareParams, effective_tflops
@@ -75,6 +76,7 @@ class PointOutputs(NamedTuple):
     decode_bound: jax.Array
     operational_intensity: jax.Array
     prefill_share: jax.Array
+    hit_rate_eff: jax.Array
     feasible: jax.Array
     converged: jax.Array
     iterations: jax.Array
@@ -122,7 +124,9 @@ def evaluate_point(
     concurrency_eff = jnp.where(ok, memory.concurrency_eff, 1.0)  # safe stand-in when infeasible
 
     tflops = effective_tflops(hw, model.compute_bits)
-    tokens = prefill_tokens(context_tokens, workload.delta_tokens, hit_rate)
+    hit_rate_eff = hit_rate * cache_survival(think_time_s, workload.cache_ttl_s, workload.pause_distribution,
+                                             workload.pause_sigma)
+    tokens = prefill_tokens(context_tokens, workload.delta_tokens, hit_rate_eff)
     ttft = ttft_ms(model.params_active_b, tokens, tp, tflops, efficiency.eta_prefill)
     think_ms = think_time_s * MS_PER_S
 
@@ -166,6 +170,7 @@ def evaluate_point(
         operational_intensity=masked(operational_intensity(
             hw, model, tp, solution.batch, step, tokens, context_tokens, workload.osl)),
         prefill_share=masked(ttft / latency),
+        hit_rate_eff=hit_rate_eff,
         feasible=ok,
         converged=ok & solution.converged,
         iterations=jnp.where(ok, solution.iterations, 0).astype(jnp.int32),

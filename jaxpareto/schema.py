@@ -42,6 +42,7 @@ OUTPUTS: dict[str, VariableInfo] = {
     "decode_bound": VariableInfo("1", "what bounds a decode step (flag: 0 memory, 1 compute, -1 infeasible)"),
     "operational_intensity": VariableInfo("FLOP/byte", "FLOPs per byte moved over a turn, prefill and decode"),
     "prefill_share": VariableInfo("1", "share of the turn latency spent in prefill TTFT / R"),
+    "hit_rate_eff": VariableInfo("1", "prefix-cache hit rate after cache expiry h x P(Z < TTL)"),
     "feasible": VariableInfo("1", "KV memory admits at least one session"),
     "converged": VariableInfo("1", "closed-loop fixed point converged to tol"),
     "iterations": VariableInfo("1", "damped fixed-point updates performed"),

@@ -23,11 +23,18 @@ class Workload:
             turn's output plus the new tool result (seed code agent: 128 + 2000 = 2128).
         kv_context_tokens: context L̄ held in KV memory per session [tokens]; 0 means "the
             point's own context_tokens" (SPEC.md default).
+        cache_ttl_s: prefix-cache retention [s]; 0 means no expiry (the seed's model, default).
+        pause_distribution: pause distribution code for the TTL model
+            (`jaxpareto.cache.PAUSE_DISTRIBUTIONS`).
+        pause_sigma: log-spread σ of lognormal pauses.
     """
 
     osl: float = 128.0
     delta_tokens: float = 2128.0
     kv_context_tokens: float = 0.0
+    cache_ttl_s: float = 0.0
+    pause_distribution: float = 1.0
+    pause_sigma: float = 1.0
 
     def validate(self) -> "Workload":
         """A copy with Python floats; raises JaxparetoError naming a bad field."""
@@ -35,6 +42,9 @@ class Workload:
             osl=check_number("osl", self.osl, low=0, low_inclusive=False),
             delta_tokens=check_number("delta_tokens", self.delta_tokens, low=0),
             kv_context_tokens=check_number("kv_context_tokens", self.kv_context_tokens, low=0),
+            cache_ttl_s=check_number("cache_ttl_s", self.cache_ttl_s, low=0),
+            pause_distribution=check_number("pause_distribution", self.pause_distribution, low=0, high=2),
+            pause_sigma=check_number("pause_sigma", self.pause_sigma, low=0, low_inclusive=False),
         )
 
 

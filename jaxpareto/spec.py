@@ -112,6 +112,9 @@ class WorkloadSpec(_Table):
     osl: float = 128
     delta_tokens: float = 2128
     kv_context_tokens: float | None = None
+    cache_ttl_s: float | None = None
+    pause_distribution: Literal["deterministic", "exponential", "lognormal"] = "exponential"
+    pause_sigma: float = 1.0
 
 
 class EfficiencySpec(_Table):

@@ -18,6 +18,7 @@ from jaxpareto.hardware import Hardware
 from jaxpareto.intensity import ridge_point
 from jaxpareto.model import Model
 from jaxpareto.schema import AXES, AXIS_INFO, DECODE_BOUND_FLAGS, OUTPUTS
+from jaxpareto.cache import PAUSE_DISTRIBUTIONS
 from jaxpareto.decode import EXPERT_ROUTINGS
 from jaxpareto.point import METHODS
 from jaxpareto.settings import Efficiency, Solver, Workload
@@ -73,6 +74,10 @@ class SweepPlan:
             "dtype": self.dtype,
             "solver": self.method,
             "expert_routing": self.expert_routing,
+            "cache_ttl_s": "none (no expiry)" if not self.workload.cache_ttl_s else float(self.workload.cache_ttl_s),
+            "pause_distribution": next(k for k, v in PAUSE_DISTRIBUTIONS.items()
+                                       if v == self.workload.pause_distribution),
+            "pause_sigma": float(self.workload.pause_sigma),
             "osl": float(self.workload.osl),
             "delta_tokens": float(self.workload.delta_tokens),
             "kv_context_tokens": "per point (context_tokens)" if self.kv_context_tokens is None
@@ -94,6 +99,7 @@ def plan_sweep(
     osl=128, delta_tokens=2128, kv_context_tokens=None, eta_prefill=0.65, eta_decode=0.40,
     elementwise_overhead=1.10, damping=0.4, tol=1e-6, max_iter=10_000, dtype="float32", method="damped",
     variables=None, chunk_points=DEFAULT_CHUNK_POINTS, hardware=(), models=(), attrs=None, expert_routing="seed",
+    cache_ttl_s=None, pause_distribution="exponential", pause_sigma=1.0,
 ) -> SweepPlan:
     """Validate every input of `sweep` (same arguments) without computing anything.
 
@@ -110,8 +116,15 @@ def plan_sweep(
         raise JaxparetoError("method", "'exact' needs expert_routing='seed' (a piecewise-linear TPOT); use 'damped'")
     if kv_context_tokens is not None:
         kv_context_tokens = check_number("kv_context_tokens", kv_context_tokens, low=0, low_inclusive=False)
+    if pause_distribution not in PAUSE_DISTRIBUTIONS:
+        raise JaxparetoError("pause_distribution", f"unknown {pause_distribution!r}", PAUSE_DISTRIBUTIONS)
+    if cache_ttl_s is not None:
+        cache_ttl_s = check_number("cache_ttl_s", cache_ttl_s, low=0, low_inclusive=False)
     workload = Workload(osl=osl, delta_tokens=delta_tokens,
-                        kv_context_tokens=0.0 if kv_context_tokens is None else kv_context_tokens).validate()
+                        kv_context_tokens=0.0 if kv_context_tokens is None else kv_context_tokens,
+                        cache_ttl_s=0.0 if cache_ttl_s is None else cache_ttl_s,
+                        pause_distribution=PAUSE_DISTRIBUTIONS[pause_distribution],
+                        pause_sigma=pause_sigma).validate()
     efficiency = Efficiency(eta_prefill, eta_decode, elementwise_overhead).validate()
     solver = Solver(damping, tol, max_iter).validate()
     chunk_points = check_number("chunk_points", chunk_points, low=1, integer=True)
@@ -166,6 +179,9 @@ def sweep(
     models: Sequence[Model] = (),
     attrs: dict | None = None,
     expert_routing: str = "seed",
+    cache_ttl_s: float | None = None,
+    pause_distribution: str = "exponential",
+    pause_sigma: float = 1.0,
 ) -> xr.Dataset:
     """Evaluate the agent-serving model over the grid of all axis combinations, in memory.
 
@@ -199,6 +215,10 @@ def sweep(
         expert_routing: distinct routed experts per decode step of a MoE model: "seed"
             (min(B K, E), default) or "uniform" (E (1 - (1 - K/E)^B), the expectation under
             uniform routing; damped solver only).
+        cache_ttl_s: prefix-cache retention [s] (``cache_model="ttl"`` of `jaxpareto.cache`):
+            the grid's hit rate is scaled by P(Z < TTL); None (default) means no expiry.
+        pause_distribution: pauses around their mean ``think_time_s`` for the TTL model:
+            "exponential" (default), "deterministic" or "lognormal" (log-spread ``pause_sigma``).
 
     Returns:
         `xarray.Dataset` with the variables of `jaxpareto.schema.OUTPUTS` (each with
