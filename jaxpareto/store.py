@@ -12,6 +12,7 @@ different inputs is refused: its ``jaxpareto_fingerprint`` attribute must match.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -42,12 +43,13 @@ _QUIET_ZARR = (
 )
 
 
+@contextlib.contextmanager
 def _quiet():
-    manager = warnings.catch_warnings()
-    manager.__enter__()
-    for message in _QUIET_ZARR:
-        warnings.filterwarnings("ignore", message=message)
-    return manager
+    """Silence zarr's two known, harmless warnings (names above)."""
+    with warnings.catch_warnings():
+        for message in _QUIET_ZARR:
+            warnings.filterwarnings("ignore", message=message)
+        yield
 
 
 def fingerprint(plan: SweepPlan, block: Sequence[int]) -> str:
@@ -89,8 +91,7 @@ def _write_template(path: Path, plan: SweepPlan, problem: GridProblem, key: str)
     coords = with_ridge_points(coords, plan)
     coords.attrs = {**plan.attrs(), "jaxpareto_fingerprint": key, "jaxpareto_block": list(problem.block),
                     "jaxpareto_complete": False}
-    manager = _quiet()
-    try:
+    with _quiet():
         coords.to_zarr(path, mode="w", zarr_format=3, consolidated=False)
         group = zarr.open_group(path, mode="a", zarr_format=3)
         for name, dtype in _output_dtypes(plan).items():
@@ -106,8 +107,6 @@ def _write_template(path: Path, plan: SweepPlan, problem: GridProblem, key: str)
         book.create_array("counts", shape=(n_blocks, 2), chunks=(1, 2), dtype=np.int64, fill_value=0,
                           compressors=None)
         zarr.consolidate_metadata(path)
-    finally:
-        manager.__exit__(None, None, None)
 
 
 def check_output_path(path: Path, overwrite: bool) -> None:
@@ -273,14 +272,11 @@ def sweep_to_zarr(
     if not np.asarray(group[DONE_GROUP]["done"][:], dtype=bool).all():
         raise RuntimeError(f"{path}: some blocks were not written")  # a worker failed silently
     infeasible, unconverged = (int(n) for n in np.asarray(group[DONE_GROUP]["counts"][:]).sum(axis=0))
-    manager = _quiet()
-    try:
+    with _quiet():
         group.attrs.update({"jaxpareto_complete": True, "infeasible_points": infeasible,
                             "unconverged_points": unconverged})
         zarr.consolidate_metadata(path)
         return xr.open_zarr(path)
-    finally:
-        manager.__exit__(None, None, None)
 
 
 def to_zarr(ds: xr.Dataset, path: str | Path, *, overwrite: bool = False) -> Path:
@@ -292,9 +288,6 @@ def to_zarr(ds: xr.Dataset, path: str | Path, *, overwrite: bool = False) -> Pat
     """
     path = Path(path)
     check_new_output(path, overwrite)
-    manager = _quiet()
-    try:
+    with _quiet():
         ds.to_zarr(path, mode="w", zarr_format=3, consolidated=True)
-    finally:
-        manager.__exit__(None, None, None)
     return path
