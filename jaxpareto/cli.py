@@ -394,7 +394,8 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
         print("GPUs (memory GB, bandwidth GB/s, dense TFLOPS, interconnect GB/s one way):")
         print(gpus.to_string(index=False, na_rep="-"))
         print("\nModels (params in billions, KV bytes per token):")
-        print(models.dropna(axis=1, how="all").to_string(index=False, na_rep="-"))
+        shown = models.dropna(axis=1, how="all")
+        print(shown.astype(object).where(shown.notna(), "-").to_string(index=False))
     if args.sources:
         print("\nSources:")
         for kind, entries in (("gpu", catalog.gpus()), ("model", catalog.models())):
