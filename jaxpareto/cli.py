@@ -27,7 +27,7 @@ from jaxpareto.spec import load_spec, presets
 from jaxpareto.optimize import optimize
 from jaxpareto.reduce import pareto_sweep
 from jaxpareto.sizing import size_deployment
-from jaxpareto.store import check_new_output, check_output_path, sweep_to_zarr, to_zarr
+from jaxpareto.store import check_new_output, sweep_to_zarr, to_zarr
 from jaxpareto.sweep import plan_sweep, sweep
 
 
@@ -187,12 +187,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             raise JaxparetoError("--reduce", "runs locally; it cannot be combined with --scheduler")
         out = _new_output(args)  # a reduced store is written whole at the end: never resumed
         return _reduced_sweep(args, plan, kwargs, report, selection, out, time.perf_counter())
-    out = Path(args.out) if args.out else None
-    if out is not None:
-        check_output_path(out, args.overwrite)
-        if out.exists() and not args.overwrite:
-            _check_resumable(out)
-    elif args.scheduler:
+    out = Path(args.out) if args.out else None  # sweep_to_zarr refuses a bad store before computing
+    if out is None and args.scheduler:
         raise JaxparetoError("--scheduler", "needs --out: dask workers write their blocks into the store")
 
     start = time.perf_counter()
@@ -246,15 +242,6 @@ def _reduced_sweep(args, plan, kwargs, report: Report, selection: dict, out: Pat
     with pd.option_context("display.width", 250, "display.float_format", "{:,.4g}".format):
         print(table.to_string(index=False))
     return 0
-
-
-def _check_resumable(out: Path) -> None:
-    """An existing store is only taken up again when it is an unfinished jaxpareto sweep."""
-    import zarr
-
-    attrs = zarr.open_group(out, mode="r").attrs
-    if attrs.get("jaxpareto_complete", True):
-        raise JaxparetoError("--out", f"{out} already exists; pass --overwrite to replace it")
 
 
 def _dask_client(address: str):

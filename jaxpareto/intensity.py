@@ -17,7 +17,14 @@ from jaxpareto.decode import DecodeStep, experts_touched
 from jaxpareto.hardware import Hardware, HardwareParams, effective_tflops
 from jaxpareto.memory import kv_bytes
 from jaxpareto.model import Model, ModelParams
-from jaxpareto.units import BYTES_PER_GB, FLOPS_PER_PARAM_PER_TOKEN, FLOPS_PER_TFLOPS, MS_PER_S, PARAMS_PER_B
+from jaxpareto.units import (
+    BYTES_PER_GB,
+    COMPUTE_BITS,
+    FLOPS_PER_PARAM_PER_TOKEN,
+    FLOPS_PER_TFLOPS,
+    MS_PER_S,
+    PARAMS_PER_B,
+)
 
 
 def operational_intensity(
@@ -49,7 +56,5 @@ def operational_intensity(
 
 def ridge_point(gpu: Hardware, model: Model) -> float:
     """Peak FLOPS / bandwidth [FLOP/byte] at the model's compute precision (H100 FP16: 295)."""
-    from jaxpareto.units import COMPUTE_BITS
-
     tflops = float(effective_tflops(gpu.to_params(), COMPUTE_BITS[model.compute_dtype]))
     return tflops * FLOPS_PER_TFLOPS / (gpu.bandwidth_gbs * BYTES_PER_GB)

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 import zarr
+from tqdm.auto import tqdm
 from zarr.codecs import BloscCodec
 
 from jaxpareto.errors import JaxparetoError
@@ -216,8 +217,6 @@ def _run_dask(path: Path, problem: GridProblem, todo: list[int], origins, bar, c
 
 
 def _progress(total: int, initial: int, enabled: bool | None):
-    from tqdm.auto import tqdm
-
     disable = not (sys.stderr.isatty() if enabled is None else enabled)
     return tqdm(total=total, initial=initial, unit="configs", unit_scale=True, file=sys.stderr,
                 disable=disable, desc="sweep", smoothing=0.1)

@@ -21,6 +21,7 @@ import numpy as np
 import optax
 
 from jaxpareto.errors import JaxparetoError
+from jaxpareto.grid import stack_params
 from jaxpareto.memory import memory_budget
 from jaxpareto.optimize import HARDWARE_VARIABLES, REPORTED, OptimizeResult, _penalties, parse_constraints, solver_for
 from jaxpareto.point import evaluate_point
@@ -119,11 +120,12 @@ class _Search:
         z, ctx, h = np.meshgrid(plan.axes["think_time_s"], plan.axes["context_tokens"], plan.axes["hit_rate"],
                                 indexing="ij")
         n_models = len(plan.models)
-        self.models = [m.to_params() for m in plan.models]
+        # the scenarios' model rows, stacked once
+        self.model = stack_params([plan.models[i].to_params() for i in np.repeat(np.arange(n_models), z.size)],
+                                  self.dtype)
         self.z = np.tile(z.reshape(-1), n_models)
         self.ctx = np.tile(ctx.reshape(-1), n_models)
         self.h = np.tile(h.reshape(-1), n_models)
-        self.model_index = np.repeat(np.arange(n_models), z.size)
         self.tp = float(plan.axes["tp"][0])
         self.c = float(plan.axes["concurrency"][0])
         self.workload, self.efficiency, self.solver = plan.workload, plan.efficiency, plan.solver
@@ -134,14 +136,9 @@ class _Search:
         values = dict(zip(self.variables, jnp.exp(u)))
         return dataclasses.replace(self.hw, **values)
 
-    def _model(self):
-        from jaxpareto.grid import stack_params
-
-        return stack_params([self.models[i] for i in self.model_index], self.dtype)
-
     def _evaluate(self, u):
         hw = jax.tree_util.tree_map(jnp.asarray, self._hw(u))  # jnp, not NumPy, constants under tracing
-        model = jax.tree_util.tree_map(jnp.asarray, self._model())
+        model = jax.tree_util.tree_map(jnp.asarray, self.model)
 
         def point(m, z, ctx, h):
             out = evaluate_point(hw, m, self.tp, self.c, z, ctx, h, self.workload, self.efficiency, self.solver,
