@@ -15,8 +15,10 @@ from jaxpareto.cost import add_costs
 from jaxpareto.errors import JaxparetoError
 from jaxpareto.hardware import Hardware
 from jaxpareto.mapping import agent_from_standard
+from jaxpareto.metrics import metrics, read_records
 from jaxpareto.model import Model
 from jaxpareto.pareto import frontier_table, pareto_front
+from jaxpareto.plot import plot_cache_comparison, plot_frontier, plot_memory_wall, save_plots  # lazy matplotlib
 from jaxpareto.optimize import OptimizeResult, optimize
 from jaxpareto.reduce import pareto_sweep
 from jaxpareto.session import session_sweep
@@ -39,7 +41,9 @@ __all__ = [
     "SizingResult",
     "catalog",
     "frontier_table",
+    "metrics", "read_records",
     "pareto_front",
+    "plot_cache_comparison", "plot_frontier", "plot_memory_wall", "save_plots",
     "optimize",
     "pareto_sweep",
     "session_sweep",

@@ -19,7 +19,9 @@ import xarray as xr
 
 from jaxpareto import catalog
 from jaxpareto.errors import JaxparetoError
+from jaxpareto.metrics import add_metrics_parser
 from jaxpareto.pareto import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y, frontier_table, pareto_front
+from jaxpareto.plot import add_plot_parser
 from jaxpareto.schema import AXES, OUTPUTS
 from jaxpareto.cost import add_costs
 from jaxpareto.session import TASK_VARIABLES, session_sweep
@@ -29,6 +31,7 @@ from jaxpareto.reduce import pareto_sweep
 from jaxpareto.sizing import size_deployment
 from jaxpareto.store import check_new_output, sweep_to_zarr, to_zarr
 from jaxpareto.sweep import plan_sweep, sweep
+from jaxpareto.validate import add_validate_parser
 
 
 class Report:
@@ -167,7 +170,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if spec.session is not None:
         return _cmd_session(args, spec)
     kwargs = spec.sweep_kwargs()
-    for option in ("dtype", "method", "chunk_points"):
+    for option in ("dtype", "method", "chunk_points", "calibration"):
         if getattr(args, option) is not None:
             kwargs[option] = getattr(args, option)
     if args.variables is not None:
@@ -311,6 +314,8 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
     kwargs = spec.optimize_kwargs()
     if args.method:
         kwargs["method"] = args.method
+    if args.calibration:
+        kwargs["calibration"] = args.calibration
     out = _new_output(args)
     start = time.perf_counter()
     ds = optimize(**kwargs)
@@ -405,6 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--method", choices=("damped", "exact"), help="closed-loop solver (default: the spec's, damped)")
     p.add_argument("--variables", help="comma-separated outputs to keep (default all)")
     p.add_argument("--chunk-points", type=int, help="points per compute block and zarr chunk")
+    p.add_argument("--calibration", help="TOML of fitted efficiency factors (`jaxpareto calibrate`) to use")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: only when stderr is a terminal)")
     p.add_argument("--scheduler", metavar="ADDRESS", help="run the blocks on a dask.distributed scheduler (needs --out)")
@@ -428,6 +434,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="zarr store for the optimum per scenario")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out zarr store")
     p.add_argument("--method", choices=("auto", "exhaustive", "gradient"), help="search method (default: the spec's)")
+    p.add_argument("--calibration", help="TOML of fitted efficiency factors (`jaxpareto calibrate`) to use")
     p.set_defaults(func=_cmd_optimize)
 
     p = sub.add_parser("size", help="fewest GPUs (replicas x TP) serving a target load under SLOs")
@@ -452,6 +459,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("catalog", help="list the catalog's GPUs and models")
     p.add_argument("--sources", action="store_true", help="also print where every value comes from")
     p.set_defaults(func=_cmd_catalog)
+    add_metrics_parser(sub)
+    add_plot_parser(sub)
+    add_validate_parser(sub)
     return parser
 
 

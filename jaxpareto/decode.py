@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from jaxpareto.hardware import HardwareParams
 from jaxpareto.memory import kv_bytes
 from jaxpareto.model import ModelParams
+from jaxpareto.options import EXPERT_ROUTINGS  # noqa: F401  (re-exported)
 from jaxpareto.units import BYTES_PER_GB, FLOPS_PER_PARAM_PER_TOKEN, FLOPS_PER_TFLOPS, MS_PER_S, PARAMS_PER_B
 
 
@@ -31,6 +32,9 @@ class DecodeCoefficients(NamedTuple):
         compute_ms: one session's matmuls 2 x P_active / (G x F) [ms].
         elementwise_overhead: multiplier on memory time (1.10).
         eta_decode: η_d.
+        fixed_ms: time every step adds whatever the batch (`Efficiency.decode_overhead_ms` and
+            the all-reduce latencies) [ms]; 0 in the seed.
+        allreduce_ms: tensor-parallel all-reduce transfer per token in the step [ms]; 0 in the seed.
     """
 
     nonmoe_ms: jax.Array
@@ -41,6 +45,8 @@ class DecodeCoefficients(NamedTuple):
     compute_ms: jax.Array
     elementwise_overhead: jax.Array
     eta_decode: jax.Array
+    fixed_ms: jax.Array = 0.0
+    allreduce_ms: jax.Array = 0.0
 
 
 class DecodeStep(NamedTuple):
@@ -51,8 +57,10 @@ class DecodeStep(NamedTuple):
             batch touches, min(B x K, E) / G of them per GPU (seed eq. 3a).
         t_kv_ms: KV-cache reads of the whole batch (eq. 3b).
         t_compute_ms: matmul time at the tensor-core peak (eq. 3c).
-        tpot_ms: max((t_weight + t_kv) x overhead, t_compute) / η_d (eq. 3).
+        tpot_ms: max((t_weight + t_kv) x overhead, t_compute) / η_d (eq. 3), plus t_fixed.
         compute_bound: t_compute exceeds the memory time.
+        t_fixed_ms: the opt-in terms outside the roofline: per-step overhead and the
+            tensor-parallel all-reduces of the batch's activations (0 in the seed).
     """
 
     t_weight_ms: jax.Array
@@ -60,20 +68,22 @@ class DecodeStep(NamedTuple):
     t_compute_ms: jax.Array
     tpot_ms: jax.Array
     compute_bound: jax.Array
+    t_fixed_ms: jax.Array = 0.0
 
 
 class TpotLines(NamedTuple):
-    """TPOT(B) = max(min(a_unsat + b_unsat B, a_sat + b_sat B), b_compute B) [ms].
+    """TPOT(B) = max(min(a_unsat + b_unsat B, a_sat + b_sat B), a_compute + b_compute B) [ms].
 
     ``unsat``: memory time while the batch touches fewer than all experts (B K < E);
     ``sat``: memory time once every expert loads; ``compute``: matmul time. For a dense model
-    both memory lines coincide.
+    both memory lines coincide. The fixed terms (t_fixed, affine in B) shift every line alike.
     """
 
     a_unsat: jax.Array
     b_unsat: jax.Array
     a_sat: jax.Array
     b_sat: jax.Array
+    a_compute: jax.Array
     b_compute: jax.Array
 
 
@@ -111,7 +121,6 @@ def decode_coefficients(
     )
 
 
-EXPERT_ROUTINGS = ("seed", "uniform")
 
 
 def experts_touched(batch: jax.Array, experts: jax.Array, experts_per_token: jax.Array,
@@ -136,17 +145,19 @@ def decode_step(c: DecodeCoefficients, batch: jax.Array, routing: str = "seed") 
     t_kv_ms = batch * c.kv_ms
     t_compute_ms = batch * c.compute_ms
     t_memory_ms = (t_weight_ms + t_kv_ms) * c.elementwise_overhead
-    tpot_ms = jnp.maximum(t_memory_ms, t_compute_ms) / c.eta_decode
-    return DecodeStep(t_weight_ms, t_kv_ms, t_compute_ms, tpot_ms, t_compute_ms > t_memory_ms)
+    t_fixed_ms = c.fixed_ms + batch * c.allreduce_ms
+    tpot_ms = jnp.maximum(t_memory_ms, t_compute_ms) / c.eta_decode + t_fixed_ms
+    return DecodeStep(t_weight_ms, t_kv_ms, t_compute_ms, tpot_ms, t_compute_ms > t_memory_ms, t_fixed_ms)
 
 
 def tpot_lines(c: DecodeCoefficients) -> TpotLines:
     """The linear pieces of TPOT(B) (min(B K, E) x w = min(B K w, E w) for w >= 0)."""
     scale = c.elementwise_overhead / c.eta_decode
     return TpotLines(
-        a_unsat=scale * c.nonmoe_ms,
-        b_unsat=scale * (c.experts_per_token * c.expert_ms + c.kv_ms),
-        a_sat=scale * (c.nonmoe_ms + c.experts * c.expert_ms),
-        b_sat=scale * c.kv_ms,
-        b_compute=c.compute_ms / c.eta_decode,
+        a_unsat=scale * c.nonmoe_ms + c.fixed_ms,
+        b_unsat=scale * (c.experts_per_token * c.expert_ms + c.kv_ms) + c.allreduce_ms,
+        a_sat=scale * (c.nonmoe_ms + c.experts * c.expert_ms) + c.fixed_ms,
+        b_sat=scale * c.kv_ms + c.allreduce_ms,
+        a_compute=c.fixed_ms,
+        b_compute=c.compute_ms / c.eta_decode + c.allreduce_ms,
     )

@@ -30,6 +30,7 @@ from jax.sharding import Mesh, PartitionSpec
 
 from jaxpareto.hardware import HardwareParams
 from jaxpareto.model import ModelParams
+from jaxpareto.options import ModelOptions
 from jaxpareto.point import PointOutputs, evaluate_point
 from jaxpareto.settings import Efficiency, Solver, Workload
 
@@ -57,7 +58,7 @@ def shared_scalars(workload: Workload, efficiency: Efficiency, solver: Solver, d
 
 
 def _evaluate_flat(hw, model, tp, concurrency, think_time_s, context_tokens, hit_rate, workload, efficiency,
-                   solver, method, outputs, expert_routing="seed"):
+                   solver, method, outputs, options=ModelOptions()):
     """The scalar model over flat per-point arrays, keeping only ``outputs``.
 
     Points are vmapped in sub-batches of `SUB_BATCH` run one after the other (`lax.map`), so
@@ -65,7 +66,7 @@ def _evaluate_flat(hw, model, tp, concurrency, think_time_s, context_tokens, hit
     """
 
     def point(args):
-        out = evaluate_point(*args, workload, efficiency, solver, method=method, expert_routing=expert_routing)
+        out = evaluate_point(*args, workload, efficiency, solver, method=method, options=options)
         return {name: getattr(out, name) for name in outputs}
 
     args = (hw, model, tp, concurrency, think_time_s, context_tokens, hit_rate)
@@ -91,7 +92,7 @@ def _on_devices(fn, args: tuple, n_points: int) -> dict[str, jax.Array]:
     return {name: value[:n_points] for name, value in out.items()}
 
 
-@functools.partial(jax.jit, static_argnames=("method", "outputs", "expert_routing"))
+@functools.partial(jax.jit, static_argnames=("method", "outputs", "options"))
 def evaluate_points(
     hw: HardwareParams,
     model: ModelParams,
@@ -105,7 +106,7 @@ def evaluate_points(
     solver: Solver,
     method: str = "damped",
     outputs: tuple[str, ...] = OUTPUT_NAMES,
-    expert_routing: str = "seed",
+    options: ModelOptions = ModelOptions(),
 ) -> dict[str, jax.Array]:
     """Evaluate a list of unrelated points (the batched form of `evaluate_point`).
 
@@ -115,17 +116,17 @@ def evaluate_points(
         workload, efficiency, solver: shared scalars (traced: new values do not recompile).
         method: "damped" or "exact" closed-loop solver (static).
         outputs: names of `PointOutputs` fields to return (static).
-        expert_routing: "seed" or "uniform" distinct-expert count (static).
+        options: which equations (`jaxpareto.options.ModelOptions`, static).
 
     Returns:
         Output name -> array of shape (n,).
     """
-    fn = functools.partial(_evaluate_flat, method=method, outputs=outputs, expert_routing=expert_routing)
+    fn = functools.partial(_evaluate_flat, method=method, outputs=outputs, options=options)
     args = (hw, model, tp, concurrency, think_time_s, context_tokens, hit_rate, workload, efficiency, solver)
     return _on_devices(fn, args, tp.shape[0])
 
 
-@functools.partial(jax.jit, static_argnames=("method", "outputs", "expert_routing"))
+@functools.partial(jax.jit, static_argnames=("method", "outputs", "options"))
 def evaluate_block(
     hw_table: HardwareParams,
     model_table: ModelParams,
@@ -139,7 +140,7 @@ def evaluate_block(
     solver: Solver,
     method: str = "damped",
     outputs: tuple[str, ...] = OUTPUT_NAMES,
-    expert_routing: str = "seed",
+    options: ModelOptions = ModelOptions(),
 ) -> dict[str, jax.Array]:
     """Evaluate the outer product of the given axis values.
 
@@ -147,7 +148,7 @@ def evaluate_block(
         hw_table: GPUs, fields of shape (n_gpu,).
         model_table: models, fields of shape (n_model,).
         tp, concurrency, think_time_s, context_tokens, hit_rate: 1-D axis values.
-        workload, efficiency, solver, method, outputs, expert_routing: as in `evaluate_points`.
+        workload, efficiency, solver, method, outputs, options: as in `evaluate_points`.
 
     Returns:
         Output name -> array of shape (n_gpu, n_model, n_tp, n_c, n_z, n_l, n_h).
@@ -159,7 +160,7 @@ def evaluate_block(
     flat = [g.reshape(-1) for g in jnp.meshgrid(*axes, indexing="ij")]
     hw = jax.tree_util.tree_map(lambda a: a[flat[0]], hw_table)
     model = jax.tree_util.tree_map(lambda a: a[flat[1]], model_table)
-    fn = functools.partial(_evaluate_flat, method=method, outputs=outputs, expert_routing=expert_routing)
+    fn = functools.partial(_evaluate_flat, method=method, outputs=outputs, options=options)
     out = _on_devices(fn, (hw, model, *flat[2:], workload, efficiency, solver), math.prod(shape))
     return {name: value.reshape(shape) for name, value in out.items()}
 
@@ -218,17 +219,17 @@ class GridProblem:
         dtype: "float32" (default) or "float64".
         method: "damped" or "exact".
         outputs: which outputs to compute and return (default all).
-        expert_routing: "seed" or "uniform".
+        options: `jaxpareto.options.ModelOptions`.
         chunk_points: target points per block.
         whole_axes: axes every block must hold in full (e.g. a Pareto front's dims).
     """
 
     def __init__(self, hardware, models, axes, workload, efficiency, solver, *, dtype="float32", method="damped",
                  outputs: Sequence[str] = OUTPUT_NAMES, chunk_points: int = DEFAULT_CHUNK_POINTS,
-                 whole_axes: Sequence[int] = (), expert_routing: str = "seed"):
+                 whole_axes: Sequence[int] = (), options: ModelOptions = ModelOptions()):
         self.dtype = np.dtype(dtype)
         self.method = method
-        self.expert_routing = expert_routing
+        self.options = options
         self.outputs = tuple(outputs)
         self.hw_table = stack_params(hardware, self.dtype)
         self.model_table = stack_params(models, self.dtype)
@@ -254,7 +255,7 @@ class GridProblem:
         hw = jax.tree_util.tree_map(lambda a: a[pieces[0]], self.hw_table)
         model = jax.tree_util.tree_map(lambda a: a[pieces[1]], self.model_table)
         return evaluate_block(hw, model, *pieces[2:], *self.scalars, method=self.method, outputs=self.outputs,
-                              expert_routing=self.expert_routing)
+                              options=self.options)
 
     def crop(self, origin, out: dict[str, jax.Array]) -> dict[str, np.ndarray]:
         """Host copies of a block's results, cropped to the grid."""

@@ -27,7 +27,8 @@ class Hardware(Definition):
         tflops_fp16: dense FP16/BF16 tensor throughput [TFLOPS], no sparsity.
         tflops_fp8: dense FP8 throughput [TFLOPS]; None where the GPU has no FP8.
         tflops_fp4: dense FP4 (NVFP4/MXFP4) throughput [TFLOPS]; None where absent.
-        interconnect_gbs: scale-up bandwidth per GPU, one direction [GB/s]; informational.
+        interconnect_gbs: scale-up bandwidth per GPU, one direction [GB/s]; the all-reduce term's
+            link (`jaxpareto.communication`, opt-in).
         sources: field name -> where its value comes from.
 
     Raises:
@@ -60,6 +61,7 @@ class Hardware(Definition):
             tflops_fp16=self.tflops_fp16,
             tflops_fp8=nan if self.tflops_fp8 is None else self.tflops_fp8,
             tflops_fp4=nan if self.tflops_fp4 is None else self.tflops_fp4,
+            interconnect_gbs=nan if self.interconnect_gbs is None else self.interconnect_gbs,
         )
 
 
@@ -68,7 +70,8 @@ class Hardware(Definition):
 class HardwareParams:
     """One GPU as scalars (or, stacked, a table with a leading GPU axis).
 
-    Fields have the units of `Hardware`; ``tflops_fp8``/``tflops_fp4`` are NaN where absent.
+    Fields have the units of `Hardware`; ``tflops_fp8``/``tflops_fp4``/``interconnect_gbs`` are
+    NaN where absent.
     """
 
     memory_gb: jax.Array | float
@@ -76,6 +79,7 @@ class HardwareParams:
     tflops_fp16: jax.Array | float
     tflops_fp8: jax.Array | float
     tflops_fp4: jax.Array | float
+    interconnect_gbs: jax.Array | float
 
 
 def effective_tflops(hw: HardwareParams, compute_bits: jax.Array | float) -> jax.Array:

@@ -212,6 +212,7 @@ def model_from_hf_config(
         params_active_b=active / 1e9,
         weight_dtype=dtype,
         layers=layers,
+        hidden_size=hidden,
         kv_dtype=kv_dtype,
         sources={"config": str(path) if not isinstance(path, dict) else "dict"},
         **attn_fields,

@@ -7,6 +7,8 @@ Dense models are MoE models with no routed experts, so one set of equations serv
 
 from __future__ import annotations
 
+import math
+
 import dataclasses
 from pathlib import Path
 from typing import Literal
@@ -67,6 +69,7 @@ class Model(Definition):
     params_active_b: float | None = None
     weight_dtype: WeightDtype = "fp16"
     layers: int = pydantic.Field(gt=0)
+    hidden_size: int | None = pydantic.Field(default=None, gt=0)
     kv_heads: int | None = pydantic.Field(default=None, gt=0)
     head_dim: int | None = pydantic.Field(default=None, gt=0)
     kv_dtype: KvDtype = "fp16"
@@ -229,6 +232,8 @@ class Model(Definition):
             kv_window_bytes_per_token=self.kv_window_bytes_per_token,
             kv_window_tokens=float(self.sliding_window or 0),
             kv_heads=float(self.kv_heads_sharded),
+            layers=float(self.layers),
+            hidden_size=math.nan if self.hidden_size is None else float(self.hidden_size),
         )
 
     @classmethod
@@ -278,3 +283,5 @@ class ModelParams:
     kv_window_bytes_per_token: jax.Array | float
     kv_window_tokens: jax.Array | float
     kv_heads: jax.Array | float
+    layers: jax.Array | float
+    hidden_size: jax.Array | float

@@ -40,6 +40,7 @@ from jaxpareto.errors import JaxparetoError
 from jaxpareto.grid import evaluate_points, shared_scalars, stack_params
 from jaxpareto.hardware import Hardware
 from jaxpareto.memory import memory_budget
+from jaxpareto.options import ModelOptions
 from jaxpareto.point import evaluate_point
 from jaxpareto.schema import AXIS_INFO, OUTPUTS
 from jaxpareto.sweep import plan_sweep
@@ -289,7 +290,7 @@ class Problem:
                                   np.asarray(cells["think_time_s"][index], dtype),
                                   np.asarray(cells["context_tokens"][index], dtype),
                                   np.asarray(cells["hit_rate"][index], dtype), *scalars,
-                                  method=self.plan.method, outputs=outputs, expert_routing=self.plan.expert_routing)
+                                  method=self.plan.method, outputs=outputs, options=self.plan.options)
             out = {k: np.asarray(v) for k, v in out.items()}
         return {**out, "tp": np.asarray(tp), "concurrency": np.asarray(concurrency)}
 
@@ -308,7 +309,7 @@ class Problem:
                                    np.asarray([c.limit for c in self.constraints], dtype),
                                    objective=self.objective, sign=self.sign,
                                    constraints=tuple((c.name, c.op, 1.0) for c in self.constraints),
-                                   starts=starts, steps=steps, expert_routing=self.plan.expert_routing)
+                                   starts=starts, steps=steps, options=self.plan.options)
             c_star = np.exp(np.asarray(u, np.float64))  # (cells, tp, starts)
         offsets = np.arange(-3, 4)
         base = np.floor(c_star)[..., None] + offsets  # (cells, tp, starts, 7)
@@ -400,10 +401,10 @@ class Problem:
         return dataset
 
 
-def solver_for(expert_routing: str) -> str:
-    """The closed-loop solver of the continuous searches: the exact closed form where TPOT is
+def solver_for(options: ModelOptions) -> str:
+    """The closed-loop solver of the continuous searches: the exact closed form where R(B) is
     piecewise linear, the damped iteration otherwise (both differentiate implicitly)."""
-    return "exact" if expert_routing == "seed" else "damped"
+    return "exact" if options.piecewise_linear else "damped"
 
 
 def _penalties(out, memory, concurrency, constraints, limits=None):
@@ -424,9 +425,9 @@ def _penalties(out, memory, concurrency, constraints, limits=None):
 
 
 @functools.partial(jax.jit, static_argnames=("objective", "sign", "constraints", "starts", "steps",
-                                             "expert_routing"))
+                                             "options"))
 def _continuous_search(hw, model, think_time_s, context_tokens, hit_rate, workload, efficiency, solver, tp_choices,
-                       log_lo, log_hi, limits, *, objective, sign, constraints, starts, steps, expert_routing="seed"):
+                       log_lo, log_hi, limits, *, objective, sign, constraints, starts, steps, options=ModelOptions()):
     """log C* for every cell x TP choice x start: Adam on a penalised log-objective."""
     # Large steps to cross the range, small ones to settle on a constraint's boundary; the
     # clip keeps a hardened penalty's huge gradients from swamping Adam's second moment.
@@ -438,7 +439,7 @@ def _continuous_search(hw, model, think_time_s, context_tokens, hit_rate, worklo
         def loss(u, weight):
             c = jnp.exp(u)
             out = evaluate_point(hw, model, tp, c, z, ctx, h, workload, efficiency, solver,
-                                 method=solver_for(expert_routing), expert_routing=expert_routing)
+                                 method=solver_for(options), options=options)
             memory = memory_budget(hw, model, tp, c, kv_context)
             ok = out.feasible
             value = jnp.where(ok, getattr(out, objective), 1.0)  # double where: no NaN in gradients

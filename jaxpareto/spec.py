@@ -115,12 +115,22 @@ class WorkloadSpec(_Table):
     cache_ttl_s: float | None = None
     pause_distribution: Literal["deterministic", "exponential", "lognormal"] = "exponential"
     pause_sigma: float = 1.0
+    prefill_model: Literal["isolated", "shared"] = "isolated"
+    cache_model: Literal["given", "ttl", "lru"] | None = None
+    prefill_chunk_tokens: float = 8192
+    tier_capacity_gb: float = 0.0
+    tier_bandwidth_gbs: float = 0.0
 
 
 class EfficiencySpec(_Table):
     eta_prefill: float = 0.65
     eta_decode: float = 0.40
     elementwise_overhead: float = 1.10
+    decode_overhead_ms: float = 0.0
+    ttft_overhead_ms: float = 0.0
+    allreduce_scale: float = 0.0
+    allreduce_latency_us: float = 0.0
+    calibration: str | None = None
 
 
 class SolverSpec(_Table):

@@ -18,8 +18,8 @@ from jaxpareto.hardware import Hardware
 from jaxpareto.intensity import ridge_point
 from jaxpareto.model import Model
 from jaxpareto.schema import AXES, AXIS_INFO, DECODE_BOUND_FLAGS, OUTPUTS
-from jaxpareto.cache import PAUSE_DISTRIBUTIONS
-from jaxpareto.decode import EXPERT_ROUTINGS
+from jaxpareto.calibration_file import load_calibration
+from jaxpareto.options import CACHE_MODELS, ModelOptions
 from jaxpareto.point import METHODS
 from jaxpareto.settings import Efficiency, Solver, Workload
 from jaxpareto.validation import check_number
@@ -43,14 +43,18 @@ class SweepPlan:
     chunk_points: int
     kv_context_tokens: float | None
     extra_attrs: dict = dataclasses.field(default_factory=dict)
-    expert_routing: str = "seed"
+    options: ModelOptions = ModelOptions()
+
+    @property
+    def expert_routing(self) -> str:
+        return self.options.expert_routing
 
     def problem(self, outputs: Sequence[str] | None = None, whole_axes: Sequence[int] = ()) -> GridProblem:
         return GridProblem(
             [g.to_params() for g in self.gpus], [m.to_params() for m in self.models], self.axes,
             self.workload, self.efficiency, self.solver, dtype=self.dtype, method=self.method,
             outputs=self.variables if outputs is None else tuple(outputs), chunk_points=self.chunk_points,
-            whole_axes=whole_axes, expert_routing=self.expert_routing,
+            whole_axes=whole_axes, options=self.options,
         )
 
     @property
@@ -73,18 +77,17 @@ class SweepPlan:
             "model_equations": "seed 000 section 3 eqs. 1-5 as fixed by SPEC.md section 3",
             "dtype": self.dtype,
             "solver": self.method,
-            "expert_routing": self.expert_routing,
-            "cache_ttl_s": "none (no expiry)" if not self.workload.cache_ttl_s else float(self.workload.cache_ttl_s),
-            "pause_distribution": next(k for k, v in PAUSE_DISTRIBUTIONS.items()
-                                       if v == self.workload.pause_distribution),
+            **self.options._asdict(),
+            "cache_ttl_s": float(self.workload.cache_ttl_s) if self.options.cache_model == "ttl" else "none (no expiry)",
             "pause_sigma": float(self.workload.pause_sigma),
+            "prefill_chunk_tokens": float(self.workload.prefill_chunk_tokens),
+            "tier_capacity_gb": float(self.workload.tier_capacity_gb),
+            "tier_bandwidth_gbs": float(self.workload.tier_bandwidth_gbs),
             "osl": float(self.workload.osl),
             "delta_tokens": float(self.workload.delta_tokens),
             "kv_context_tokens": "per point (context_tokens)" if self.kv_context_tokens is None
             else float(self.kv_context_tokens),
-            "eta_prefill": float(self.efficiency.eta_prefill),
-            "eta_decode": float(self.efficiency.eta_decode),
-            "elementwise_overhead": float(self.efficiency.elementwise_overhead),
+            **{name: float(getattr(self.efficiency, name)) for name in self.efficiency.__dataclass_fields__},
             "damping": float(self.solver.damping),
             "tol": float(self.solver.tol),
             "max_iter": int(self.solver.max_iter),
@@ -99,7 +102,9 @@ def plan_sweep(
     osl=128, delta_tokens=2128, kv_context_tokens=None, eta_prefill=0.65, eta_decode=0.40,
     elementwise_overhead=1.10, damping=0.4, tol=1e-6, max_iter=10_000, dtype="float32", method="damped",
     variables=None, chunk_points=DEFAULT_CHUNK_POINTS, hardware=(), models=(), attrs=None, expert_routing="seed",
-    cache_ttl_s=None, pause_distribution="exponential", pause_sigma=1.0,
+    cache_ttl_s=None, pause_distribution="exponential", pause_sigma=1.0, prefill_model="isolated", cache_model=None,
+    prefill_chunk_tokens=8192, tier_capacity_gb=0.0, tier_bandwidth_gbs=0.0, decode_overhead_ms=0.0,
+    ttft_overhead_ms=0.0, allreduce_scale=0.0, allreduce_latency_us=0.0, calibration=None,
 ) -> SweepPlan:
     """Validate every input of `sweep` (same arguments) without computing anything.
 
@@ -110,22 +115,25 @@ def plan_sweep(
         raise JaxparetoError("dtype", f"unknown dtype {dtype!r}", DTYPES)
     if method not in METHODS:
         raise JaxparetoError("method", f"unknown solver {method!r}", METHODS)
-    if expert_routing not in EXPERT_ROUTINGS:
-        raise JaxparetoError("expert_routing", f"unknown {expert_routing!r}", EXPERT_ROUTINGS)
-    if method == "exact" and expert_routing != "seed":
-        raise JaxparetoError("method", "'exact' needs expert_routing='seed' (a piecewise-linear TPOT); use 'damped'")
+    options = model_options(expert_routing, prefill_model, cache_model, pause_distribution, cache_ttl_s,
+                            tier_capacity_gb)
+    if method == "exact" and not options.piecewise_linear:
+        raise JaxparetoError("method", "'exact' needs a piecewise-linear R(B): expert_routing='seed', "
+                                       "prefill_model='isolated' and cache_model 'given' or 'ttl'; use 'damped'")
     if kv_context_tokens is not None:
         kv_context_tokens = check_number("kv_context_tokens", kv_context_tokens, low=0, low_inclusive=False)
-    if pause_distribution not in PAUSE_DISTRIBUTIONS:
-        raise JaxparetoError("pause_distribution", f"unknown {pause_distribution!r}", PAUSE_DISTRIBUTIONS)
     if cache_ttl_s is not None:
         cache_ttl_s = check_number("cache_ttl_s", cache_ttl_s, low=0, low_inclusive=False)
     workload = Workload(osl=osl, delta_tokens=delta_tokens,
                         kv_context_tokens=0.0 if kv_context_tokens is None else kv_context_tokens,
-                        cache_ttl_s=0.0 if cache_ttl_s is None else cache_ttl_s,
-                        pause_distribution=PAUSE_DISTRIBUTIONS[pause_distribution],
-                        pause_sigma=pause_sigma).validate()
-    efficiency = Efficiency(eta_prefill, eta_decode, elementwise_overhead).validate()
+                        cache_ttl_s=0.0 if cache_ttl_s is None else cache_ttl_s, pause_sigma=pause_sigma,
+                        prefill_chunk_tokens=prefill_chunk_tokens, tier_capacity_gb=tier_capacity_gb,
+                        tier_bandwidth_gbs=tier_bandwidth_gbs).validate()
+    efficiency = Efficiency(eta_prefill, eta_decode, elementwise_overhead, decode_overhead_ms, ttft_overhead_ms,
+                            allreduce_scale, allreduce_latency_us)
+    if calibration is not None:
+        efficiency = dataclasses.replace(efficiency, **load_calibration(calibration))
+    efficiency = efficiency.validate()
     solver = Solver(damping, tol, max_iter).validate()
     chunk_points = check_number("chunk_points", chunk_points, low=1, integer=True)
     gpus, model_defs, axes = grid_axes(
@@ -138,7 +146,28 @@ def plan_sweep(
     except TypeError as error:
         raise JaxparetoError("attrs", f"must be JSON-serialisable: {error}") from None
     return SweepPlan(gpus, model_defs, axes, workload, efficiency, solver, dtype, method,
-                     _variables(variables), chunk_points, kv_context_tokens, extra, expert_routing)
+                     _variables(variables), chunk_points, kv_context_tokens, extra, options)
+
+
+def model_options(expert_routing="seed", prefill_model="isolated", cache_model=None,
+                  pause_distribution="exponential", cache_ttl_s=None, tier_capacity_gb=0.0) -> ModelOptions:
+    """The checked `ModelOptions` of the sweep-level arguments.
+
+    ``cache_model`` None means "ttl" when a TTL is given, else "given". A TTL needs the TTL model
+    and a host tier the LRU model.
+
+    Raises:
+        JaxparetoError: naming the field and the allowed values.
+    """
+    if cache_model is None:
+        cache_model = "ttl" if cache_ttl_s is not None else "given"
+    options = ModelOptions(expert_routing, prefill_model, cache_model, pause_distribution).validate()
+    if (cache_ttl_s is not None) != (cache_model == "ttl"):
+        raise JaxparetoError("cache_ttl_s", f"the TTL model needs cache_ttl_s and only it takes one "
+                                            f"(cache_model={cache_model!r}, cache_ttl_s={cache_ttl_s!r})", CACHE_MODELS)
+    if tier_capacity_gb and cache_model != "lru":
+        raise JaxparetoError("tier_capacity_gb", f"a host KV tier needs cache_model='lru', not {cache_model!r}")
+    return options
 
 
 def _variables(variables) -> tuple[str, ...]:
@@ -182,6 +211,16 @@ def sweep(
     cache_ttl_s: float | None = None,
     pause_distribution: str = "exponential",
     pause_sigma: float = 1.0,
+    prefill_model: str = "isolated",
+    cache_model: str | None = None,
+    prefill_chunk_tokens: float = 8192,
+    tier_capacity_gb: float = 0.0,
+    tier_bandwidth_gbs: float = 0.0,
+    decode_overhead_ms: float = 0.0,
+    ttft_overhead_ms: float = 0.0,
+    allreduce_scale: float = 0.0,
+    allreduce_latency_us: float = 0.0,
+    calibration=None,
 ) -> xr.Dataset:
     """Evaluate the agent-serving model over the grid of all axis combinations, in memory.
 
@@ -215,10 +254,30 @@ def sweep(
         expert_routing: distinct routed experts per decode step of a MoE model: "seed"
             (min(B K, E), default) or "uniform" (E (1 - (1 - K/E)^B), the expectation under
             uniform routing; damped solver only).
-        cache_ttl_s: prefix-cache retention [s] (``cache_model="ttl"`` of `jaxpareto.cache`):
-            the grid's hit rate is scaled by P(Z < TTL); None (default) means no expiry.
-        pause_distribution: pauses around their mean ``think_time_s`` for the TTL model:
-            "exponential" (default), "deterministic" or "lognormal" (log-spread ``pause_sigma``).
+        cache_ttl_s: prefix-cache retention [s] for ``cache_model="ttl"`` (`jaxpareto.cache`):
+            the grid's hit rate is scaled by P(Z < TTL). Giving it implies ``cache_model="ttl"``.
+        pause_distribution: pauses around their mean ``think_time_s`` for the TTL and LRU
+            models: "exponential" (default), "deterministic" or "lognormal" (log-spread
+            ``pause_sigma``).
+        prefill_model: "isolated" (seed eq. 2, default) or "shared": prefill and decode share
+            the GPU in a chunked-prefill engine, so TTFT includes the wait for prefill capacity
+            and GPU time is conserved (`jaxpareto.engine`; damped solver only).
+        cache_model: where the hit rate comes from (`jaxpareto.cache`): "given" (the grid's h,
+            default), "ttl" (default when ``cache_ttl_s`` is given) or "lru": every session is
+            admitted, the KV memory active sessions leave free caches paused ones under LRU
+            (Che approximation, solved jointly with the batch; damped solver only), and sessions
+            memory cannot hold active wait (``memory_wait_ms``).
+        prefill_chunk_tokens: prefill tokens per engine step for ``prefill_model="shared"``
+            (vLLM's max_num_batched_tokens; default 8,192).
+        tier_capacity_gb: host-memory KV tier per TP group [GB] for ``cache_model="lru"``
+            (0: none). A GPU miss found there loads the context's KV instead of prefilling it,
+            whichever is faster.
+        tier_bandwidth_gbs: the tier's link per GPU, one way [GB/s] (PCIe 5.0 x16 about 64).
+        decode_overhead_ms, ttft_overhead_ms, allreduce_scale, allreduce_latency_us: opt-in
+            terms outside the seed's roofline, all 0 by default (`jaxpareto.settings.Efficiency`,
+            `jaxpareto.communication`).
+        calibration: a calibration TOML path (``jaxpareto calibrate``), or a mapping, whose
+            ``[efficiency]`` values replace the efficiency arguments they name.
 
     Returns:
         `xarray.Dataset` with the variables of `jaxpareto.schema.OUTPUTS` (each with

@@ -73,9 +73,8 @@ def least_hardware(
     if not cons:
         raise JaxparetoError("constraints", "a hardware what-if needs at least one SLO to meet")
     settings.pop("solver", None)
-    routing = settings.get("expert_routing", "seed")
     plan = plan_sweep(gpu=gpu, model=model, tp=tp, concurrency=concurrency, think_time_s=think_time_s,
-                      context_tokens=context_tokens, hit_rate=hit_rate, method=solver_for(routing), **settings)
+                      context_tokens=context_tokens, hit_rate=hit_rate, **settings)
     if len(plan.gpus) != 1 or len(plan.axes["tp"]) != 1 or len(plan.axes["concurrency"]) != 1:
         raise JaxparetoError("gpu/tp/concurrency", "a hardware what-if takes one GPU, one TP and one concurrency")
     base = plan.gpus[0]
@@ -129,7 +128,7 @@ class _Search:
         self.tp = float(plan.axes["tp"][0])
         self.c = float(plan.axes["concurrency"][0])
         self.workload, self.efficiency, self.solver = plan.workload, plan.efficiency, plan.solver
-        self.method, self.expert_routing = plan.method, plan.expert_routing
+        self.method, self.options = solver_for(plan.options), plan.options
         self.spec = tuple((c.name, c.op, c.limit) for c in constraints)
 
     def _hw(self, u):
@@ -142,7 +141,7 @@ class _Search:
 
         def point(m, z, ctx, h):
             out = evaluate_point(hw, m, self.tp, self.c, z, ctx, h, self.workload, self.efficiency, self.solver,
-                                 method=self.method, expert_routing=self.expert_routing)
+                                 method=self.method, options=self.options)
             kv_context = jnp.where(self.workload.kv_context_tokens > 0, self.workload.kv_context_tokens, ctx)
             return out, memory_budget(hw, m, self.tp, self.c, kv_context)
 

@@ -1,0 +1,206 @@
+"""Plots (jaxpareto.plot and `jaxpareto plot`): files, pixel sizes, plotted data, CLI errors."""
+
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import jaxpareto as jp
+from jaxpareto.cli import main
+from jaxpareto.plot import unsupported
+
+X, Y = "output_tokens_per_s_per_user", "output_tokens_per_s_per_gpu"
+GPU, MODEL = "h100-sxm", "llama-3.1-70b"
+SIZE, DPI = (6.0, 4.0), 30  # 180 x 120 pixels: fast to render
+
+
+# Every sweep here has 321 to 384 points, padded to the same 384 lanes: one compilation serves them all.
+@pytest.fixture(scope="module")
+def grid():
+    return jp.sweep(gpu=[GPU, "h200-sxm"], model=MODEL, tp=[2, 4, 8], concurrency=[1, 4, 16, 64, 256],
+                    think_time_s=[0.0, 2.0, 10.0], context_tokens=[16384, 65536], hit_rate=[0.0, 0.9])
+
+
+@pytest.fixture(scope="module")
+def sessions():
+    return jp.session_sweep(gpu=GPU, model=MODEL, tp=[4, 8], concurrency=[1, 2, 4, 8, 16, 32, 64, 128, 256],
+                            think_time_s=2.0, hit_rate=0.9, turns=20, kv_demand="synchronised")
+
+
+def png_size(path) -> tuple[int, int]:
+    """(width, height) from the PNG's IHDR chunk."""
+    with open(path, "rb") as f:
+        data = f.read(32)
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR", path
+    return struct.unpack(">II", data[16:24])
+
+
+def save(fig, path):
+    fig.savefig(path, dpi=fig.dpi)
+    assert path.stat().st_size > 1000
+    return png_size(path)
+
+
+def lines(fig, prefix):
+    return {line.get_gid(): line for ax in fig.axes for line in ax.get_lines()
+            if (line.get_gid() or "").startswith(prefix)}
+
+
+def front_points(cell):
+    """Unique (x, y) of the cell's pareto_front mask, sorted by x: what a frontier curve must show."""
+    mask = np.asarray(jp.pareto_front(cell).transpose(*cell[X].dims).values)
+    points = np.unique(np.stack([np.asarray(cell[X].values)[mask], np.asarray(cell[Y].values)[mask]], 1), axis=0)
+    return points[np.argsort(points[:, 0], kind="stable")]
+
+
+def test_frontier_curves_are_the_pareto_fronts(grid, tmp_path):
+    fig = jp.plot_frontier(grid, GPU, MODEL, context_tokens=65536, hit_rate=0.9, size=SIZE, dpi=DPI)
+    assert save(fig, tmp_path / "f.png") == (180, 120)
+    curves = lines(fig, "frontier")
+    assert set(curves) == {"frontier think_time_s=0", "frontier think_time_s=2", "frontier think_time_s=10"}
+    for z in (0.0, 2.0, 10.0):
+        expected = front_points(grid.sel(gpu=GPU, model=MODEL, context_tokens=65536, hit_rate=0.9, think_time_s=z))
+        got = np.stack(curves[f"frontier think_time_s={z:g}"].get_data(), 1).astype(float)
+        assert len(expected) >= 3
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+    ax = fig.axes[0]
+    assert "tokens/s" in ax.get_xlabel() and "tokens/s/GPU" in ax.get_ylabel()
+    assert MODEL in fig.get_suptitle() and GPU in fig.get_suptitle()
+    assert "65,536" in ax.get_title() and "0.9" in ax.get_title()
+    assert any(t.get_text().startswith("TP") for t in ax.texts)  # TP/C labels on the highlighted curve
+    assert ax.get_legend() is not None
+
+
+def test_frontier_defaults_and_selection_errors(grid):
+    fig = jp.plot_frontier(grid, think_times=[2.0])  # first GPU, model and cell
+    (line,) = lines(fig, "frontier").values()
+    expected = front_points(grid.isel(gpu=0, model=0, context_tokens=0, hit_rate=0).sel(think_time_s=2.0))
+    np.testing.assert_allclose(np.stack(line.get_data(), 1).astype(float), expected, rtol=1e-6)
+    with pytest.raises(jp.JaxparetoError, match="context_tokens.*not on the grid"):
+        jp.plot_frontier(grid, context_tokens=1234)
+    with pytest.raises(jp.JaxparetoError, match="bogus: not a dimension"):
+        jp.plot_frontier(grid, bogus=1)
+    with pytest.raises(jp.JaxparetoError, match="tp: this plot spans"):
+        jp.plot_frontier(grid, tp=8)
+    with pytest.raises(jp.JaxparetoError, match="size"):
+        jp.plot_frontier(grid, size=(0, 3))
+
+
+def test_cache_comparison_three_frontiers(grid, tmp_path):
+    fig = jp.plot_cache_comparison(grid, GPU, MODEL, context_tokens=16384, size=SIZE, dpi=DPI)
+    assert save(fig, tmp_path / "c.png") == (180, 120)
+    curves = lines(fig, "frontier")
+    cell = grid.sel(gpu=GPU, model=MODEL, context_tokens=16384)
+    # default agent: the first positive think time (2 s) and the highest hit rate (0.9)
+    for gid, z, h in (("standard", 0.0, 0.0), ("agent cache", 2.0, 0.9), ("agent no-cache", 2.0, 0.0)):
+        got = np.stack(curves[f"frontier {gid}"].get_data(), 1).astype(float)
+        np.testing.assert_allclose(got, front_points(cell.sel(think_time_s=z, hit_rate=h)), rtol=1e-6)
+    with pytest.raises(jp.JaxparetoError, match="think_time_s: the agent's value must be > 0"):
+        jp.plot_cache_comparison(grid, think_time_s=0.0)
+    assert "think_time_s = 0" in unsupported(grid.sel(think_time_s=[2.0]), "cache")
+    assert "hit_rate = 0" in unsupported(grid.sel(hit_rate=[0.9]), "cache")
+
+
+def test_cache_comparison_runs_its_own_sweep(tmp_path):
+    fig = jp.plot_cache_comparison(gpu=GPU, model=MODEL, think_time_s=5.0, hit_rate=0.8, size=SIZE, dpi=DPI,
+                                   tp=[2, 4, 8], concurrency=list(range(1, 301, 10)))  # 360 points
+    assert save(fig, tmp_path / "c.png") == (180, 120)
+    curves = lines(fig, "frontier")
+    assert len(curves) == 3 and all(len(line.get_xdata()) >= 3 for line in curves.values())
+    assert "Z = 5 s" in curves["frontier agent cache"].get_label()
+    with pytest.raises(jp.JaxparetoError, match="gpu/model"):
+        jp.plot_cache_comparison(gpu=GPU)
+
+
+def test_memory_wall_per_turn_is_the_seed_wall(sessions, tmp_path):
+    fig = jp.plot_memory_wall(sessions, size=(5, 3), dpi=40)
+    assert save(fig, tmp_path / "m.png") == (200, 120)
+    curves = lines(fig, "memory_wall")
+    assert set(curves) == {"memory_wall tp=4", "memory_wall tp=8"}
+    for tp in (4, 8):
+        x, y = curves[f"memory_wall tp={tp}"].get_data()
+        np.testing.assert_array_equal(x, np.arange(1, 21))
+        np.testing.assert_array_equal(y, sessions.concurrency_max.sel(tp=tp).isel(concurrency=0).squeeze().values)
+    # the seed's Step 4 numbers (70B FP16 on 8 x H100; SPEC.md: 92, 42, 26 with the catalog's 70.55B)
+    assert [t.get_text() for t in fig.axes[0].texts] == ["92", "42", "26"]
+    assert "turn" in fig.axes[0].get_xlabel() and "sessions" in fig.axes[0].get_ylabel()
+
+
+def test_memory_wall_against_context_by_tp_and_gpu(grid, tmp_path):
+    fig = jp.plot_memory_wall(grid, GPU, MODEL, size=SIZE, dpi=DPI)
+    assert save(fig, tmp_path / "m.png") == (180, 120)
+    x, y = lines(fig, "memory_wall")["memory_wall tp=8"].get_data()
+    np.testing.assert_array_equal(x, [16384, 65536])
+    wall = grid.concurrency_max.sel(gpu=GPU, model=MODEL, tp=8).isel(concurrency=0, think_time_s=0, hit_rate=0)
+    np.testing.assert_array_equal(y, wall.values)
+    by_gpu = lines(jp.plot_memory_wall(grid, model=MODEL, by="gpu"), "memory_wall")
+    assert set(by_gpu) == {"memory_wall gpu=h100-sxm", "memory_wall gpu=h200-sxm"}
+    assert by_gpu["memory_wall gpu=h200-sxm"].get_ydata()[0] > by_gpu["memory_wall gpu=h100-sxm"].get_ydata()[0]
+    assert "two or more context_tokens" in unsupported(grid.sel(context_tokens=[16384]), "memory_wall")
+    with pytest.raises(jp.JaxparetoError, match="by"):
+        jp.plot_memory_wall(grid, by="model")
+
+
+@pytest.fixture(scope="module")
+def store(grid, tmp_path_factory):
+    return jp.to_zarr(grid.sel(gpu=[GPU]), tmp_path_factory.mktemp("plot") / "s.zarr")
+
+
+def test_cli_writes_every_plot(store, tmp_path, capsys):
+    out = tmp_path / "plots"
+    code = main(["plot", str(store), "--out", str(out), "--size", "4x3", "--dpi", "40",
+                 "--sel", "context_tokens=65536", "--sel", "think_time_s=10"])
+    printed = capsys.readouterr().out.split()
+    assert code == 0
+    names = {f"{kind}_{GPU}_{MODEL}.png" for kind in ("frontier", "cache", "memory_wall")}
+    assert {p.name for p in out.iterdir()} == names
+    assert sorted(printed) == sorted(str(out / n) for n in names)
+    for name in names:
+        assert png_size(out / name) == (160, 120)
+
+
+def test_cli_skips_what_the_dataset_lacks(grid, tmp_path, capsys):
+    path = jp.to_zarr(grid.sel(gpu=[GPU], think_time_s=[2.0], context_tokens=[16384]), tmp_path / "one.zarr")
+    assert main(["plot", str(path), "--out", str(tmp_path / "p"), "--dpi", "20"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped cache: needs think_time_s = 0" in out and "skipped memory_wall: needs two or more" in out
+    assert [p.name for p in (tmp_path / "p").iterdir()] == [f"frontier_{GPU}_{MODEL}.png"]
+
+
+def test_cli_on_a_stored_session_sweep(sessions, tmp_path, capsys):
+    path = jp.to_zarr(sessions, tmp_path / "sessions.zarr")  # lazily loaded: context_tokens along turn
+    out = tmp_path / "p"
+    assert main(["plot", str(path), "--out", str(out), "--dpi", "20", "--sel", "turn=10"]) == 0
+    assert "skipped cache: needs think_time_s = 0" in capsys.readouterr().out
+    assert sorted(p.name for p in out.iterdir()) == [f"frontier_{GPU}_{MODEL}.png", f"memory_wall_{GPU}_{MODEL}.png"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--sel", "bogus=1"], "--sel bogus: unknown axis"),
+    (["--sel", "context_tokens=1234"], "--sel context_tokens: '1234' is not on the grid"),
+    (["--sel", "gpu=b200"], "--sel gpu: 'b200' is not on the grid"),
+    (["--sel", "tp=8"], "--sel tp: the plots span every tp"),
+    (["--sel", "hit_rate"], "--sel: expected AXIS=VALUE"),
+    (["--size", "big"], "--size: expected WIDTHxHEIGHT"),
+    (["--dpi", "0"], "dpi: must be 10 to 1200"),
+])
+def test_cli_bad_arguments_exit_2_before_plotting(store, tmp_path, capsys, args, message):
+    out = tmp_path / "never"
+    assert main(["plot", str(store), "--out", str(out), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("jaxpareto: error: ") and message in err, err
+    assert not out.exists()
+
+
+def test_cli_refuses_a_path_that_is_not_a_store(tmp_path, capsys):
+    assert main(["plot", str(tmp_path / "missing.zarr"), "--out", str(tmp_path / "p")]) == 2
+    assert "is not a zarr store" in capsys.readouterr().err
+
+
+def test_import_jaxpareto_does_not_import_matplotlib():
+    code = "import sys, jaxpareto; print('matplotlib' in sys.modules, callable(jaxpareto.plot_frontier))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            check=False)
+    assert result.stdout.split() == ["False", "True"], result.stderr

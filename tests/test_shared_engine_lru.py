@@ -1,0 +1,185 @@
+"""Shared GPU time (chunked-prefill engine) and the memory-coupled LRU prefix cache.
+
+Checks: GPU time is conserved; the engine reduces to the seed's isolated prefill at light load;
+TTFT grows faster than TPOT towards saturation; the Che approximation against a discrete-event
+LRU simulation; the collapse past saturation for agents and not for chat; the host tier's limits;
+implicit gradients against finite differences.
+"""
+
+import heapq
+
+import jax
+import numpy as np
+import pytest
+
+import jaxpareto as jp
+from jaxpareto.cache import lru_survival
+from jaxpareto.grid import shared_scalars, stack_params
+from jaxpareto.options import ModelOptions
+from jaxpareto.point import evaluate_point
+from jaxpareto.settings import Efficiency, Solver, Workload
+
+CODE_AGENT = dict(gpu="h100-sxm", model="llama-3.1-70b", tp=8, think_time_s=2.0, context_tokens=16384 + 9 * 2128,
+                  hit_rate=0.9, osl=128, delta_tokens=2128)
+
+
+def test_gpu_time_is_conserved_on_a_random_grid():
+    rng = np.random.default_rng(3)
+    grid = dict(gpu=["h100-sxm", "b200", "a100-sxm-80gb"], model=["llama-3.1-8b", "llama-3.1-70b", "qwen3-235b-a22b"],
+                tp=[1, 2, 4, 8], concurrency=sorted(rng.integers(1, 600, 12).tolist()),
+                think_time_s=[0.0, 0.5, 5.0], context_tokens=[2048, 32768, 131072], hit_rate=[0.0, 0.7, 0.97])
+    for chunk in (512, 8192):
+        shared = jp.sweep(**grid, prefill_model="shared", prefill_chunk_tokens=chunk)
+        util = shared.gpu_utilization.values
+        assert np.nanmax(util) <= 1.0 + 1e-5, chunk
+        assert shared.converged.values[shared.feasible.values].mean() > 0.999
+    # the seed's isolated prefill asks for more GPU time than there is on the same grid
+    assert np.nanmax(jp.sweep(**grid).gpu_utilization.values) > 1.5
+
+
+def test_light_load_reduces_to_the_seed_prefill():
+    # one session with long pauses: the engine prefills alone at full speed (L_prefill >= chunk)
+    seed = jp.sweep(**{**CODE_AGENT, "hit_rate": 0.0, "think_time_s": 600.0}, concurrency=1)
+    shared = jp.sweep(**{**CODE_AGENT, "hit_rate": 0.0, "think_time_s": 600.0}, concurrency=1, prefill_model="shared")
+    assert shared.ttft_ms.item() == pytest.approx(seed.ttft_ms.item(), rel=0.02)
+    assert shared.tpot_ms.item() == pytest.approx(seed.tpot_ms.item(), rel=0.01)
+
+
+def test_ttft_grows_several_times_faster_than_tpot_to_saturation():
+    # seed 004: TTFT x4.8 but TPOT x1.5 at saturation (Llama-3.1-70B, H100). With vLLM's
+    # long-prefill cap of 512 tokens per step (seed 004's AgentX example) decode steps stay
+    # short while prefills queue; the throughput peak is the saturation point.
+    c = np.unique(np.geomspace(1, 256, 40).astype(int))
+    ds = jp.sweep(**CODE_AGENT, concurrency=c, prefill_model="shared", prefill_chunk_tokens=512).squeeze()
+    peak = int(np.nanargmax(ds.turns_per_s.values))
+    ttft_growth = ds.ttft_ms.values[peak] / ds.ttft_ms.values[0]
+    tpot_growth = ds.tpot_ms.values[peak] / ds.tpot_ms.values[0]
+    assert ttft_growth > 3.0 * tpot_growth, (ttft_growth, tpot_growth)
+    assert tpot_growth < 2.5
+
+
+def _des_lru_hit_rate(sessions, slots, turn_s, mean_pause_s, pauses, rng, returns=60_000):
+    """Discrete-event simulation: C sessions alternate a turn (fixed length) and a pause; the
+    memory holds ``slots`` session caches; active sessions hold theirs; paused caches are evicted
+    least recently used first when a returning miss needs room. Returns the hit share."""
+    clock = np.zeros(sessions)
+    events = [(rng.uniform(0, turn_s + mean_pause_s), s, "return") for s in range(sessions)]
+    heapq.heapify(events)
+    cached = {}  # paused session -> time its pause began (LRU order = insertion order)
+    active = 0
+    hits = seen = 0
+    while seen < returns:
+        time, s, kind = heapq.heappop(events)
+        if kind == "return":
+            seen += 1
+            if s in cached:
+                hits += 1
+                del cached[s]
+            else:
+                while cached and active + len(cached) + 1 > slots:
+                    del cached[next(iter(cached))]
+            active += 1
+            heapq.heappush(events, (time + turn_s, s, "pause"))
+        else:
+            active -= 1
+            cached[s] = time
+            heapq.heappush(events, (time + pauses(), s, "return"))
+        clock[s] = time
+    return hits / seen
+
+
+@pytest.mark.parametrize("distribution", ["exponential", "lognormal"])
+def test_che_approximation_matches_an_lru_simulation(distribution):
+    rng = np.random.default_rng(7)
+    slots, turn_s, mean_pause, sigma = 24, 1.0, 5.0, 1.0
+    if distribution == "exponential":
+        def pauses():
+            return rng.exponential(mean_pause)
+    else:
+        def pauses():
+            return rng.lognormal(np.log(mean_pause) - sigma**2 / 2, sigma)
+    for sessions in (12, 30, 45, 60, 75):
+        simulated = _des_lru_hit_rate(sessions, slots, turn_s, mean_pause, pauses, rng)
+        busy = sessions * turn_s / (turn_s + mean_pause)
+        che = lru_survival(np.float64(max(slots - busy, 0.0)), np.float64(sessions - busy), np.float64(mean_pause),
+                           distribution, np.float64(sigma))
+        assert float(che.survival) == pytest.approx(simulated, abs=0.05), (sessions, simulated)
+
+
+def test_agent_throughput_collapses_past_the_knee_and_chat_does_not():
+    c = np.unique(np.geomspace(1, 512, 48).astype(int))
+    agent = jp.sweep(**CODE_AGENT, concurrency=c, prefill_model="shared", cache_model="lru").squeeze()
+    x = agent.turns_per_s.values
+    peak = int(np.nanargmax(x))
+    assert 0 < peak < len(c) - 1
+    assert np.all(np.diff(x[: peak + 1]) > 0)  # rises to the knee
+    assert x[-1] < 0.6 * x[peak]  # then loses over 40 %
+    h = agent.hit_rate_eff.values
+    assert h[0] == pytest.approx(0.9) and h[-1] < 0.2 * h[0]
+    assert np.all(np.diff(h) <= 1e-6)
+    assert agent.converged.values.all()
+    assert np.nanmax(agent.memory_wait_ms.values) > 0
+
+    chat = jp.sweep(gpu="h100-sxm", model="llama-3.1-70b", tp=8, concurrency=c, think_time_s=0.0,
+                    context_tokens=1024, hit_rate=0.5, osl=256, delta_tokens=256,
+                    prefill_model="shared", cache_model="lru").squeeze()
+    y = chat.turns_per_s.values
+    assert np.all(np.diff(y) >= -1e-6 * y[1:])  # never falls
+    assert chat.hit_rate_eff.values == pytest.approx(0.5)  # no pause: caches are never lost
+
+
+def test_host_tier_limits():
+    base = dict(CODE_AGENT, hit_rate=1.0, concurrency=[8, 64, 256], prefill_model="shared", cache_model="lru")
+    no_tier = jp.sweep(**base)
+    assert no_tier.hit_rate_eff.min().item() < 0.1  # memory-bound: GPU caches are lost
+    # an unlimited tier: every lost GPU cache is loaded back, no full re-prefill
+    unlimited = jp.sweep(**base, tier_capacity_gb=1e9, tier_bandwidth_gbs=1e9)
+    np.testing.assert_allclose(unlimited.prefill_tokens.values, 2128.0, rtol=1e-6)
+    assert unlimited.tier_hit_rate.max().item() > 0.9
+    assert (unlimited.turns_per_s.values >= no_tier.turns_per_s.values * (1 - 1e-6)).all()
+    # a tier without a link changes nothing
+    dead = jp.sweep(**base, tier_capacity_gb=1e9, tier_bandwidth_gbs=0.0)
+    for name in ("turns_per_s", "ttft_ms", "prefill_tokens", "hit_rate_eff"):
+        np.testing.assert_array_equal(dead[name].values, no_tier[name].values)
+    assert dead.tier_hit_rate.max().item() == 0.0
+
+
+def test_options_are_checked():
+    with pytest.raises(jp.JaxparetoError, match="prefill_model"):
+        jp.sweep(**CODE_AGENT, concurrency=4, prefill_model="disaggregated")
+    with pytest.raises(jp.JaxparetoError, match="cache_model"):
+        jp.sweep(**CODE_AGENT, concurrency=4, cache_model="fifo")
+    with pytest.raises(jp.JaxparetoError, match="method"):
+        jp.sweep(**CODE_AGENT, concurrency=4, cache_model="lru", method="exact")
+    with pytest.raises(jp.JaxparetoError, match="tier_capacity_gb"):
+        jp.sweep(**CODE_AGENT, concurrency=4, tier_capacity_gb=100.0)
+    with pytest.raises(jp.JaxparetoError, match="cache_ttl_s"):
+        jp.sweep(**CODE_AGENT, concurrency=4, cache_model="lru", cache_ttl_s=60.0)
+    with pytest.raises(jp.JaxparetoError, match="prefill_chunk_tokens"):
+        jp.sweep(**CODE_AGENT, concurrency=4, prefill_model="shared", prefill_chunk_tokens=0)
+
+
+@pytest.mark.parametrize("distribution", ["exponential", "lognormal"])
+def test_implicit_gradients_match_finite_differences(distribution):
+    options = ModelOptions(prefill_model="shared", cache_model="lru", pause_distribution=distribution)
+    with jax.enable_x64(True):
+        hw = stack_params([jp.catalog.gpus()["h100-sxm"].to_params()], "float64")
+        model = stack_params([jp.catalog.models()["llama-3.1-70b"].to_params()], "float64")
+        hw, model = (jax.tree_util.tree_map(lambda a: a[0], t) for t in (hw, model))
+        workload, efficiency, solver = shared_scalars(Workload(tier_capacity_gb=200.0, tier_bandwidth_gbs=64.0),
+                                                      Efficiency(), Solver(tol=1e-12), "float64")
+
+        def throughput(x):
+            concurrency, think_time_s = x
+            out = evaluate_point(hw, model, 8.0, concurrency, think_time_s, 34_000.0, 0.9, workload, efficiency,
+                                 solver, options=options)
+            return out.turns_per_s
+
+        for point in ([30.0, 2.0], [55.0, 3.0]):  # before and past the knee
+            x = np.asarray(point)
+            grad = np.asarray(jax.grad(throughput)(x))
+            for k in range(2):
+                step = np.zeros(2)
+                step[k] = 1e-4 * x[k]
+                fd = (throughput(x + step) - throughput(x - step)) / (2 * step[k])
+                assert grad[k] == pytest.approx(float(fd), rel=2e-3, abs=1e-6), (point, k)

@@ -1,0 +1,219 @@
+"""The validation set (jaxpareto/data/validation.csv) and the model's predictions of it."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import pytest
+
+from jaxpareto.cli import main
+from jaxpareto.errors import JaxparetoError
+from jaxpareto.settings import Efficiency
+from jaxpareto.validate import BISECTION_STEPS, _jitted_predict, load_calibration, predict, prediction_fn, validate
+from jaxpareto.validation_set import COLUMNS, LLAMA_2_70B, default_path, load_validation_set
+
+SOURCES = {
+    "MLPerf Inference v5.1": 36,
+    "MLPerf Inference v4.1": 3,
+    "TensorRT-LLM perf-overview": 48,
+    "vLLM blog fp8-kvcache": 14,
+    "InferenceX (inference-sim)": 4,
+    "vLLM KV capacity (inference-sim)": 1,
+}
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return load_validation_set()
+
+
+@pytest.fixture(scope="module")
+def table(rows):
+    return validate(rows)
+
+
+def by_id(frame, row_id):
+    match = frame[frame["id"] == row_id]
+    assert len(match) == 1, row_id
+    return match.iloc[0]
+
+
+def test_csv_parses_with_every_row_sourced(rows):
+    assert list(rows.columns) == list(COLUMNS)
+    assert rows["id"].is_unique
+    assert rows["source"].str.strip().ne("").all() and rows["reference"].str.strip().ne("").all()
+    assert rows.groupby("source").size().to_dict() == SOURCES
+    # every MLPerf server latency carries the load it was logged at
+    server = rows[rows["load"] == "server"]
+    assert len(server) == 24 and (server["load_tokens_per_s"] > 0).all()
+    assert set(server["metric"]) == {"ttft_ms", "tpot_ms"}
+
+
+def test_llama_2_70b_definition():
+    assert LLAMA_2_70B.params_total_b == pytest.approx(68.98, rel=1e-4)
+    assert LLAMA_2_70B.kv_bytes_per_token == 2 * 80 * 8 * 128 * 2
+
+
+def test_predictions_are_finite_for_every_row(table):
+    assert np.isfinite(table["predicted"]).all()
+    assert (table["predicted"] > 0).all()
+    assert table["flag"].eq("").all(), table.loc[table["flag"] != "", ["id", "flag"]]
+
+
+def test_concurrency_one_tpot_matches_the_seed_equations(table):
+    """Llama-3.1-8B bf16 on one H100, bf16 KV, 8,192-token context, concurrency 1 (seed eq. 3)."""
+    params_b, weight_bytes, bandwidth_gbs = 8.03, 2.0, 3350.0
+    kv_bytes_per_token = 2 * 32 * 8 * 128 * 2  # 2 (K, V) x layers x KV heads x head_dim x bf16
+    t_weight_ms = params_b * weight_bytes / bandwidth_gbs * 1e3
+    t_kv_ms = 1 * 8192 * kv_bytes_per_token / (1 * bandwidth_gbs * 1e9) * 1e3
+    t_compute_ms = 2 * params_b * 1e9 * 1 / (989e12) * 1e3
+    tpot_ms = max((t_weight_ms + t_kv_ms) * 1.10, t_compute_ms) / 0.40
+    row = by_id(table, "vllm-fp8kv-itl-c1-bf16-8192")
+    assert row["concurrency"] == 1
+    assert row["predicted"] == pytest.approx(tpot_ms, rel=1e-9)
+
+
+def test_offline_throughput_matches_the_seed_equations_and_counts_every_gpu(table):
+    """MLPerf v5.1 llama2-70b on 16 H100 in 8 TP-2 groups, fp8 weights and KV, 512 in / 265 out."""
+    params_b, gpus, tp, isl, osl = 68.976648192, 16, 2, 512, 265
+    context = isl + osl / 2
+    kv_per_token = 2 * 80 * 8 * 128 * 1  # fp8 KV
+    available_gb = tp * 80.0 - params_b * 1.0
+    sessions = np.floor(available_gb / (context * kv_per_token / 1e9))  # r_kv = 1 at TP 2
+    ttft_ms = 2 * params_b * 1e9 * isl / (tp * 1979e12) * 1e3 / 0.65
+    memory_ms = (params_b * 1.0 / (tp * 3350) * 1e3 + sessions * context * kv_per_token / (tp * 3350e9) * 1e3) * 1.10
+    compute_ms = 2 * params_b * 1e9 * sessions / (tp * 1979e12) * 1e3
+    tpot_ms = max(memory_ms, compute_ms) / 0.40
+    per_group = sessions * osl / ((ttft_ms + osl * tpot_ms) / 1e3)
+    row = by_id(table, "mlperf51-llama2-h100-cisco-offline")
+    assert row["concurrency"] == sessions
+    assert row["predicted"] == pytest.approx(per_group * gpus / tp, rel=1e-9)
+
+
+def test_server_rows_match_the_measured_throughput_by_littles_law(rows, table):
+    server = rows["load"].eq("server").to_numpy()
+    # C = (requests/s per group) x R with R = TTFT + OSL x TPOT, both predicted at that C
+    for key in ("mlperf51-llama2-b200-nvidia", "mlperf51-l405-h100-cisco", "mlperf51-dsr1-gb200nvl72-nvidia"):
+        ttft, tpot = by_id(table, f"{key}-server-ttft"), by_id(table, f"{key}-server-tpot")
+        row = by_id(rows, f"{key}-server-ttft")
+        groups = row["gpus"] / row["tp"]
+        latency_s = (ttft["predicted"] + row["osl"] * tpot["predicted"]) / 1e3
+        requests_per_s = row["load_tokens_per_s"] / groups / row["osl"]
+        assert ttft["concurrency"] == pytest.approx(requests_per_s * latency_s, rel=1e-9)
+    # the same rows evaluated at the matched C as concurrency rows serve the logged load
+    at_c = rows.copy()
+    at_c.loc[server, "load"] = "concurrency"
+    at_c.loc[server, "concurrency"] = table.loc[server, "concurrency"].to_numpy()
+    at_c.loc[server, "metric"] = "output_tokens_per_s_total"
+    at_c.loc[server, "unit"] = "tokens/s"
+    served = predict(at_c)[server]
+    np.testing.assert_allclose(served, rows.loc[server, "load_tokens_per_s"], rtol=1e-9)
+
+
+def test_a_load_beyond_the_model_is_flagged_not_scored(rows):
+    heavy = rows.copy()
+    index = heavy.index[heavy["id"] == "mlperf51-llama2-h200-nebius-server-tpot"][0]
+    heavy.loc[index, "load_tokens_per_s"] = 1e7
+    result = validate(heavy)
+    assert result.loc[index, "flag"].startswith("unreachable")
+    summary = result.attrs["mape"].set_index(["group", "name"])
+    assert summary.loc[("metric", "tpot_ms"), "flagged"] == 1
+    assert summary.loc[("all", "all"), "rows"] == len(rows) - 1
+
+
+def test_gradient_wrt_eta_decode_matches_central_difference(rows):
+    f = prediction_fn(rows)
+    measured = rows["value"].to_numpy()
+    with jax.enable_x64(True):
+        def loss(efficiency):
+            return jnp.sum(jnp.log(f(efficiency) / measured) ** 2)
+
+        grads = jax.grad(loss)(Efficiency())
+        h = 1e-6
+        base = Efficiency()
+        plus = loss(dataclasses.replace(base, eta_decode=base.eta_decode + h))
+        minus = loss(dataclasses.replace(base, eta_decode=base.eta_decode - h))
+        central = float((plus - minus) / (2 * h))
+    assert all(np.isfinite(float(g)) for g in jax.tree_util.tree_leaves(grads))
+    assert float(grads.eta_decode) == pytest.approx(central, rel=1e-6)
+    # the server rows' C moves with eta_decode: their TPOT derivative is the implicit one
+    server_tpot = np.flatnonzero((rows["load"].eq("server") & rows["metric"].eq("tpot_ms")).to_numpy())
+    with jax.enable_x64(True):
+        jac = np.asarray(jax.jacfwd(lambda x: f(dataclasses.replace(Efficiency(), eta_decode=x)))(0.4))
+        fd = (np.asarray(f(dataclasses.replace(Efficiency(), eta_decode=0.4 + h)))
+              - np.asarray(f(dataclasses.replace(Efficiency(), eta_decode=0.4 - h)))) / (2 * h)
+    np.testing.assert_allclose(jac[server_tpot], fd[server_tpot], rtol=1e-6)
+
+
+def test_float32_agrees_with_float64_and_does_not_recompile(rows, table):
+    single = predict(rows, dtype="float32")
+    np.testing.assert_allclose(single, table["predicted"], rtol=1e-4)
+    jitted = _jitted_predict("exact", BISECTION_STEPS)
+    compiled = jitted._cache_size()
+    # a new Predictor with other efficiencies reuses the compiled program
+    again = prediction_fn(rows, dtype="float32")(Efficiency(eta_decode=0.5))
+    assert jitted._cache_size() == compiled
+    assert not np.allclose(np.asarray(again), single)  # TPOT rows moved with eta_decode
+
+
+def test_float64_prediction_needs_x64(rows):
+    with pytest.raises(JaxparetoError, match="enable_x64"):
+        prediction_fn(rows)(Efficiency())
+
+
+def test_cli_prints_mape_per_source_and_metric(capsys, tmp_path):
+    assert main(["validate"]) == 0
+    out = capsys.readouterr().out
+    assert "MAPE per source" in out and "MAPE per metric" in out
+    for name in (*SOURCES, "output_tokens_per_s_total", "ttft_ms", "tpot_ms", "itl_ms", "kv_capacity_tokens"):
+        assert name in out
+    calibration = tmp_path / "cal.toml"
+    calibration.write_text("[efficiency]\neta_decode = 0.8\n\n[fit]\nrows = 106\n")  # other tables are ignored
+    assert load_calibration(calibration) == Efficiency(eta_decode=0.8)
+    assert main(["validate", "--calibration", str(calibration)]) == 0
+    assert "cal.toml" in capsys.readouterr().out
+
+
+def test_calibration_with_unknown_field_is_refused(capsys, tmp_path):
+    calibration = tmp_path / "bad.toml"
+    calibration.write_text("[efficiency]\neta_decod = 0.8\n")
+    with pytest.raises(JaxparetoError, match="eta_decod.*allowed: eta_prefill, eta_decode"):
+        load_calibration(calibration)
+    assert main(["validate", "--calibration", str(calibration)]) == 2
+    assert "unknown fields" in capsys.readouterr().err
+    calibration.write_text("[efficiency]\neta_decode = 1.5\n")
+    with pytest.raises(JaxparetoError, match="eta_decode"):
+        load_calibration(calibration)
+
+
+@pytest.mark.parametrize(("field", "value", "match"), [
+    ("source", "", "source: is empty"),
+    ("reference", " ", "reference: is empty"),
+    ("gpu", "h999", "unknown GPU"),
+    ("value", "-3", "value: must be a finite number > 0"),
+    ("unit", "s", "measured in ms"),
+    ("metric", "latency_ms", "unknown value 'latency_ms'"),
+    ("load_tokens_per_s", "", "required for"),
+    ("tp", "3", "do not split into TP groups"),
+])
+def test_a_row_with_a_bad_field_is_refused(tmp_path, field, value, match):
+    raw = pd.read_csv(default_path(), dtype=str, keep_default_na=False)
+    row_id = "mlperf51-l405-h100-cisco-server-tpot"
+    raw.loc[raw["id"] == row_id, field] = value
+    path = tmp_path / "bad.csv"
+    raw.to_csv(path, index=False)
+    with pytest.raises(JaxparetoError) as error:
+        load_validation_set(path)
+    message = str(error.value)
+    assert f"validation row {row_id!r}" in message and f".{field}" in message
+    assert match in message
+
+
+def test_missing_column_is_refused(tmp_path):
+    raw = pd.read_csv(default_path(), dtype=str, keep_default_na=False).drop(columns="reference")
+    path = tmp_path / "bad.csv"
+    raw.to_csv(path, index=False)
+    with pytest.raises(JaxparetoError, match="missing \\['reference'\\]"):
+        load_validation_set(path)
