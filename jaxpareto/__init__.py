@@ -11,6 +11,7 @@ Public API::
 from importlib.metadata import PackageNotFoundError, version
 
 from jaxpareto import catalog
+from jaxpareto.calibrate import CalibrationResult, calibrate
 from jaxpareto.cost import add_costs
 from jaxpareto.errors import JaxparetoError
 from jaxpareto.hardware import Hardware
@@ -20,11 +21,15 @@ from jaxpareto.model import Model
 from jaxpareto.pareto import frontier_table, pareto_front
 from jaxpareto.plot import plot_cache_comparison, plot_frontier, plot_memory_wall, save_plots  # lazy matplotlib
 from jaxpareto.optimize import OptimizeResult, optimize
+from jaxpareto.options import ModelOptions
+from jaxpareto.settings import Efficiency
 from jaxpareto.reduce import pareto_sweep
 from jaxpareto.session import session_sweep
 from jaxpareto.sizing import SizingResult, size_deployment
 from jaxpareto.store import sweep_to_zarr, to_zarr
 from jaxpareto.sweep import sweep
+from jaxpareto.validate import predict, validate
+from jaxpareto.validation_set import load_validation_set
 
 try:
     __version__ = version("jaxpareto")
@@ -32,7 +37,14 @@ except PackageNotFoundError:  # running from a source tree without installing
     __version__ = "0.0.0+source"
 
 __all__ = [
+    "CalibrationResult",
+    "Efficiency",
+    "ModelOptions",
     "add_costs",
+    "calibrate",
+    "load_validation_set",
+    "predict",
+    "validate",
     "agent_from_standard",
     "Hardware",
     "JaxparetoError",

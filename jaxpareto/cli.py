@@ -32,6 +32,7 @@ from jaxpareto.sizing import size_deployment
 from jaxpareto.store import check_new_output, sweep_to_zarr, to_zarr
 from jaxpareto.sweep import plan_sweep, sweep
 from jaxpareto.validate import add_validate_parser
+from jaxpareto.calibrate import add_calibrate_parser
 
 
 class Report:
@@ -462,6 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_metrics_parser(sub)
     add_plot_parser(sub)
     add_validate_parser(sub)
+    add_calibrate_parser(sub)
     return parser
 
 

@@ -14,19 +14,24 @@ time of one token (eq. 2 with L_prefill = 1). Prefill tokens ride in the compute
 memory-bound decode steps, and weights are read once per step for both.
 
 Queueing approximation (two-mode fluid model). While prefill work is waiting the engine runs
-full-chunk steps of length T_f = T(B, P), serving prefill at μ = P / T_f tokens per ms; otherwise
-pure decode steps of length T_0 = T(B, 0) (the seed's TPOT). At throughput X [turns/ms] and
-L_prefill tokens per turn, the prefill load is ρ = X L_prefill / μ < 1, the share of time spent
-in full-chunk steps. Then
+prefill steps of length T_f = T(B, p) carrying p = min(P, L_prefill / (1 - ρ')) tokens (one
+prefill's at light load, a full chunk as prefills queue up), serving prefill at μ = p / T_f
+tokens per ms; otherwise pure decode steps of length T_0 = T(B, 0) (the seed's TPOT). At
+throughput X [turns/ms] and L_prefill tokens per turn, the prefill load is ρ = X L_prefill / μ
+< 1, the share of time spent in prefill steps. Then
 
-- TPOT = 1 / (ρ / T_f + (1 - ρ) / T_0): one token per step, steps of both kinds;
-- TTFT = S / (1 - ρ), with S = max(L_prefill / P, 1) x T(B, min(L_prefill, P)) the prefill's
+- TPOT = 1 / (ρ' / T_f + (1 - ρ') / T_0): one token per step, steps of both kinds;
+- TTFT = S / (1 - ρ'), with S = max(L_prefill / P, 1) x T(B, min(L_prefill, P)) the prefill's
   time alone: the mean response time of a processor-sharing queue (Kleinrock 1976, vol. 2,
   section 4.4), which holds for any distribution of prefill sizes;
+- ρ' = ρ (C - 1) / C is the load a session sees: not its own prefill, which it neither queues
+  behind nor decodes during (the arrival theorem of closed networks, Lavenberg and Reiser
+  1980); one session alone (C = 1) gets eq. 2's TTFT and eq. 3's TPOT;
 - B = X R (Little's law over the active sessions, which, as in the seed, all sit in the batch).
 
-For a given B these three close into one quadratic in ρ with exactly one root in [0, 1), so
-R(B) is explicit and the seed's closed loop B = C_eff R(B) / (R(B) + Z) is solved as before.
+For a given B, X R - B increases with ρ from -B to infinity, so one ρ in [0, 1) closes the
+three (found by bisection), R(B) follows, and the seed's closed loop B = C_eff R(B) / (R(B) + Z)
+is solved as before.
 GPU time is conserved by construction: per unit time, prefill plus decode compute never exceeds
 what the GPU delivers (every step's compute fits in its own time), so ``gpu_utilization`` <= 1.
 TTFT includes the wait for prefill capacity, which is what grows several times faster than TPOT
@@ -75,14 +80,15 @@ def step_ms(step: DecodeStep, eta_decode: jax.Array, elementwise_overhead: jax.A
 _BISECTION_STEPS = 40  # on s = -ln(1 - ρ) in [0, 40]: 1e-11 of the bracket
 
 
-def shared_turn(step: DecodeStep, batch: jax.Array, prefill_tokens: jax.Array, osl: jax.Array,
-                chunk_tokens: jax.Array, prefill_ms_per_token: jax.Array, eta_decode: jax.Array,
+def shared_turn(step: DecodeStep, batch: jax.Array, concurrency: jax.Array, prefill_tokens: jax.Array,
+                osl: jax.Array, chunk_tokens: jax.Array, prefill_ms_per_token: jax.Array, eta_decode: jax.Array,
                 elementwise_overhead: jax.Array) -> EngineTurn:
     """TTFT and TPOT of a turn in the shared engine at batch B (module docstring).
 
     Args:
         step: the seed's decode step at B.
         batch: B, active sessions [sessions] (> 0).
+        concurrency: C_eff, the sessions that generate the load [sessions] (>= 1).
         prefill_tokens: L_prefill of the turn [tokens] (>= 0).
         osl: output tokens per turn [tokens].
         chunk_tokens: P, prefill tokens per step at most [tokens] (> 0).
@@ -100,15 +106,20 @@ def shared_turn(step: DecodeStep, batch: jax.Array, prefill_tokens: jax.Array, o
     tokens = jnp.maximum(prefill_tokens, 1e-6)  # a turn with nothing to prefill still waits one step
     service = jnp.maximum(tokens / chunk_tokens, 1.0) * t(jnp.minimum(tokens, chunk_tokens))
 
+    # a session does not queue behind, or decode during, its own prefill: by the arrival theorem
+    # of closed networks (Lavenberg and Reiser 1980) it sees the load of the other C - 1
+    others = 1.0 - 1.0 / jnp.maximum(concurrency, 1.0)
+
     def turn_at(s):
         rho = -jnp.expm1(-s)
+        seen = rho * others
         # tokens a prefill step carries: one prefill's, growing to a full chunk as prefills queue
         # up (1 / (1 - ρ) of them are in the system while one is, for processor sharing)
-        per_step = jnp.minimum(chunk_tokens, tokens * jnp.exp(s))
+        per_step = jnp.minimum(chunk_tokens, tokens / (1.0 - seen))
         tf = t(per_step)
         throughput = rho * per_step / tf / tokens  # X [turns per ms]
-        tpot = t0 * tf / (rho * t0 + (1.0 - rho) * tf)
-        ttft = service * jnp.exp(s)
+        tpot = t0 * tf / (seen * t0 + (1.0 - seen) * tf)
+        ttft = service / (1.0 - seen)
         return throughput * (ttft + osl * tpot) - batch, EngineTurn(ttft, tpot, rho)
 
     def bisect(_, bracket):

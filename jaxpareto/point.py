@@ -115,8 +115,8 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         isolated_ttft = turn.ttft_ms
     step = decode_step(turn.decode, batch_run, options.expert_routing)
     if options.prefill_model == "shared":
-        engine = shared_turn(step, batch_run, work.tokens, turn.osl, turn.chunk_tokens, turn.prefill_ms_per_token,
-                             turn.decode.eta_decode, turn.decode.elementwise_overhead)
+        engine = shared_turn(step, batch_run, turn.concurrency, work.tokens, turn.osl, turn.chunk_tokens,
+                             turn.prefill_ms_per_token, turn.decode.eta_decode, turn.decode.elementwise_overhead)
         ttft = engine.ttft_ms + turn.ttft_overhead_ms + work.delay_ms
         tpot, load = engine.tpot_ms, engine.prefill_load
     else:

@@ -18,9 +18,14 @@ Load. Rows are evaluated at what they were measured at:
   or the row's concurrency if it gives one.
 - ``server`` (a latency logged while serving ``load_tokens_per_s``): Little's-law matching. With
   Z = 0 the model's closed loop serves X(C) = C x OSL / R(C) output tokens/s per TP group, which
-  rises with C; the continuous C in [1, concurrency_max] with X(C) = load_tokens_per_s / groups is
-  found by bisection (`BISECTION_STEPS` halvings) and TTFT / TPOT are evaluated there (C = X R /
-  OSL: Little's law with the model's own turn latency R). A row whose load is above X at
+  rises with C; the continuous C in [1, concurrency_max] with X(C) = the target is found by
+  bisection (`BISECTION_STEPS` halvings) and TTFT / TPOT are evaluated there (C = X R / OSL:
+  Little's law with the model's own turn latency R). The target is the same share of the
+  model's capacity X(concurrency_max) as the measured load is of the system's measured offline
+  throughput (``capacity_tokens_per_s``): a server benchmark runs near its own saturation, and
+  its latencies there depend on how close it is, which the absolute load would misplace
+  whenever the model's capacity is off (the offline rows score the capacity itself). Rows
+  without a capacity are matched to the absolute load per group; a load above X at
   concurrency_max (or below X(1)) is flagged unreachable and evaluated at that bound.
 - ``static``: ``kv_capacity_tokens`` is concurrency_max at a 1-token context: M_avail / κ r_kv.
 
@@ -43,7 +48,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import tomllib
 from pathlib import Path
 
 import jax
@@ -51,9 +55,12 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
+from jaxpareto.calibration_file import load_calibration as read_calibration
 from jaxpareto.errors import JaxparetoError
 from jaxpareto.hardware import HardwareParams
 from jaxpareto.model import ModelParams
+from jaxpareto.optimize import solver_for
+from jaxpareto.options import ModelOptions, PREFILL_MODELS
 from jaxpareto.point import evaluate_point
 from jaxpareto.settings import Efficiency, Solver, Workload
 from jaxpareto.validation_set import COLUMNS, load_validation_set, row_gpu, row_model
@@ -83,6 +90,8 @@ class RowInputs:
         metric: index into the candidate predictions (`_METRIC_CODE`).
         server: the row is matched to ``target``.
         target: a server row's load per TP group [output tokens/s] (0 elsewhere).
+        load_fraction: a server row's load over its system's measured capacity, matched as that
+            share of the model's capacity; 0 where no capacity is given (absolute matching).
     """
 
     hw: HardwareParams
@@ -97,6 +106,7 @@ class RowInputs:
     metric: np.ndarray
     server: np.ndarray
     target: np.ndarray
+    load_fraction: np.ndarray
 
 
 def _stack(params: list, dtype) -> object:
@@ -133,6 +143,8 @@ def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl")
     tp, gpus = num(rows["tp"]), num(rows["gpus"])
     server = load == "server"
     target = np.where(server, num(rows["load_tokens_per_s"]) / (gpus / tp), 0.0).astype(dt)
+    fraction = num(rows["load_tokens_per_s"]) / num(rows["capacity_tokens_per_s"])
+    fraction = np.where(server & np.isfinite(fraction), fraction, 0.0).astype(dt)
     defaults = Workload()
     workload = Workload(**{f.name: np.full(n, getattr(defaults, f.name), dtype=dt)
                            for f in dataclasses.fields(Workload)})
@@ -150,16 +162,19 @@ def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl")
         metric=np.asarray([_METRIC_CODE[m] for m in rows["metric"]], np.int32),
         server=server,
         target=target,
+        load_fraction=fraction,
     )
 
 
-def _outputs(inputs: RowInputs, efficiency, solver, concurrency, method):
-    """`evaluate_point` vmapped over the rows at per-row ``concurrency`` (the model's default
-    options: the seed's equations)."""
+def _outputs(inputs: RowInputs, efficiency, solver, concurrency, options):
+    """`evaluate_point` vmapped over the rows at per-row ``concurrency`` under the model
+    ``options`` (default the seed's equations; the exact closed-loop solver where R(B) is
+    piecewise linear, else the damped one)."""
 
     def one(hw, model, tp, c, z, ctx, h, workload):
         return evaluate_point(hw=hw, model=model, tp=tp, concurrency=c, think_time_s=z, context_tokens=ctx,
-                              hit_rate=h, workload=workload, efficiency=efficiency, solver=solver, method=method)
+                              hit_rate=h, workload=workload, efficiency=efficiency, solver=solver,
+                              method=solver_for(options), options=options)
 
     return jax.vmap(one)(inputs.hw, inputs.model, inputs.tp, concurrency, inputs.think_time_s, inputs.context_tokens,
                          inputs.hit_rate, inputs.workload)
@@ -170,46 +185,54 @@ def _group_throughput(out, inputs: RowInputs):
     return out.output_tokens_per_s_per_gpu * inputs.tp
 
 
-def _solve_server(inputs: RowInputs, efficiency, solver, method, steps):
+def _target(inputs: RowInputs, capacity):
+    """A server row's throughput to match per group: its share of the model's ``capacity``, or
+    the absolute load where no measured capacity is given."""
+    return jnp.where(inputs.load_fraction > 0, inputs.load_fraction * capacity, inputs.target)
+
+
+def _solve_server(inputs: RowInputs, efficiency, solver, options, steps):
     """Bisection for the server rows' C (no gradients): X(C) = target on [1, concurrency_max]."""
     throughput = functools.partial(_group_throughput, inputs=inputs)
-    evaluate = functools.partial(_outputs, inputs, efficiency, solver, method=method)
+    evaluate = functools.partial(_outputs, inputs, efficiency, solver, options=options)
     ones = jnp.ones_like(inputs.tp)
     first = evaluate(ones)
     cmax = first.concurrency_max.astype(inputs.tp.dtype)
     hi0 = jnp.maximum(cmax, 1.0)
     x_lo, x_hi = throughput(first), throughput(evaluate(hi0))
-    reachable = inputs.server & (x_lo <= inputs.target) & (inputs.target <= x_hi)
+    target = _target(inputs, x_hi)
+    reachable = inputs.server & (x_lo <= target) & (target <= x_hi)
 
     def halve(_, bounds):
         lo, hi = bounds
         mid = 0.5 * (lo + hi)
-        below = throughput(evaluate(mid)) < inputs.target
+        below = throughput(evaluate(mid)) < target
         return jnp.where(below, mid, lo), jnp.where(below, hi, mid)
 
     lo, hi = jax.lax.fori_loop(0, steps, halve, (ones, hi0))
-    bound = jnp.where(inputs.target > x_hi, hi0, ones)  # where an unreachable row is evaluated
+    bound = jnp.where(target > x_hi, hi0, ones)  # where an unreachable row is evaluated
     c0 = jnp.where(inputs.server, jnp.where(reachable, 0.5 * (lo + hi), bound), ones)
     return c0, reachable, cmax, x_hi
 
 
-def _predict(inputs: RowInputs, efficiency, solver, *, method, steps):
+def _predict(inputs: RowInputs, efficiency, solver, *, options, steps):
     """Predictions and diagnostics; a pure function of ``efficiency`` (differentiable)."""
     frozen = jax.lax.stop_gradient(efficiency)
-    c0, reachable, cmax, x_max = _solve_server(inputs, frozen, solver, method, steps)
+    c0, reachable, cmax, x_max = _solve_server(inputs, frozen, solver, options, steps)
 
     def x_of(eff, c):
-        return _group_throughput(_outputs(inputs, eff, solver, c, method), inputs)
+        return _group_throughput(_outputs(inputs, eff, solver, c, options), inputs)
 
     # Newton step with a held slope: value C0, derivative -(dX/dθ) / (dX/dC) (implicit function).
     _, slope = jax.jvp(functools.partial(x_of, frozen), (c0,), (jnp.ones_like(c0),))
     solved = reachable & (slope > 0)
     slope = jax.lax.stop_gradient(jnp.where(solved, slope, 1.0))
-    residual = jnp.where(solved, x_of(efficiency, c0) - inputs.target, 0.0)
+    capacity = x_of(efficiency, jnp.maximum(cmax, 1.0))
+    residual = jnp.where(solved, x_of(efficiency, c0) - _target(inputs, capacity), 0.0)
     c_server = jnp.where(solved, c0 - residual / slope, c0)
     concurrency = jnp.where(inputs.server, c_server, inputs.concurrency)
 
-    out = _outputs(inputs, efficiency, solver, concurrency, method)
+    out = _outputs(inputs, efficiency, solver, concurrency, options)
     candidates = jnp.stack([
         out.output_tokens_per_s_per_gpu * inputs.gpus,  # whole system: per-GPU output x all GPUs
         out.tpot_ms,
@@ -229,9 +252,9 @@ def _predict(inputs: RowInputs, efficiency, solver, *, method, steps):
 
 
 @functools.cache
-def _jitted_predict(method: str, steps: int):
+def _jitted_predict(options: ModelOptions, steps: int):
     """One jitted `_predict` per static choice, shared by every `Predictor` (no recompiling)."""
-    return jax.jit(functools.partial(_predict, method=method, steps=steps))
+    return jax.jit(functools.partial(_predict, options=options, steps=steps))
 
 
 class Predictor:
@@ -246,7 +269,8 @@ class Predictor:
     """
 
     def __init__(self, rows: pd.DataFrame, *, solver: Solver = Solver(), dtype: str = "float64",
-                 prefill: str = "isl", method: str = "exact", bisection_steps: int = BISECTION_STEPS):
+                 prefill: str = "isl", options: ModelOptions = ModelOptions(),
+                 bisection_steps: int = BISECTION_STEPS):
         self.rows = rows.reset_index(drop=True)
         self.dtype = dtype
         self.inputs = row_inputs(self.rows, dtype, prefill)
@@ -255,7 +279,12 @@ class Predictor:
         self.solver = dataclasses.replace(
             solver, damping=np.asarray(solver.damping, dt), tol=np.asarray(solver.tol, dt),
             max_iter=np.asarray(solver.max_iter, np.int32))
-        self._jitted = _jitted_predict(method, int(bisection_steps))
+        self._jitted = _jitted_predict(options.validate(), int(bisection_steps))
+
+    def evaluate(self, efficiency: Efficiency) -> tuple[jax.Array, dict[str, jax.Array]]:
+        """(predictions (rows,), diagnostics of `details`) as JAX arrays: traceable, for losses
+        that need to know which rows are scored (``feasible``, ``reachable``)."""
+        return self._run(efficiency)
 
     def _run(self, efficiency: Efficiency):
         dt = np.dtype(self.dtype)
@@ -287,7 +316,7 @@ def _rows(rows) -> pd.DataFrame:
 
 
 def prediction_fn(rows=None, *, solver: Solver = Solver(), dtype: str = "float64", prefill: str = "isl",
-                  method: str = "exact") -> Predictor:
+                  options: ModelOptions = ModelOptions()) -> Predictor:
     """The rows' predictions as a function of `Efficiency` (for calibration by ``jax.grad``).
 
     Args:
@@ -295,8 +324,9 @@ def prediction_fn(rows=None, *, solver: Solver = Solver(), dtype: str = "float64
             for the shipped set.
         solver: closed-loop solver controls. dtype: "float64" (default) or "float32".
         prefill: "isl" (TTFT prefills the prompt) or "context" (the whole context L).
-        method: closed-loop solver of `evaluate_point` ("exact" default: B = C exactly at Z = 0;
-            "damped" the seed's iteration). The model's other options are `evaluate_point`'s defaults.
+        options: the model's equations (`jaxpareto.options.ModelOptions`; default the seed's).
+            ``ModelOptions(prefill_model="shared")`` makes TTFT at a server load include the wait
+            for prefill capacity. The closed loop uses the exact solver where it applies.
 
     Returns:
         A `Predictor`: ``f(efficiency) -> jnp array (rows,)``.
@@ -308,7 +338,7 @@ def prediction_fn(rows=None, *, solver: Solver = Solver(), dtype: str = "float64
             loss = lambda eff: jnp.mean(jnp.log(f(eff) / measured) ** 2)
             grads = jax.grad(loss)(Efficiency())     # an Efficiency of d loss / d field
     """
-    return Predictor(_rows(rows), solver=solver, dtype=dtype, prefill=prefill, method=method)
+    return Predictor(_rows(rows), solver=solver, dtype=dtype, prefill=prefill, options=options)
 
 
 def _check_efficiency(efficiency: Efficiency) -> Efficiency:
@@ -319,19 +349,19 @@ def _check_efficiency(efficiency: Efficiency) -> Efficiency:
 
 
 def predict(rows=None, efficiency: Efficiency = Efficiency(), solver: Solver = Solver(), dtype: str = "float64",
-            prefill: str = "isl", method: str = "exact") -> np.ndarray:
+            prefill: str = "isl", options: ModelOptions = ModelOptions()) -> np.ndarray:
     """The model's prediction of each row's metric (see the module docstring for how).
 
     Args:
         rows: DataFrame from `load_validation_set`, a CSV path, or None for the shipped set.
         efficiency: efficiency factors (default the seed's: η_p 0.65, η_d 0.40, overhead 1.10).
-        solver, dtype, prefill, method: as in `prediction_fn`.
+        solver, dtype, prefill, options: as in `prediction_fn`.
 
     Returns:
         float64 NumPy array (rows,) in each row's unit; NaN where the model finds the row
         infeasible (weights or one session do not fit).
     """
-    predictor = prediction_fn(rows, solver=solver, dtype=dtype, prefill=prefill, method=method)
+    predictor = prediction_fn(rows, solver=solver, dtype=dtype, prefill=prefill, options=options)
     efficiency = _check_efficiency(efficiency)
     with jax.enable_x64(dtype == "float64"):
         return np.asarray(predictor(efficiency), dtype=np.float64)
@@ -379,7 +409,7 @@ def mape_summary(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def validate(rows=None, efficiency: Efficiency = Efficiency(), solver: Solver = Solver(), dtype: str = "float64",
-             prefill: str = "isl", method: str = "exact") -> pd.DataFrame:
+             prefill: str = "isl", options: ModelOptions = ModelOptions()) -> pd.DataFrame:
     """Compare the model with every row of the validation set.
 
     Args: as in `predict`.
@@ -392,7 +422,7 @@ def validate(rows=None, efficiency: Efficiency = Efficiency(), solver: Solver = 
         summary (`mape_summary`) is in ``.attrs["mape"]``.
     """
     rows = _rows(rows).reset_index(drop=True)
-    predictor = prediction_fn(rows, solver=solver, dtype=dtype, prefill=prefill, method=method)
+    predictor = prediction_fn(rows, solver=solver, dtype=dtype, prefill=prefill, options=options)
     efficiency = _check_efficiency(efficiency)
     with jax.enable_x64(dtype == "float64"):
         details = predictor.details(efficiency)
@@ -410,41 +440,26 @@ def validate(rows=None, efficiency: Efficiency = Efficiency(), solver: Solver = 
 
 
 def load_calibration(path: str | Path) -> Efficiency:
-    """Efficiency factors from a TOML file with an ``[efficiency]`` table.
-
-    Keys are `Efficiency` fields (e.g. ``eta_prefill = 0.7``); absent ones keep their defaults.
-    Other top-level tables (a calibration run's fit statistics, provenance) are ignored.
+    """The `Efficiency` of a calibration TOML (`jaxpareto.calibration_file`): its ``[efficiency]``
+    values over the seed's defaults.
 
     Raises:
-        JaxparetoError: not TOML, no ``[efficiency]`` table, an unknown field (the message
-            lists the allowed ones) or a bad value.
-        OSError: the file cannot be read.
+        JaxparetoError: a missing or non-TOML file, no ``[efficiency]`` table, an unknown field
+            (the allowed ones are listed) or a bad value.
     """
-    path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as error:
-        raise JaxparetoError(f"calibration {path}", f"not valid TOML: {error}") from None
-    table = data.get("efficiency")
-    if not isinstance(table, dict):
-        raise JaxparetoError(f"calibration {path}", "needs an [efficiency] table")
-    allowed = [f.name for f in dataclasses.fields(Efficiency)]
-    unknown = [k for k in table if k not in allowed]
-    if unknown:
-        raise JaxparetoError(f"calibration {path}: efficiency", f"unknown fields {unknown}", allowed)
-    efficiency = Efficiency(**table)
-    efficiency.validate()
-    return efficiency
+    return Efficiency(**read_calibration(path)).validate()
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     efficiency = load_calibration(args.calibration) if args.calibration else Efficiency()
-    table = validate(args.data, efficiency=efficiency, dtype=args.dtype, prefill=args.prefill)
+    table = validate(args.data, efficiency=efficiency, dtype=args.dtype, prefill=args.prefill,
+                     options=ModelOptions(prefill_model=args.prefill_model))
     summary = table.attrs["mape"]
     shown = table.assign(error_pct=table["rel_error"] * 100)[
         ["id", "metric", "load", "concurrency", "measured", "predicted", "error_pct", "unit", "flag"]]
     print(f"validation set: {args.data or 'shipped jaxpareto/data/validation.csv'} ({len(table)} rows); "
-          f"efficiency: {args.calibration or 'seed defaults'} ({efficiency}); prefill: {args.prefill}")
+          f"efficiency: {args.calibration or 'seed defaults'} ({efficiency}); prefill: {args.prefill}, "
+          f"prefill_model: {args.prefill_model}")
     with pd.option_context("display.width", 250, "display.max_rows", 1000, "display.max_colwidth", 70,
                            "display.float_format", "{:,.4g}".format):
         print(shown.to_string(index=False))
@@ -465,5 +480,7 @@ def add_validate_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=DTYPES, default="float64", help="floating point type (default float64)")
     p.add_argument("--prefill", choices=PREFILL, default="isl",
                    help="TTFT prefills the ISL prompt (default) or the whole ISL + OSL/2 context")
+    p.add_argument("--prefill-model", choices=PREFILL_MODELS, default="isolated",
+                   help="the seed's isolated prefill (default) or the shared chunked-prefill engine")
     p.set_defaults(func=_cmd_validate)
     return p

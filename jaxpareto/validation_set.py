@@ -123,6 +123,7 @@ COLUMNS: dict[str, str] = {
     "concurrency": "opt_num",
     "load": "str",
     "load_tokens_per_s": "opt_num",
+    "capacity_tokens_per_s": "opt_num",
     "metric": "str",
     "statistic": "str",
     "value": "num",
@@ -184,6 +185,10 @@ def _check_row(row: dict, where) -> None:
     server = row["load"] == "server"
     if server == math.isnan(row["load_tokens_per_s"]):
         raise JaxparetoError(where("load_tokens_per_s"), "is required for (only for) load 'server' rows")
+    capacity = row["capacity_tokens_per_s"]
+    if not math.isnan(capacity) and not (server and capacity >= row["load_tokens_per_s"]):
+        raise JaxparetoError(where("capacity_tokens_per_s"), "only server rows give it, and it is at least their "
+                                                              "load_tokens_per_s")
     if row["load"] == "concurrency" and math.isnan(row["concurrency"]):
         raise JaxparetoError(where("concurrency"), "is required for load 'concurrency' rows")
     if not math.isnan(row["concurrency"]) and row["concurrency"] < 1:
@@ -211,7 +216,8 @@ def load_validation_set(path: str | Path | None = None) -> pd.DataFrame:
         One row per measurement, columns as in `COLUMNS`: strings (blank optional strings as
         ""), ``gpus`` and ``tp`` as int, numbers as float (blank optional numbers NaN). Units:
         ``isl``, ``osl``, ``context_tokens`` in tokens, ``concurrency`` in sessions,
-        ``load_tokens_per_s`` in output tokens/s of the whole system, ``value`` in ``unit``.
+        ``load_tokens_per_s`` in output tokens/s of the whole system (``capacity_tokens_per_s``: the
+        same system's measured offline throughput, given for server rows), ``value`` in ``unit``.
 
     Raises:
         JaxparetoError: a missing or unknown column, or a row with a bad field (empty

@@ -92,30 +92,47 @@ def test_offline_throughput_matches_the_seed_equations_and_counts_every_gpu(tabl
     assert row["predicted"] == pytest.approx(per_group * gpus / tp, rel=1e-9)
 
 
-def test_server_rows_match_the_measured_throughput_by_littles_law(rows, table):
+def _matched_load(rows, table, key):
+    """What a server row is matched to, whole system [tokens/s]: its measured share of the
+    system's offline capacity, times the model's offline throughput of that system."""
+    row = by_id(rows, f"{key}-server-ttft")
+    offline = by_id(table, f"{key.replace('llama2int', 'llama2')}-offline")
+    return row["load_tokens_per_s"] / row["capacity_tokens_per_s"] * offline["predicted"]
+
+
+def test_server_rows_match_their_share_of_capacity_by_littles_law(rows, table):
     server = rows["load"].eq("server").to_numpy()
+    assert rows.loc[server, "capacity_tokens_per_s"].notna().all()
     # C = (requests/s per group) x R with R = TTFT + OSL x TPOT, both predicted at that C
-    for key in ("mlperf51-llama2-b200-nvidia", "mlperf51-l405-h100-cisco", "mlperf51-dsr1-gb200nvl72-nvidia"):
+    for key in ("mlperf51-llama2-b200-nvidia", "mlperf51-l405-h100-cisco", "mlperf51-dsr1-gb200nvl72-nvidia",
+                "mlperf51-llama2int-b200-nvidia"):
         ttft, tpot = by_id(table, f"{key}-server-ttft"), by_id(table, f"{key}-server-tpot")
         row = by_id(rows, f"{key}-server-ttft")
         groups = row["gpus"] / row["tp"]
         latency_s = (ttft["predicted"] + row["osl"] * tpot["predicted"]) / 1e3
-        requests_per_s = row["load_tokens_per_s"] / groups / row["osl"]
+        requests_per_s = _matched_load(rows, table, key) / groups / row["osl"]
         assert ttft["concurrency"] == pytest.approx(requests_per_s * latency_s, rel=1e-9)
-    # the same rows evaluated at the matched C as concurrency rows serve the logged load
+    # the same rows evaluated at the matched C as concurrency rows serve that load
     at_c = rows.copy()
     at_c.loc[server, "load"] = "concurrency"
     at_c.loc[server, "concurrency"] = table.loc[server, "concurrency"].to_numpy()
     at_c.loc[server, "metric"] = "output_tokens_per_s_total"
     at_c.loc[server, "unit"] = "tokens/s"
     served = predict(at_c)[server]
-    np.testing.assert_allclose(served, rows.loc[server, "load_tokens_per_s"], rtol=1e-9)
+    keys = [i.rsplit("-server-", 1)[0] for i in rows.loc[server, "id"]]
+    np.testing.assert_allclose(served, [_matched_load(rows, table, k) for k in keys], rtol=1e-9)
+    # without a measured capacity, a row is matched to its absolute load
+    absolute = rows.copy()
+    absolute["capacity_tokens_per_s"] = np.nan
+    at_c["concurrency"] = np.where(server, validate(absolute)["concurrency"], at_c["concurrency"])
+    np.testing.assert_allclose(predict(at_c)[server], rows.loc[server, "load_tokens_per_s"], rtol=1e-9)
 
 
 def test_a_load_beyond_the_model_is_flagged_not_scored(rows):
     heavy = rows.copy()
     index = heavy.index[heavy["id"] == "mlperf51-llama2-h200-nebius-server-tpot"][0]
     heavy.loc[index, "load_tokens_per_s"] = 1e7
+    heavy.loc[index, "capacity_tokens_per_s"] = np.nan  # matched to the absolute load
     result = validate(heavy)
     assert result.loc[index, "flag"].startswith("unreachable")
     summary = result.attrs["mape"].set_index(["group", "name"])
@@ -182,7 +199,7 @@ def test_calibration_with_unknown_field_is_refused(capsys, tmp_path):
     with pytest.raises(JaxparetoError, match="eta_decod.*allowed: eta_prefill, eta_decode"):
         load_calibration(calibration)
     assert main(["validate", "--calibration", str(calibration)]) == 2
-    assert "unknown fields" in capsys.readouterr().err
+    assert "calibration.efficiency.eta_decod: unknown field" in capsys.readouterr().err
     calibration.write_text("[efficiency]\neta_decode = 1.5\n")
     with pytest.raises(JaxparetoError, match="eta_decode"):
         load_calibration(calibration)

@@ -1,0 +1,92 @@
+"""Calibration (optax) and the opt-in terms it fits: per-step and per-request overheads and the
+tensor-parallel all-reduce."""
+
+import numpy as np
+import pytest
+
+import jaxpareto as jp
+from jaxpareto.calibrate import DEFAULT_FIELDS, calibrate, split_rows
+from jaxpareto.cli import main
+from jaxpareto.options import ModelOptions
+from jaxpareto.validation_set import load_validation_set
+
+CELL = dict(gpu="h100-sxm", model="llama-3.1-70b", tp=8, concurrency=[1, 16], think_time_s=0.0,
+            context_tokens=4096, hit_rate=0.0)
+
+
+def test_overheads_add_exactly():
+    seed = jp.sweep(**CELL)
+    more = jp.sweep(**CELL, decode_overhead_ms=3.0, ttft_overhead_ms=40.0)
+    # C = 1: the batch stays 1, so TPOT and TTFT move by the overheads alone
+    assert more.tpot_ms.values.ravel()[0] == pytest.approx(seed.tpot_ms.values.ravel()[0] + 3.0, rel=1e-6)
+    np.testing.assert_allclose(more.ttft_ms.values, seed.ttft_ms.values + 40.0, rtol=1e-6)
+    assert (more.turns_per_s.values < seed.turns_per_s.values).all()
+
+
+def test_allreduce_term_matches_the_ring_formula():
+    latency_us, scale = 8.0, 1.0
+    one = dict(CELL, concurrency=1)
+    base = jp.sweep(**one)
+    ar = jp.sweep(**one, allreduce_scale=scale, allreduce_latency_us=latency_us)
+    # 2 all-reduces per layer, ring 2 (G - 1) / G, 16-bit activations of hidden 8192, NVLink4 450 GB/s
+    per_token_ms = scale * 2 * 80 * 2 * 7 / 8 * 8192 * 2 / 450e9 * 1e3
+    fixed_ms = 2 * 80 * latency_us / 1e3
+    assert ar.tpot_ms.item() == pytest.approx(base.tpot_ms.item() + fixed_ms + per_token_ms, rel=1e-5)
+    assert ar.ttft_ms.item() == pytest.approx(base.ttft_ms.item() + fixed_ms + 4096 * per_token_ms, rel=1e-5)
+    # one GPU has nothing to all-reduce
+    single = dict(CELL, model="llama-3.1-8b", tp=1, concurrency=1)
+    np.testing.assert_array_equal(jp.sweep(**single, allreduce_scale=1.0, allreduce_latency_us=50.0).tpot_ms,
+                                  jp.sweep(**single).tpot_ms)
+    # the exact solver's linear pieces carry the terms too
+    kwargs = dict(CELL, concurrency=[1, 8, 64, 512], decode_overhead_ms=2.0, allreduce_scale=1.0,
+                  allreduce_latency_us=latency_us)
+    np.testing.assert_allclose(jp.sweep(**kwargs, method="exact").latency_ms, jp.sweep(**kwargs).latency_ms,
+                               rtol=1e-5)
+
+
+def test_split_is_stratified_and_seeded():
+    rows = load_validation_set()
+    test = split_rows(rows, 0.3, seed=0)
+    np.testing.assert_array_equal(test, split_rows(rows, 0.3, seed=0))
+    assert not np.array_equal(test, split_rows(rows, 0.3, seed=1))
+    for _, group in rows.assign(test=test).groupby(["source", "metric"]):
+        if len(group) >= 2:
+            assert 0 < group["test"].sum() < len(group)
+    assert 0.2 < test.mean() < 0.4
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    return calibrate(options=ModelOptions(), steps=150, learning_rate=0.1)
+
+
+def test_calibration_lowers_training_error_and_not_held_out_error(fitted):
+    assert fitted.loss[-1] < 0.7 * fitted.loss[0]
+    summary = fitted.summary().set_index(["split", "metric"])
+    assert summary.loc[("train", "all"), "after"] < summary.loc[("train", "all"), "before"]
+    assert summary.loc[("test", "all"), "after"] <= summary.loc[("test", "all"), "before"]
+    # the fitted factors are valid and the unfitted one kept
+    assert 0 < fitted.efficiency.eta_decode <= 1 and fitted.efficiency.elementwise_overhead == 1.10
+    assert set(fitted.fields) == set(DEFAULT_FIELDS)
+
+
+def test_calibration_file_round_trips_into_sweep(fitted, tmp_path):
+    path = tmp_path / "calibration.toml"
+    path.write_text(fitted.to_toml())
+    ds = jp.sweep(**CELL, calibration=path)
+    for field in DEFAULT_FIELDS:
+        assert ds.attrs[field] == pytest.approx(getattr(fitted.efficiency, field), rel=1e-5)
+    assert jp.validate(efficiency=jp.Efficiency(**{f: ds.attrs[f] for f in DEFAULT_FIELDS})).shape[0] == 106
+
+
+def test_calibrate_cli(tmp_path, capsys):
+    out = tmp_path / "cal.toml"
+    args = ["calibrate", "--out", str(out), "--steps", "20", "--prefill-model", "isolated"]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "MAPE (%) before and after" in printed and out.exists()
+    assert main(args) == 2  # refuses to overwrite
+    assert "--overwrite" in capsys.readouterr().err
+    assert main(["calibrate", "--out", str(tmp_path / "x.toml"), "--fit", "eta_decod"]) == 2
+    assert "cannot fit 'eta_decod'" in capsys.readouterr().err
+    assert main(["sweep", "--calibration", str(out), "--variables", "tpot_ms"]) == 0
