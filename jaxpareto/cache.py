@@ -35,9 +35,9 @@ import jax.numpy as jnp
 from jax.scipy.special import ndtr
 
 from jaxpareto.options import PAUSE_DISTRIBUTIONS
+from jaxpareto.roots import increasing_root
 
-_BISECTION_STEPS = 48  # log-time bisection of the lognormal T_c: 2^-48 of a 60-unit bracket
-_LOG_BRACKET = 30.0  # T_c / Z in [e^-30, e^30]
+_LOG_BRACKET = 30.0  # the lognormal T_c / Z in [e^-30, e^30]
 
 
 def _safe_mean(think_time_s):
@@ -126,19 +126,10 @@ def lru_survival(free_slots: jax.Array, paused_sessions: jax.Array, think_time_s
     elif distribution == "deterministic":
         lifetime = share * z
     else:
-        def bisect(_, bracket):
-            lo, hi = bracket
-            mid = 0.5 * (lo + hi)
-            low_side = paused_age_cdf(z * jnp.exp(mid), z, distribution, sigma) < share
-            return jnp.where(low_side, mid, lo), jnp.where(low_side, hi, mid)
+        def excess(u):  # increasing in u = ln(T / Z)
+            return paused_age_cdf(z * jnp.exp(u), z, distribution, sigma) - share
 
-        lo, hi = jax.lax.fori_loop(0, _BISECTION_STEPS, bisect, (-_LOG_BRACKET + 0.0 * z, _LOG_BRACKET + 0.0 * z))
-        # one Newton step from the (constant) bisection root: same value, and the implicit
-        # derivative du = d(share) / G'(u) for gradients (G(u) = P(age < Z e^u))
-        root = jax.lax.stop_gradient(0.5 * (lo + hi))
-        g, slope = jax.jvp(lambda u: paused_age_cdf(z * jnp.exp(u), z, distribution, sigma), (root,),
-                           (jnp.ones_like(root),))
-        step = jnp.clip((g - share) / jnp.maximum(slope, 1e-30), -1e-3, 1e-3)  # flat tails: no blow-up
-        lifetime = z * jnp.exp(root - step)
+        zero = 0.0 * z
+        lifetime = z * jnp.exp(increasing_root(excess, zero - _LOG_BRACKET, zero + _LOG_BRACKET))
     survival = pause_cdf(lifetime, z, distribution, sigma)
     return LruSurvival(jnp.where(fits, 1.0, survival), jnp.where(fits, jnp.inf, lifetime))

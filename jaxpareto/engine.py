@@ -30,7 +30,7 @@ throughput X [turns/ms] and L_prefill tokens per turn, the prefill load is ρ = 
 - B = X R (Little's law over the active sessions, which, as in the seed, all sit in the batch).
 
 For a given B, X R - B increases with ρ from -B to infinity, so one ρ in [0, 1) closes the
-three (found by bisection), R(B) follows, and the seed's closed loop B = C_eff R(B) / (R(B) + Z)
+three (bracketed Newton, `jaxpareto.roots`), R(B) follows, and the seed's closed loop B = C_eff R(B) / (R(B) + Z)
 is solved as before.
 GPU time is conserved by construction: per unit time, prefill plus decode compute never exceeds
 what the GPU delivers (every step's compute fits in its own time), so ``gpu_utilization`` <= 1.
@@ -46,6 +46,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxpareto.decode import DecodeStep
+from jaxpareto.roots import increasing_root
 
 
 class EngineTurn(NamedTuple):
@@ -77,7 +78,7 @@ def step_ms(step: DecodeStep, eta_decode: jax.Array, elementwise_overhead: jax.A
     return jnp.maximum(memory_ms, compute_ms) + step.t_fixed_ms
 
 
-_BISECTION_STEPS = 40  # on s = -ln(1 - ρ) in [0, 40]: 1e-11 of the bracket
+_LOAD_BRACKET = 40.0  # s = -ln(1 - ρ) in [0, 40]: ρ up to 1 - 4e-18
 
 
 def shared_turn(step: DecodeStep, batch: jax.Array, concurrency: jax.Array, prefill_tokens: jax.Array,
@@ -96,8 +97,8 @@ def shared_turn(step: DecodeStep, batch: jax.Array, concurrency: jax.Array, pref
         eta_decode, elementwise_overhead: of eq. 3.
 
     Returns:
-        `EngineTurn`. ρ is found by bisection on -ln(1 - ρ) (B - X R is increasing in ρ), then
-        one Newton step from the constant root gives it the implicit derivative.
+        `EngineTurn`. ρ is the root of X R - B, increasing in s = -ln(1 - ρ), found by
+        `jaxpareto.roots.increasing_root` (implicit derivative).
     """
     def t(p):
         return step_ms(step, eta_decode, elementwise_overhead, p, prefill_ms_per_token)
@@ -122,15 +123,6 @@ def shared_turn(step: DecodeStep, batch: jax.Array, concurrency: jax.Array, pref
         ttft = service / (1.0 - seen)
         return throughput * (ttft + osl * tpot) - batch, EngineTurn(ttft, tpot, rho)
 
-    def bisect(_, bracket):
-        lo, hi = bracket
-        mid = 0.5 * (lo + hi)
-        below = turn_at(mid)[0] < 0
-        return jnp.where(below, mid, lo), jnp.where(below, hi, mid)
-
     zero = 0.0 * batch
-    lo, hi = jax.lax.fori_loop(0, _BISECTION_STEPS, bisect, (zero, zero + 40.0))
-    root = jax.lax.stop_gradient(0.5 * (lo + hi))
-    (gap, _), (slope, _) = jax.jvp(turn_at, (root,), (jnp.ones_like(root),))
-    correction = jnp.clip(gap / jnp.maximum(slope, 1e-30), -1e-3, 1e-3)
-    return turn_at(root - correction)[1]
+    root = increasing_root(lambda s: turn_at(s)[0], zero, zero + _LOAD_BRACKET)
+    return turn_at(root)[1]
