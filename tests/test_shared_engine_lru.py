@@ -185,3 +185,19 @@ def test_implicit_gradients_match_finite_differences(distribution):
                 step[k] = 1e-4 * x[k]
                 fd = (throughput(x + step) - throughput(x - step)) / (2 * step[k])
                 assert grad[k] == pytest.approx(float(fd), rel=2e-3, abs=5e-6), (point, k)  # d/dC near 0 past the knee
+
+
+def test_spec_and_sessions_take_the_options():
+    from pathlib import Path
+
+    from jaxpareto.spec import load_spec
+    from jaxpareto.sweep import plan_sweep
+
+    spec = load_spec(Path(__file__).resolve().parents[1] / "sweeps" / "code_agent_collapse.toml")
+    plan = plan_sweep(**spec.sweep_kwargs())
+    assert plan.options == ModelOptions(prefill_model="shared", cache_model="lru")
+    assert plan.workload.tier_capacity_gb == 512 and plan.attrs()["prefill_model"] == "shared"
+    tasks = jp.session_sweep("h100-sxm", "llama-3.1-70b", 8, [8, 128], 2.0, 0.9, turns=5, prefill_model="shared",
+                             cache_model="lru").squeeze()
+    assert np.isfinite(tasks.tasks_per_s.values).all()
+    assert tasks.hit_rate_eff.values[0].min() == pytest.approx(0.9) and tasks.hit_rate_eff.values[1].max() < 0.9
