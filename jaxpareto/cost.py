@@ -1,7 +1,7 @@
 """Cost per turn and per task (seed 002 section 13): the API view and the self-hosted view.
 
 API view: a turn sends its whole context as input, of which a share h is read from the prefix
-cache: cost = ((1 - h) L x input price + h L x cached-input price + OSL x output price) / 1e6,
+cache (h after the cache model: ``hit_rate_eff`` plus ``tier_hit_rate``): cost = ((1 - h) L x input price + h L x cached-input price + OSL x output price) / 1e6,
 prices in USD per million tokens. Self-hosted view: a TP group of G GPUs at a price per
 GPU-hour serves X turns/s, so a turn costs G x price / 3600 / X (and a task, with tasks/s).
 """
@@ -54,10 +54,14 @@ def add_costs(ds: xr.Dataset, *, input_per_mtok: float | None = None, cached_inp
                           (check_number(n, p, low=0) for n, p in zip(("input_per_mtok", "cached_input_per_mtok",
                                                                      "output_per_mtok"), api))))
         context = ds.context_tokens
-        per_turn = api_cost_usd(context, ds.hit_rate * context, osl, **prices)
+        # the hit rate after the cache model (TTL expiry, LRU eviction): an expired cache bills
+        # the whole prompt as uncached input; a host-tier hit is a cache hit to the API user
+        cached = ds.hit_rate_eff + ds.tier_hit_rate if "hit_rate_eff" in ds and "tier_hit_rate" in ds else (
+            ds.hit_rate_eff if "hit_rate_eff" in ds else ds.hit_rate)
+        per_turn = api_cost_usd(context, cached * context, osl, **prices)
         per_turn = per_turn.broadcast_like(ds.feasible).where(ds.feasible)
         out["api_cost_per_turn_usd"] = per_turn.assign_attrs(
-            units="USD", long_name="API cost of a turn: uncached, cached (h x context) and output tokens")
+            units="USD", long_name="API cost of a turn: uncached, cached (hit_rate_eff x context) and output tokens")
         if session:
             out["api_cost_per_task_usd"] = per_turn.sum("turn", skipna=False).assign_attrs(
                 units="USD", long_name="API cost of a task: the sum over its turns")

@@ -29,9 +29,14 @@ throughput X [turns/ms] and L_prefill tokens per turn, the prefill load is ρ = 
   1980); one session alone (C = 1) gets eq. 2's TTFT and eq. 3's TPOT;
 - B = X R (Little's law over the active sessions, which, as in the seed, all sit in the batch).
 
-For a given B, X R - B increases with ρ from -B to infinity, so one ρ in [0, 1) closes the
-three (bracketed Newton, `jaxpareto.roots`), R(B) follows, and the seed's closed loop B = C_eff R(B) / (R(B) + Z)
-is solved as before.
+For a given B, X R - B increases with ρ from -B, so one ρ in [0, 1) closes the three whenever
+B is within what the engine can hold (always at the closed loop's B <= C_eff); it is found by a
+bracketed Newton solve (`jaxpareto.roots`), R(B) follows, and the seed's closed loop
+B = C_eff R(B) / (R(B) + Z) is solved as before.
+Limits of the approximation: a step's time is at least a memory-bound decode step, so a tiny
+prefill (a few hundred tokens on a 70B model) takes one step rather than eq. 2's time, and the
+processor-sharing wait charges queueing that one chunk could absorb when prefills are short and
+outputs very short (OSL of a few tokens).
 GPU time is conserved by construction: per unit time, prefill plus decode compute never exceeds
 what the GPU delivers (every step's compute fits in its own time), so ``gpu_utilization`` <= 1.
 TTFT includes the wait for prefill capacity, which is what grows several times faster than TPOT

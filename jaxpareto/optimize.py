@@ -4,7 +4,8 @@ hardware a workload needs), by exhaustive search or by gradients through the clo
 A scenario is one GPU, model, think time, context and hit rate. The decision is a TP from a set
 of choices and an integer concurrency in ``[lo, hi]``; the objective is one output, maximised or
 minimised; constraints are SLOs on outputs (``{"ttft_ms": ("<=", 2000)}``) plus memory: no more
-sessions than the KV cache holds (C <= concurrency_max).
+sessions than the KV cache holds (C <= concurrency_max), except under ``cache_model="lru"``,
+which admits every session (memory then acts through the hit rate and ``memory_wait_ms``).
 
 - ``method="exhaustive"`` evaluates every (TP, C) and takes the best point that meets every
   constraint: exact, and for a few thousand choices the fastest.
@@ -226,7 +227,9 @@ class Problem:
     # -- candidate selection, shared by both methods ---------------------------------------
     def _score(self, rows: dict) -> tuple[np.ndarray, np.ndarray]:
         """(meets everything, objective score to maximise) for rows of candidates."""
-        ok = rows["feasible"] & rows["converged"] & (rows["concurrency"] <= rows["concurrency_max"])
+        ok = rows["feasible"] & rows["converged"]
+        if self.plan.options.memory_caps_concurrency:
+            ok &= rows["concurrency"] <= rows["concurrency_max"]
         for c in self.constraints:
             ok &= c.met(rows[c.name])
         value = self.sign * rows[self.objective].astype(np.float64)
@@ -342,7 +345,7 @@ class Problem:
             if found["concurrency"][i] >= self.hi:
                 names.append(f"concurrency <= {self.hi}")
             else:
-                if nxt[i] > after["concurrency_max"][i]:
+                if self.plan.options.memory_caps_concurrency and nxt[i] > after["concurrency_max"][i]:
                     names.append("memory")
                 names += [c.describe() for c in self.constraints if not c.met(after[c.name][i])]
             out.append(tuple(names))
@@ -407,11 +410,12 @@ def solver_for(options: ModelOptions) -> str:
     return "exact" if options.piecewise_linear else "damped"
 
 
-def _penalties(out, memory, concurrency, constraints, limits=None):
+def _penalties(out, memory, concurrency, constraints, limits=None, capped=True):
     """Relative violations (> 0 when violated) of the SLOs and of memory, log-scaled.
 
     ``constraints`` are (name, op, limit) triples; ``limits`` (traced) overrides the limits so
-    that new SLO values do not recompile.
+    that new SLO values do not recompile. ``capped`` (static): memory holds all C sessions'
+    KV; else (the LRU cache model, which admits every session) only one session's.
     """
     terms = []
     for k, (name, op, limit) in enumerate(constraints):
@@ -420,7 +424,8 @@ def _penalties(out, memory, concurrency, constraints, limits=None):
         terms.append(jnp.log(value / limit) if op == "<=" else jnp.log(limit / value))
     # memory: C x KV per session <= memory left for KV (continuous: no floor)
     room = jnp.maximum(memory.available_gb, 1e-30)
-    terms.append(jnp.log(concurrency * memory.kv_per_session_gb / room))
+    held = concurrency if capped else 1.0
+    terms.append(jnp.log(held * memory.kv_per_session_gb / room))
     return jnp.stack(terms)
 
 
@@ -443,7 +448,7 @@ def _continuous_search(hw, model, think_time_s, context_tokens, hit_rate, worklo
             memory = memory_budget(hw, model, tp, c, kv_context)
             ok = out.feasible
             value = jnp.where(ok, getattr(out, objective), 1.0)  # double where: no NaN in gradients
-            violations = _penalties(out, memory, c, constraints, limits)
+            violations = _penalties(out, memory, c, constraints, limits, options.memory_caps_concurrency)
             penalty = jnp.where(ok, jnp.sum(jnp.maximum(violations, 0.0) ** 2), 0.0)
             return -sign * jnp.log(jnp.maximum(value, 1e-30)) + weight * penalty
 

@@ -51,3 +51,8 @@ class ModelOptions(NamedTuple):
     def piecewise_linear(self) -> bool:
         """R(B) is piecewise linear in B (what the exact solver needs)."""
         return self.expert_routing == "seed" and self.prefill_model == "isolated" and self.cache_model != "lru"
+
+    @property
+    def memory_caps_concurrency(self) -> bool:
+        """Sessions beyond what KV memory holds are not admitted (all but the LRU model)."""
+        return self.cache_model != "lru"

@@ -7,6 +7,7 @@ nor leak NaN into gradients of the feasible points.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import NamedTuple
 
@@ -29,6 +30,8 @@ from jaxpareto.units import BYTES_PER_GB, MS_PER_S
 
 DECODE_MEMORY, DECODE_COMPUTE, DECODE_NONE = 0, 1, -1
 METHODS = ("damped", "exact")
+# The fixed point's tolerance floor, in units of the dtype's eps, with the shared engine or LRU.
+_INNER_ROOT_EPS = 64
 
 
 class TurnLatency(NamedTuple):
@@ -74,7 +77,7 @@ class TurnState(NamedTuple):
     """Everything about a turn at batch B (scalars; see `turn_state`)."""
 
     latency_ms: jax.Array
-    run_latency_ms: jax.Array
+    memory_wait_ms: jax.Array
     ttft_ms: jax.Array
     tpot_ms: jax.Array
     step: DecodeStep
@@ -89,18 +92,20 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
 
     Seed eq. 1, R(B) = TTFT + TPOT(B) x OSL, where
 
-    - ``cache_model="lru"``: the hit rate is h x the Che survival (`jaxpareto.cache`) in the slots
-      the B active sessions leave free, with the paused sessions C - B competing for them; at most
-      ``slots`` sessions run, the rest wait for memory: R = R_run(min(B, M)) x max(B / M, 1) (Little's
-      law: X = M / R_run, so B - M sessions wait B / M - 1 turn times). Misses may hit the host tier.
+    - ``cache_model="lru"``: at most M = ``slots`` of the B active sessions run (hold their KV);
+      the rest wait for memory, R = R_run(min(B, M)) x max(B / M, 1) (Little's law: X = M / R_run,
+      so B - M sessions wait B / M - 1 turn times), a wait that delays the first token and is
+      part of TTFT. The hit rate is h x the Che survival (`jaxpareto.cache`) in the M - B_run slots
+      the running sessions leave free, with every session not running (C - B_run: paused or
+      waiting) competing for them; misses may hit the host tier, which they compete for too.
     - ``prefill_model="shared"``: TTFT and TPOT from the chunked-prefill engine (`jaxpareto.engine`).
     """
     if options.cache_model == "lru":
         batch_run = jnp.minimum(batch, turn.slots)
-        paused = jnp.maximum(turn.concurrency - batch, 0.0)
+        idle = jnp.maximum(turn.concurrency - batch_run, 0.0)
         free = turn.slots - batch_run
-        gpu = lru_survival(free, paused, turn.think_time_s, options.pause_distribution, turn.pause_sigma)
-        with_tier = lru_survival(free + turn.tier_slots, paused, turn.think_time_s, options.pause_distribution,
+        gpu = lru_survival(free, idle, turn.think_time_s, options.pause_distribution, turn.pause_sigma)
+        with_tier = lru_survival(free + turn.tier_slots, idle, turn.think_time_s, options.pause_distribution,
                                  turn.pause_sigma)
         work = prefill_work(turn.context_tokens, turn.hit_tokens, turn.hit_rate * gpu.survival,
                             turn.hit_rate * (with_tier.survival - gpu.survival), turn.tier_load_ms,
@@ -121,11 +126,11 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         tpot, load = engine.tpot_ms, engine.prefill_load
     else:
         ttft, tpot, load = isolated_ttft, step.tpot_ms, 0.0 * batch
-    run_latency = ttft + tpot * turn.osl
-    latency = run_latency
+    wait = 0.0 * batch
     if options.cache_model == "lru":
-        latency = run_latency * jnp.maximum(batch / turn.slots, 1.0)
-    return TurnState(latency, run_latency, ttft, tpot, step, batch_run, work, lifetime, load)
+        wait = (ttft + tpot * turn.osl) * (jnp.maximum(batch / turn.slots, 1.0) - 1.0)
+    ttft = ttft + wait
+    return TurnState(ttft + tpot * turn.osl, wait, ttft, tpot, step, batch_run, work, lifetime, load)
 
 
 def turn_latency_ms(turn: TurnLatency, batch: jax.Array, options: ModelOptions = ModelOptions()) -> jax.Array:
@@ -210,7 +215,8 @@ def evaluate_point(
             "exact" (closed form per linear piece of R(B), `solve_effective_batch_exact`; needs
             ``options.piecewise_linear``).
         options: which equations (`jaxpareto.options.ModelOptions`, static); the defaults are
-            the seed's.
+            the seed's. With the shared engine or the LRU model the fixed point's tolerance is at
+            least 64 eps of the dtype (7.6e-6 in float32): R(B) then contains inner roots.
 
     Returns:
         `PointOutputs`. Where ``feasible`` is False (no memory left for KV, or not one
@@ -265,6 +271,11 @@ def evaluate_point(
         pause_sigma=workload.pause_sigma + zero, tier_slots=workload.tier_capacity_gb / memory.kv_per_session_gb + zero,
         tier_load_ms=tier_load_ms + zero, chunk_tokens=workload.prefill_chunk_tokens + zero,
     )
+    if options.prefill_model == "shared" or options.cache_model == "lru":
+        # R(B) then holds inner roots solved to the dtype's rounding (about 1e-6 relative in
+        # float32): a tighter tolerance than that would cycle to max_iter on rounding noise
+        floor = _INNER_ROOT_EPS * jnp.finfo(think_ms.dtype).eps
+        solver = dataclasses.replace(solver, tol=jnp.maximum(solver.tol, floor))
     solution = solve_closed_loop(latency_function(options), LoopInputs(turn, concurrency_eff, think_ms), solver,
                                  method, turn_latency_lines)
     state = turn_state(turn, solution.batch, options)
@@ -304,7 +315,7 @@ def evaluate_point(
         cache_lifetime_s=masked(state.cache_lifetime_s) if lru else (
             workload.cache_ttl_s + zero if options.cache_model == "ttl" else zero + jnp.inf),
         gpu_utilization=masked(utilization),
-        memory_wait_ms=masked(latency - state.run_latency_ms),
+        memory_wait_ms=masked(state.memory_wait_ms),
         feasible=ok,
         converged=ok & solution.converged,
         iterations=jnp.where(ok, solution.iterations, 0).astype(jnp.int32),

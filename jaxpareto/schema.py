@@ -24,17 +24,19 @@ AXIS_INFO: dict[str, VariableInfo] = {
 }
 
 OUTPUTS: dict[str, VariableInfo] = {
-    "ttft_ms": VariableInfo("ms", "time to first token (prefill), seed eq. 2"),
+    "ttft_ms": VariableInfo("ms", "time to first token: prefill, seed eq. 2 (plus its waits under the shared "
+                                  "engine and the LRU model)"),
     "tpot_ms": VariableInfo("ms", "time per output token at the effective batch, seed eq. 3"),
     "latency_ms": VariableInfo("ms", "turn latency R = TTFT + TPOT x OSL, seed eq. 1"),
-    "batch_eff": VariableInfo("sessions", "effective decode batch B = C_eff x rho, seed eq. 4"),
+    "batch_eff": VariableInfo("sessions", "effective decode batch B = C_eff x rho, seed eq. 4 (LRU: the running "
+                                          "sessions, at most concurrency_max)"),
     "gpu_active_ratio": VariableInfo("1", "active ratio rho = R / (R + Z)"),
     "turns_per_s": VariableInfo("turns/s", "turn throughput X = C_eff / (R + Z)"),
     "output_tokens_per_s_per_user": VariableInfo("tokens/s", "interactivity 1000 / TPOT"),
     "output_tokens_per_s_per_gpu": VariableInfo("tokens/s/GPU", "output throughput per GPU X x OSL / G"),
     "kv_per_session_gb": VariableInfo("GB", "KV cache held per session, seed eq. 5"),
     "concurrency_max": VariableInfo("sessions", "sessions that fit in KV memory, seed eq. 5"),
-    "concurrency_eff": VariableInfo("sessions", "sessions admitted min(C, concurrency_max)"),
+    "concurrency_eff": VariableInfo("sessions", "sessions admitted min(C, concurrency_max) (LRU: all C)"),
     "prefill_tokens": VariableInfo("tokens", "tokens prefilled per turn h min(dL, L) + (1 - h) L"),
     "t_weight_ms": VariableInfo("ms", "weight loading per decode step, seed eq. 3a"),
     "t_kv_ms": VariableInfo("ms", "KV-cache loading per decode step, seed eq. 3b"),
@@ -46,7 +48,7 @@ OUTPUTS: dict[str, VariableInfo] = {
     "tier_hit_rate": VariableInfo("1", "share of turns loading their prefix from the host KV tier"),
     "cache_lifetime_s": VariableInfo("s", "how long a paused session's cache survives (TTL, LRU T_c; inf: no eviction)"),
     "gpu_utilization": VariableInfo("1", "share of the GPU's achievable compute used by prefill and decode"),
-    "memory_wait_ms": VariableInfo("ms", "wait per turn for KV memory to run (LRU cache model)"),
+    "memory_wait_ms": VariableInfo("ms", "wait per turn for KV memory to run, part of TTFT (LRU cache model)"),
     "feasible": VariableInfo("1", "KV memory admits at least one session"),
     "converged": VariableInfo("1", "closed-loop fixed point converged to tol"),
     "iterations": VariableInfo("1", "damped fixed-point updates performed"),

@@ -84,7 +84,9 @@ def size_deployment(
     if plan.shape[:2] != (1, 1) or any(plan.shape[i] != 1 for i in (4, 5, 6)):
         raise JaxparetoError("scenario", "sizing takes one GPU, model, think time, context and hit rate")
     ds = sweep(**kwargs).squeeze(["gpu", "model", "think_time_s", "context_tokens", "hit_rate"])
-    ok = ds.feasible & ds.converged & (ds.concurrency <= ds.concurrency_max)
+    ok = ds.feasible & ds.converged
+    if plan.options.memory_caps_concurrency:  # the LRU cache model admits every session
+        ok = ok & (ds.concurrency <= ds.concurrency_max)
     for c in cons:
         ok = ok & c.met(ds[c.name])
     rows = []

@@ -116,7 +116,7 @@ def plan_sweep(
     if method not in METHODS:
         raise JaxparetoError("method", f"unknown solver {method!r}", METHODS)
     options = model_options(expert_routing, prefill_model, cache_model, pause_distribution, cache_ttl_s,
-                            tier_capacity_gb)
+                            tier_capacity_gb, tier_bandwidth_gbs, prefill_chunk_tokens, pause_sigma)
     if method == "exact" and not options.piecewise_linear:
         raise JaxparetoError("method", "'exact' needs a piecewise-linear R(B): expert_routing='seed', "
                                        "prefill_model='isolated' and cache_model 'given' or 'ttl'; use 'damped'")
@@ -150,11 +150,14 @@ def plan_sweep(
 
 
 def model_options(expert_routing="seed", prefill_model="isolated", cache_model=None,
-                  pause_distribution="exponential", cache_ttl_s=None, tier_capacity_gb=0.0) -> ModelOptions:
+                  pause_distribution="exponential", cache_ttl_s=None, tier_capacity_gb=0.0, tier_bandwidth_gbs=0.0,
+                  prefill_chunk_tokens=8192, pause_sigma=1.0) -> ModelOptions:
     """The checked `ModelOptions` of the sweep-level arguments.
 
-    ``cache_model`` None means "ttl" when a TTL is given, else "given". A TTL needs the TTL model
-    and a host tier the LRU model.
+    ``cache_model`` None means "ttl" when a TTL is given, else "given". A setting that the chosen
+    equations would ignore is refused rather than silently dropped: a TTL needs the TTL model, a
+    host tier the LRU model, a chunk size the shared engine, a pause distribution other than the
+    default the TTL or LRU model.
 
     Raises:
         JaxparetoError: naming the field and the allowed values.
@@ -165,8 +168,15 @@ def model_options(expert_routing="seed", prefill_model="isolated", cache_model=N
     if (cache_ttl_s is not None) != (cache_model == "ttl"):
         raise JaxparetoError("cache_ttl_s", f"the TTL model needs cache_ttl_s and only it takes one "
                                             f"(cache_model={cache_model!r}, cache_ttl_s={cache_ttl_s!r})", CACHE_MODELS)
-    if tier_capacity_gb and cache_model != "lru":
-        raise JaxparetoError("tier_capacity_gb", f"a host KV tier needs cache_model='lru', not {cache_model!r}")
+    for field, value, default, needs, wanted in (
+            ("tier_capacity_gb", tier_capacity_gb, 0.0, "cache_model", ("lru",)),
+            ("tier_bandwidth_gbs", tier_bandwidth_gbs, 0.0, "cache_model", ("lru",)),
+            ("prefill_chunk_tokens", prefill_chunk_tokens, 8192, "prefill_model", ("shared",)),
+            ("pause_distribution", pause_distribution, "exponential", "cache_model", ("ttl", "lru")),
+            ("pause_sigma", pause_sigma, 1.0, "cache_model", ("ttl", "lru"))):
+        if value != default and getattr(options, needs) not in wanted:
+            raise JaxparetoError(field, f"is only used with {needs} {' or '.join(map(repr, wanted))}, "
+                                        f"not {getattr(options, needs)!r}; leave it at {default!r}")
     return options
 
 

@@ -53,7 +53,8 @@ def least_hardware(
         think_time_s, context_tokens, hit_rate: a value or a list each; every combination is a
             scenario and all must meet the constraints with the same hardware.
         variables: GPU fields to minimise, from `HARDWARE_VARIABLES`.
-        constraints: SLOs ``{output: ("<=" | ">=", limit)}``; memory always applies.
+        constraints: SLOs ``{output: ("<=" | ">=", limit)}``; memory always applies (under
+            ``cache_model="lru"``: one session's KV must fit).
         tp, concurrency: the fixed configuration (one TP, one integer concurrency).
         steps: optax steps of the gradient search.
         **settings: scalars of `jaxpareto.sweep`.
@@ -131,6 +132,9 @@ class _Search:
         self.method, self.options = solver_for(plan.options), plan.options
         self.spec = tuple((c.name, c.op, c.limit) for c in constraints)
 
+    def _penalty_terms(self, out, memory):
+        return _penalties(out, memory, self.c, self.spec, capped=self.options.memory_caps_concurrency)
+
     def _hw(self, u):
         values = dict(zip(self.variables, jnp.exp(u)))
         return dataclasses.replace(self.hw, **values)
@@ -156,7 +160,7 @@ class _Search:
         if not hasattr(self, "_violations"):
             def terms(u):
                 out, memory = self._evaluate(u)
-                found = jax.vmap(lambda o, m: _penalties(o, m, self.c, self.spec))(out, memory)
+                found = jax.vmap(self._penalty_terms)(out, memory)
                 return found, out.feasible & out.converged
 
             self._violations = jax.jit(terms)
@@ -179,7 +183,7 @@ class _Search:
 
         def loss(u, weight):
             out, memory = self._evaluate(u)
-            terms = jax.vmap(lambda o, m: _penalties(o, m, self.c, self.spec))(out, memory)
+            terms = jax.vmap(self._penalty_terms)(out, memory)
             terms = jnp.where(out.feasible[:, None], terms, 1.0)  # double where: no NaN in gradients
             return jnp.sum(u) + weight * jnp.sum(jnp.maximum(terms, 0.0) ** 2)
 

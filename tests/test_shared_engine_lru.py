@@ -157,6 +157,11 @@ def test_options_are_checked():
         jp.sweep(**CODE_AGENT, concurrency=4, cache_model="lru", cache_ttl_s=60.0)
     with pytest.raises(jp.JaxparetoError, match="prefill_chunk_tokens"):
         jp.sweep(**CODE_AGENT, concurrency=4, prefill_model="shared", prefill_chunk_tokens=0)
+    # settings the chosen equations would ignore are refused, not silently dropped
+    for setting in (dict(prefill_chunk_tokens=512), dict(tier_bandwidth_gbs=64.0), dict(pause_sigma=2.0),
+                    dict(pause_distribution="lognormal")):
+        with pytest.raises(jp.JaxparetoError, match=next(iter(setting))):
+            jp.sweep(**CODE_AGENT, concurrency=4, **setting)
 
 
 @pytest.mark.parametrize("distribution", ["exponential", "lognormal"])
@@ -201,3 +206,41 @@ def test_spec_and_sessions_take_the_options():
                              cache_model="lru").squeeze()
     assert np.isfinite(tasks.tasks_per_s.values).all()
     assert tasks.hit_rate_eff.values[0].min() == pytest.approx(0.9) and tasks.hit_rate_eff.values[1].max() < 0.9
+
+
+def test_lru_regressions_from_review():
+    # the optimiser admits sessions beyond the KV memory under LRU (memory acts through h)
+    kw = dict(gpu="h100-sxm", model="llama-3.1-70b", think_time_s=60.0, context_tokens=35000, hit_rate=0.9,
+              objective="turns_per_s", tp=(8,), concurrency=(1, 400), prefill_model="shared", cache_model="lru")
+    best = jp.optimize(**kw, method="exhaustive")
+    assert best.concurrency > best.metrics["concurrency_max"] and "memory" not in best.binding
+    grid = jp.sweep(gpu="h100-sxm", model="llama-3.1-70b", tp=8, concurrency=range(1, 401, 5), think_time_s=60.0,
+                    context_tokens=35000, hit_rate=0.9, prefill_model="shared", cache_model="lru")
+    assert best.value == pytest.approx(float(grid.turns_per_s.where(grid.converged).max()), rel=1e-6)
+    assert jp.optimize(**kw, method="gradient").concurrency == best.concurrency
+    # sessions waiting for memory compete for the host tier too: its hit rate falls with
+    # congestion, never above the tier's share of the sessions not running, and every point converges
+    c = np.asarray([60, 100, 200, 400, 1000])
+    ds = jp.sweep(gpu="h100-sxm", model="llama-3.1-70b", tp=8, concurrency=c, think_time_s=2.0, context_tokens=35000,
+                  hit_rate=1.0, prefill_model="shared", cache_model="lru", tier_capacity_gb=100.0,
+                  tier_bandwidth_gbs=64.0).squeeze()
+    assert ds.converged.values.all()
+    tier_slots = 100.0 / ds.kv_per_session_gb.values[0]
+    assert (ds.tier_hit_rate.values <= np.minimum(tier_slots / (c - ds.batch_eff.values), 1.0) + 1e-6).all()
+    assert (np.diff(ds.tier_hit_rate.values) < 0).all()
+    # the memory wait delays the first token
+    assert (ds.ttft_ms.values >= ds.memory_wait_ms.values).all() and ds.memory_wait_ms.values[-1] > 0
+    np.testing.assert_allclose(ds.latency_ms.values, ds.ttft_ms.values + 128 * ds.tpot_ms.values, rtol=1e-5)
+    # float32 rounding inside the engine's roots no longer cycles to max_iter
+    one = jp.sweep(gpu="b200", model="llama-3.1-8b", tp=8, concurrency=365, think_time_s=10.0, context_tokens=32768,
+                   hit_rate=0.0, prefill_model="shared")
+    assert bool(one.converged.all()) and int(one.iterations.max()) < 200
+
+
+def test_api_costs_follow_the_cache_model():
+    ds = jp.sweep(gpu="h100-sxm", model="llama-3.1-70b", tp=8, concurrency=4, think_time_s=[1.0, 600.0],
+                  context_tokens=8192, hit_rate=0.9, cache_ttl_s=300.0, pause_distribution="deterministic")
+    cost = jp.add_costs(ds, input_per_mtok=3, cached_input_per_mtok=0.3, output_per_mtok=15).api_cost_per_turn_usd
+    kept, expired = cost.values.ravel()
+    assert kept == pytest.approx((0.1 * 8192 * 3 + 0.9 * 8192 * 0.3 + 128 * 15) / 1e6, rel=1e-5)
+    assert expired == pytest.approx((8192 * 3 + 128 * 15) / 1e6, rel=1e-5)  # the cache expired: all uncached
