@@ -81,14 +81,17 @@ def _inverse(field: str, value: float) -> float:
 
 
 def split_rows(rows: pd.DataFrame, test_fraction: float = 0.3, seed: int = 0) -> np.ndarray:
-    """Held-out mask (rows,): a seeded ``test_fraction`` of each (source, metric) group."""
+    """Held-out mask (rows,): a seeded ``test_fraction`` of each (source, metric) group, rounded,
+    but at least one row of any group of two or more (when ``test_fraction`` > 0) and never a
+    group's last training row; 0 holds out nothing."""
     test = np.zeros(len(rows), bool)
     rng = np.random.default_rng(seed)
     for _, group in rows.reset_index(drop=True).groupby(["source", "metric"], sort=True):
         index = group.sort_values("id").index.to_numpy()
         n_test = int(round(test_fraction * len(index)))
-        if len(index) >= 2:
-            n_test = min(max(n_test, 1), len(index) - 1)
+        if test_fraction > 0 and len(index) >= 2:
+            n_test = max(n_test, 1)
+        n_test = min(n_test, len(index) - 1)
         test[rng.permutation(index)[:n_test]] = True
     return test
 
@@ -104,7 +107,7 @@ class CalibrationResult:
         test: held-out mask over the rows (rows,).
         before, after: `jaxpareto.validate.validate` tables at ``start`` / ``efficiency``, with a
             ``split`` column ("train" / "test").
-        loss: training loss per step (steps,).
+        loss: training loss before each step and after the last (steps + 1,).
         options: the model options the fit used (the same must be used with the factors).
     """
 
@@ -138,11 +141,12 @@ class CalibrationResult:
 
         lines = [f"# jaxpareto calibrate ({__version__}), "
                  f"{datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}",
-                 f"# use with prefill_model = {self.options.prefill_model!r}, the model the factors were fitted with",
                  "", "[efficiency]"]
         for field in dataclasses.fields(Efficiency):
             lines.append(f"{field.name} = {float(getattr(self.efficiency, field.name)):.6g}")
-        lines += ["", "[fit]", f"prefill_model = \"{self.options.prefill_model}\"",
+        lines += ["", "[model]  # the model the factors were fitted with (a sweep using this file adopts it)",
+                  f"prefill_model = \"{self.options.prefill_model}\"",
+                  "", "[fit]",
                   f"fitted = [{', '.join(repr(f).replace(chr(39), chr(34)) for f in self.fields)}]",
                   f"train_rows = {int((~self.test).sum())}", f"test_rows = {int(self.test.sum())}",
                   f"final_train_loss = {float(self.loss[-1]):.6g}"]
@@ -174,6 +178,8 @@ def calibrate(rows=None, *, fields=DEFAULT_FIELDS, start: Efficiency = Efficienc
         JaxparetoError: an unknown field, or a bad number.
     """
     fields = tuple(fields)
+    if len(set(fields)) != len(fields):
+        raise JaxparetoError("fields", f"each factor once, got {list(fields)}", tuple(BOUNDS))
     for field in fields:
         if field not in BOUNDS:
             raise JaxparetoError("fields", f"cannot fit {field!r}", tuple(BOUNDS))
@@ -224,6 +230,7 @@ def calibrate(rows=None, *, fields=DEFAULT_FIELDS, start: Efficiency = Efficienc
         for _ in range(steps):
             u, state, value = step(u, state)
             history.append(float(value))
+        history.append(float(jax.jit(loss)(u)))  # after the last update
         fitted_efficiency = jax.tree_util.tree_map(float, efficiency_of(u))
     fitted_efficiency = fitted_efficiency.validate()
 
@@ -237,13 +244,18 @@ def calibrate(rows=None, *, fields=DEFAULT_FIELDS, start: Efficiency = Efficienc
 
 
 def at_bounds(result: CalibrationResult, tolerance: float = 0.05) -> list[str]:
-    """Fitted fields within ``tolerance`` of a bound of `BOUNDS` (a sign of missing physics)."""
+    """Fitted fields within ``tolerance`` (share of the range) of a bound of `BOUNDS`: at the
+    upper bound a factor is standing in for missing physics; at the lower one the data do not
+    use it."""
     hits = []
     for field in result.fields:
         low, high = BOUNDS[field]
-        share = (float(getattr(result.efficiency, field)) - low) / (high - low)
-        if share < tolerance or share > 1 - tolerance:
-            hits.append(f"{field} = {float(getattr(result.efficiency, field)):.4g} (bounds {low:g}-{high:g})")
+        value = float(getattr(result.efficiency, field))
+        share = (value - low) / (high - low)
+        if share > 1 - tolerance:
+            hits.append(f"{field} = {value:.4g} is at its upper bound {high:g}")
+        elif share < tolerance:
+            hits.append(f"{field} = {value:.4g} is at its lower bound {low:g}")
     return hits
 
 
@@ -252,6 +264,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not args.overwrite:
         raise JaxparetoError("--out", f"{out} exists; pass --overwrite to replace it")
+    if out.is_dir() or not out.parent.is_dir():  # checked before the fit, not after it
+        raise JaxparetoError("--out", f"{out} is a folder, or its folder {out.parent} does not exist")
     result = calibrate(args.data, fields=fields, test_fraction=args.test_fraction, seed=args.seed, steps=args.steps,
                        options=ModelOptions(prefill_model=args.prefill_model))
     out.write_text(result.to_toml())
@@ -260,12 +274,12 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     for field in fields:
         print(f"  {field:22s} {float(getattr(result.start, field)):>10.4g} -> {float(getattr(result.efficiency, field)):.4g}")
     for hit in at_bounds(result):
-        print(f"  at or near a bound: {hit}")
+        print(f"  {hit}")
     with pd.option_context("display.width", 200, "display.float_format", "{:,.1f}".format):
         print("\nMAPE (%) before and after:")
         print(result.summary().to_string(index=False))
-    print(f"\nwritten to {out}; use it with `jaxpareto sweep --calibration {out}` "
-          f"(and prefill_model = \"{args.prefill_model}\")")
+    print(f"\nwritten to {out}; use it with `jaxpareto sweep --calibration {out}` (which adopts "
+          f"prefill_model = \"{args.prefill_model}\", the model it was fitted with)")
     return 0
 
 
@@ -278,7 +292,9 @@ def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--data", metavar="FILE.csv", help="validation set (default: the shipped one)")
     p.add_argument("--fit", help=f"comma-separated Efficiency fields to fit (default: {','.join(DEFAULT_FIELDS)})")
     p.add_argument("--steps", type=int, default=400, help="Adam steps (default 400)")
-    p.add_argument("--test-fraction", type=float, default=0.3, help="held-out share per source and metric (0.3)")
+    p.add_argument("--test-fraction", type=float, default=0.3,
+                   help="held-out share of each source x metric group (0.3; at least one row of a group of two or "
+                        "more unless 0; 0 fits on every row)")
     p.add_argument("--seed", type=int, default=0, help="seed of the train/test split")
     p.add_argument("--prefill-model", choices=PREFILL_MODELS, default="shared",
                    help="model the factors are fitted with (default shared: TTFT includes prefill queueing)")

@@ -104,7 +104,7 @@ class Report:
 def _cmd_session(args: argparse.Namespace, spec) -> int:
     """A spec with a [session] table: whole sessions, in memory (then written to --out)."""
     kwargs = spec.session_kwargs()
-    for option in ("dtype", "method"):
+    for option in ("dtype", "method", "calibration"):
         if getattr(args, option) is not None:
             kwargs[option] = getattr(args, option)
     if args.scheduler or args.reduce or args.variables or args.chunk_points or args.progress:

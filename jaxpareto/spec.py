@@ -347,4 +347,10 @@ def load_spec(path: str | Path | None = None) -> SweepSpec:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise JaxparetoError(source, f"TOML syntax error: {error}") from None
-    return parse_spec(data, source)
+    spec = parse_spec(data, source)
+    calibration = spec.efficiency.calibration
+    if calibration is not None and isinstance(path, Path) and not Path(calibration).is_absolute():
+        # a calibration file named in a spec is found next to the spec, wherever it is run from
+        spec = spec.model_copy(update={"efficiency": spec.efficiency.model_copy(
+            update={"calibration": str(path.parent / calibration)})})
+    return spec

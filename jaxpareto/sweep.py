@@ -18,7 +18,7 @@ from jaxpareto.hardware import Hardware
 from jaxpareto.intensity import ridge_point
 from jaxpareto.model import Model
 from jaxpareto.schema import AXES, AXIS_INFO, DECODE_BOUND_FLAGS, OUTPUTS
-from jaxpareto.calibration_file import load_calibration
+from jaxpareto.calibration_file import calibration_options, load_calibration
 from jaxpareto.options import CACHE_MODELS, ModelOptions
 from jaxpareto.point import METHODS
 from jaxpareto.settings import Efficiency, Solver, Workload
@@ -115,6 +115,12 @@ def plan_sweep(
         raise JaxparetoError("dtype", f"unknown dtype {dtype!r}", DTYPES)
     if method not in METHODS:
         raise JaxparetoError("method", f"unknown solver {method!r}", METHODS)
+    if calibration is not None:
+        fitted_with = calibration_options(calibration).get("prefill_model")
+        if fitted_with is not None and prefill_model not in ("isolated", fitted_with):
+            raise JaxparetoError("prefill_model", f"the calibration's factors were fitted with {fitted_with!r}; "
+                                                  f"they do not transfer to {prefill_model!r}")
+        prefill_model = fitted_with or prefill_model  # adopt the model the factors were fitted with
     options = model_options(expert_routing, prefill_model, cache_model, pause_distribution, cache_ttl_s,
                             tier_capacity_gb, tier_bandwidth_gbs, prefill_chunk_tokens, pause_sigma)
     if method == "exact" and not options.piecewise_linear:
@@ -141,6 +147,8 @@ def plan_sweep(
         custom_gpus=_by_name("hardware", hardware, Hardware), custom_models=_by_name("models", models, Model),
     )
     extra = dict(attrs or {})
+    if calibration is not None and not isinstance(calibration, Mapping):
+        extra.setdefault("calibration", str(calibration))
     try:
         json.dumps(extra)
     except TypeError as error:
@@ -287,7 +295,9 @@ def sweep(
             terms outside the seed's roofline, all 0 by default (`jaxpareto.settings.Efficiency`,
             `jaxpareto.communication`).
         calibration: a calibration TOML path (``jaxpareto calibrate``), or a mapping, whose
-            ``[efficiency]`` values replace the efficiency arguments they name.
+            ``[efficiency]`` values replace the efficiency arguments they name; its ``[model]``
+            table's ``prefill_model`` (the model the factors were fitted with) is adopted, and
+            asking for another prefill model is an error.
 
     Returns:
         `xarray.Dataset` with the variables of `jaxpareto.schema.OUTPUTS` (each with

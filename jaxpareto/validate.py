@@ -55,7 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from jaxpareto.calibration_file import load_calibration as read_calibration
+from jaxpareto.calibration_file import calibration_options, load_calibration as read_calibration
 from jaxpareto.errors import JaxparetoError
 from jaxpareto.hardware import HardwareParams
 from jaxpareto.model import ModelParams
@@ -452,6 +452,11 @@ def load_calibration(path: str | Path) -> Efficiency:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     efficiency = load_calibration(args.calibration) if args.calibration else Efficiency()
+    fitted_with = calibration_options(args.calibration).get("prefill_model") if args.calibration else None
+    if args.prefill_model is None:
+        args.prefill_model = fitted_with or "isolated"
+    elif fitted_with not in (None, args.prefill_model):
+        raise JaxparetoError("--prefill-model", f"the calibration's factors were fitted with {fitted_with!r}")
     table = validate(args.data, efficiency=efficiency, dtype=args.dtype, prefill=args.prefill,
                      options=ModelOptions(prefill_model=args.prefill_model))
     summary = table.attrs["mape"]
@@ -480,7 +485,8 @@ def add_validate_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=DTYPES, default="float64", help="floating point type (default float64)")
     p.add_argument("--prefill", choices=PREFILL, default="isl",
                    help="TTFT prefills the ISL prompt (default) or the whole ISL + OSL/2 context")
-    p.add_argument("--prefill-model", choices=PREFILL_MODELS, default="isolated",
-                   help="the seed's isolated prefill (default) or the shared chunked-prefill engine")
+    p.add_argument("--prefill-model", choices=PREFILL_MODELS,
+                   help="the seed's isolated prefill or the shared chunked-prefill engine (default: the one a "
+                        "--calibration file was fitted with, else isolated)")
     p.set_defaults(func=_cmd_validate)
     return p

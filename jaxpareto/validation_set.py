@@ -231,6 +231,8 @@ def load_validation_set(path: str | Path | None = None) -> pd.DataFrame:
         raw = pd.read_csv(path, dtype=str, keep_default_na=False)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
         raise JaxparetoError("validation set", f"{path}: not a readable CSV ({error})") from None
+    except OSError as error:  # missing file, a folder, no permission
+        raise JaxparetoError("validation set", f"cannot read {path}: {error.strerror or error}") from None
     missing = [c for c in COLUMNS if c not in raw.columns]
     if missing:
         raise JaxparetoError("validation set columns", f"{path}: missing {missing}", list(COLUMNS))

@@ -90,3 +90,39 @@ def test_calibrate_cli(tmp_path, capsys):
     assert main(["calibrate", "--out", str(tmp_path / "x.toml"), "--fit", "eta_decod"]) == 2
     assert "cannot fit 'eta_decod'" in capsys.readouterr().err
     assert main(["sweep", "--calibration", str(out), "--variables", "tpot_ms"]) == 0
+
+
+def test_calibration_file_review_regressions(tmp_path, capsys):
+    rows = load_validation_set()
+    assert not split_rows(rows, 0.0).any()  # 0 holds out nothing
+    assert not split_rows(rows, 0.9)[rows["metric"].eq("kv_capacity_tokens").to_numpy()].any()  # a lone row trains
+    with pytest.raises(jp.JaxparetoError, match="each factor once"):
+        calibrate(fields=("eta_decode", "eta_decode"), steps=1)
+    # --out is checked before the fit
+    assert main(["calibrate", "--out", str(tmp_path / "missing" / "c.toml")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    # the file carries the model it was fitted with; a sweep adopts it, and refuses another
+    shared = tmp_path / "shared.toml"
+    shared.write_text('[efficiency]\neta_decode = 0.8\n\n[model]\nprefill_model = "shared"\n')
+    ds = jp.sweep(**CELL, calibration=shared)
+    assert ds.attrs["prefill_model"] == "shared" and ds.attrs["calibration"] == str(shared)
+    isolated = tmp_path / "isolated.toml"
+    isolated.write_text('[efficiency]\neta_decode = 0.8\n\n[model]\nprefill_model = "isolated"\n')
+    with pytest.raises(jp.JaxparetoError, match="prefill_model"):
+        jp.sweep(**CELL, calibration=isolated, prefill_model="shared")
+    assert main(["validate", "--calibration", str(shared)]) == 0
+    assert "prefill_model: shared" in capsys.readouterr().out
+    # a spec names its calibration relative to itself, and session specs apply it too
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    (folder / "cal.toml").write_text("[efficiency]\neta_decode = 0.2\n")
+    (folder / "s.toml").write_text(
+        '[grid]\ngpu = "h100-sxm"\nmodel = "llama-3.1-70b"\ntp = [8]\nconcurrency = [1, 16]\n'
+        'think_time_s = [15.0]\nhit_rate = [0.98]\n\n[efficiency]\ncalibration = "cal.toml"\n\n'
+        '[session]\ninitial_context_tokens = 4096\nturns = 3\ntool_tokens = 1000\n')
+    assert main(["sweep", str(folder / "s.toml")]) == 0
+    slow = capsys.readouterr().out
+    (folder / "s.toml").write_text((folder / "s.toml").read_text().replace('calibration = "cal.toml"\n', ""))
+    assert main(["sweep", str(folder / "s.toml")]) == 0
+    assert capsys.readouterr().out != slow  # eta_decode 0.2 slowed every turn
+    assert main(["sweep", str(folder / "s.toml"), "--calibration", str(tmp_path / "nope.toml")]) == 2
