@@ -24,7 +24,8 @@ as in vLLM's ``vllm bench serve`` results, ``vllm/benchmarks/serve.py``, ``calcu
   median is numpy's under either method, as in vLLM. Where vLLM writes 0 for an empty sample,
   this module writes NaN.
 
-Formats (``format=``, else by extension; a ``.json`` file is told apart by its keys):
+Formats (``format=``, else by extension; a ``.json`` file is told apart by its keys). Files are
+UTF-8 text, a leading byte-order mark allowed; another encoding is refused, naming the line.
 
 * ``csv`` / ``jsonl`` / a pandas DataFrame: one request per row. Required: ``start``,
   ``first_token``, ``end`` (s, float64, one clock), ``output_tokens``, ``success`` (true/false,
@@ -35,7 +36,9 @@ Formats (``format=``, else by extension; a ``.json`` file is told apart by its k
 * ``vllm``: the JSON of ``vllm bench serve --save-result --save-detailed`` (checked against
   vllm-project/vllm ``vllm/benchmarks/serve.py`` and ``benchmarks/benchmark_serving.py``). Used:
   ``duration``, ``ttfts``, ``itls``, ``output_lens``, ``errors`` (a request succeeded iff its error
-  is empty, checked against ``completed``), ``latencies`` if present (older files lack it: then
+  is empty and it is not a failure's unfilled record, ttft = 0 with 0 output tokens: vLLM saves an
+  empty error for a non-200 response without a reason; the count is checked against
+  ``completed``), ``latencies`` if present (older files lack it: then
   ttft + sum(itl), as vLLM's own timeline plot rebuilds it), ``input_lens``. vLLM's times are
   relative to each request's own start, so every request starts at 0 here and ``duration_s`` is
   the file's ``duration`` (vLLM's own throughput denominator), not an end-minus-start span.
@@ -58,9 +61,11 @@ Formats (``format=``, else by extension; a ``.json`` file is told apart by its k
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
 import math
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -112,49 +117,152 @@ def _number(v: object) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _numbers(values: Sequence, field: str) -> np.ndarray:
+def _real(v: object) -> float | None:
+    """``v`` as a float if it is a real number (not a bool, not a string), else None."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        return None
+    return float(v)
+
+
+def _series(values: pd.Series | Sequence) -> pd.Series:
+    return values if isinstance(values, pd.Series) else pd.Series(list(values), dtype=object)
+
+
+def _item(s: pd.Series, i: int) -> object:
+    """Row ``i`` (by position) as a plain Python value, for messages."""
+    v = s.iloc[int(i)]
+    return v.item() if isinstance(v, np.generic) else v
+
+
+# Column contents whose values numpy converts to float exactly as float() does: numbers, numeric
+# strings and missing values, never bools (float(True) is 1.0) or containers.
+_NUMBER_KINDS = frozenset({"string", "floating", "integer", "mixed-integer-float", "empty"})
+
+
+def _numbers_each(values: list, field: str, unit: str) -> np.ndarray:
+    """The per-value reading of :func:`_numbers`: slow, but it names the first bad row."""
     out = np.full(len(values), np.nan)
     for i, v in enumerate(values):
         if _missing(v):
             continue
         x = _number(v)
         if x is None:
-            raise JaxparetoError(field, f"row {i}: {v!r} is not a finite number",
-                                 "seconds" if field in _TIMES else "token counts")
+            raise JaxparetoError(field, f"row {i}: {v!r} is not a finite number", unit)
         out[i] = x
     return out
 
 
-def _flags(values: Sequence, field: str) -> np.ndarray:
-    out = np.zeros(len(values), bool)
-    for i, v in enumerate(values):
-        word = v.strip().lower() if isinstance(v, str) else v
-        if isinstance(v, (bool, np.bool_)) or (isinstance(v, (int, float, np.integer, np.floating)) and v in (0, 1)):
-            out[i] = bool(v)
-        elif word in ("true", "1", "false", "0"):
-            out[i] = word in ("true", "1")
-        else:
-            raise JaxparetoError(field, f"row {i}: {v!r} is not true or false", "true/false, 1/0")
+def _numbers(values: pd.Series | Sequence, field: str, unit: str | None = None) -> np.ndarray:
+    """float64 values; missing (None, NaN, blank) -> NaN; a bool, an infinity or text that is not
+    a number is refused, naming its row. Vectorised; the per-value reading runs only to find the
+    row of a bad value (and for columns of mixed types)."""
+    unit = unit or ("seconds" if field in _TIMES else "token counts")
+    s = _series(values)
+    if pd.api.types.is_bool_dtype(s.dtype):  # true/false where a number belongs: refused
+        given = s.notna().to_numpy()
+        if given.any():
+            i = int(np.argmax(given))
+            raise JaxparetoError(field, f"row {i}: {_item(s, i)!r} is not a finite number", unit)
+        return np.full(len(s), np.nan)
+    if pd.api.types.is_numeric_dtype(s.dtype) and not pd.api.types.is_complex_dtype(s.dtype):
+        x = s.to_numpy(dtype=np.float64, na_value=np.nan)  # NaN: missing, as before
+        bad = np.isinf(x)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise JaxparetoError(field, f"row {i}: {_item(s, i)!r} is not a finite number", unit)
+        return x
+    if not (s.dtype == object or pd.api.types.is_string_dtype(s.dtype)) or \
+            pd.api.types.infer_dtype(s, skipna=True) not in _NUMBER_KINDS:
+        return _numbers_each(s.tolist(), field, unit)
+    values = s.to_numpy(dtype=object)
+    present = s.notna().to_numpy() & (values != "")
+    x = np.full(len(s), np.nan)
+    try:
+        x[present] = values[present].astype(np.float64)  # float() per value, in C: exact as float()
+    except (TypeError, ValueError):  # text that is no number, or blank with spaces: find the row
+        return _numbers_each(s.tolist(), field, unit)
+    if not np.isfinite(x[present]).all():  # "inf", "nan" and the like
+        return _numbers_each(s.tolist(), field, unit)
+    return x
+
+
+def _flag(v: object, field: str, i: int) -> bool:
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, (int, float, np.integer, np.floating)) and v in (0, 1):
+        return bool(v)
+    word = v.strip().lower() if isinstance(v, str) else None
+    if word in ("true", "1", "false", "0"):
+        return word in ("true", "1")
+    raise JaxparetoError(field, f"row {i}: {v!r} is not true or false", "true/false, 1/0")
+
+
+_FLAG_WORDS = {"true": True, "false": False, "True": True, "False": False, "TRUE": True, "FALSE": False,
+               "1": True, "0": False, True: True, False: False}  # True == 1 and False == 0 as keys
+
+
+def _flags(values: pd.Series | Sequence, field: str) -> np.ndarray:
+    """bool values from true/false, 1/0 (any case, spaces allowed) or booleans; vectorised."""
+    s = _series(values)
+    if pd.api.types.is_bool_dtype(s.dtype) and not s.isna().any():
+        return s.to_numpy(dtype=bool)
+    if pd.api.types.is_numeric_dtype(s.dtype) and not pd.api.types.is_bool_dtype(s.dtype):
+        x = s.to_numpy(dtype=np.float64, na_value=np.nan)
+        bad = (x != 0) & (x != 1)
+        if bad.any():
+            _flag(_item(s, np.argmax(bad)), field, int(np.argmax(bad)))
+        return x == 1
+    try:
+        mapped = s.map(_FLAG_WORDS)
+    except TypeError:  # unhashable values (lists): read one by one
+        return np.array([_flag(v, field, i) for i, v in enumerate(s.tolist())], dtype=bool)
+    unknown = mapped.isna().to_numpy()
+    out = np.zeros(len(s), dtype=bool)
+    out[~unknown] = mapped.to_numpy(dtype=object)[~unknown].astype(bool)
+    for i in np.flatnonzero(unknown):  # " True ", "tRUE", 1.0 as text... or the bad row
+        out[i] = _flag(_item(s, i), field, i)
     return out
 
 
-def _lists(values: Sequence, field: str) -> list[np.ndarray | None]:
-    out: list[np.ndarray | None] = []
-    for i, v in enumerate(values):
-        if not isinstance(v, (list, tuple, np.ndarray)) and _missing(v):
-            out.append(None)
-            continue
-        if isinstance(v, str):
-            try:
-                v = json.loads(v)
-            except json.JSONDecodeError:
-                v = None
-        xs = [_number(x) for x in v] if isinstance(v, (list, tuple, np.ndarray)) else [None]
-        if any(x is None for x in xs):
-            raise JaxparetoError(field, f"row {i}: expected a list of finite numbers (seconds)",
-                                 "a JSON list such as [0.8, 0.85, 0.9]")
-        out.append(np.asarray(xs, dtype=np.float64))
-    return out
+def _list(v: object, field: str, i: int) -> np.ndarray:
+    """One row's list of finite numbers (a list, tuple, 1-D array or JSON text) as float64."""
+    if isinstance(v, str):
+        try:
+            v = json.loads(v)
+        except json.JSONDecodeError:
+            v = None
+    x = None
+    if isinstance(v, np.ndarray) and v.ndim == 1 and v.dtype.kind in "iuf":
+        x = v.astype(np.float64)
+    elif isinstance(v, (list, tuple)) and set(map(type, v)) <= {int, float}:
+        x = np.array(v, dtype=np.float64) if len(v) else np.empty(0)
+    elif isinstance(v, (list, tuple)) or (isinstance(v, np.ndarray) and v.ndim == 1 and v.dtype.kind == "O"):
+        xs = [_number(e) for e in v]  # numeric text and numpy scalars, but no bools
+        x = None if any(e is None for e in xs) else np.array(xs, dtype=np.float64)
+    if x is None or not np.isfinite(x).all():
+        raise JaxparetoError(field, f"row {i}: expected a list of finite numbers (seconds)",
+                             "a JSON list such as [0.8, 0.85, 0.9]")
+    return x
+
+
+def _lists(values: pd.Series | Sequence, field: str) -> list[np.ndarray | None]:
+    return [None if not isinstance(v, (list, tuple, np.ndarray)) and _missing(v) else _list(v, field, i)
+            for i, v in enumerate(_series(values).tolist())]
+
+
+def _flat(lists: Sequence[np.ndarray | None]) -> tuple[np.ndarray, np.ndarray]:
+    """The per-row arrays (None: no values) end to end, and the row of each value."""
+    sizes = np.fromiter((0 if x is None else x.size for x in lists), dtype=np.int64, count=len(lists))
+    parts = [x for x in lists if x is not None and x.size]
+    flat = np.concatenate(parts) if parts else np.empty(0)
+    return flat, np.repeat(np.arange(len(lists)), sizes)
+
+
+def _rows(n: int, rows: np.ndarray) -> np.ndarray:
+    """A mask of ``n`` rows, true at ``rows``."""
+    mask = np.zeros(n, dtype=bool)
+    mask[rows] = True
+    return mask
 
 
 def _validated(df: pd.DataFrame) -> pd.DataFrame:
@@ -167,8 +275,8 @@ def _validated(df: pd.DataFrame) -> pd.DataFrame:
         raise JaxparetoError("records", "no requests")
     if "token_times" in df.columns and "itl" in df.columns:
         raise JaxparetoError("itl", "give token_times or itl, not both")
-    col = {c: _numbers(df[c].tolist(), c) for c in (*_TIMES, *_TOKENS) if c in df.columns}
-    col["success"] = ok = _flags(df["success"].tolist(), "success")
+    col = {c: _numbers(df[c], c) for c in (*_TIMES, *_TOKENS) if c in df.columns}
+    col["success"] = ok = _flags(df["success"], "success")
     for c in ("start", "end"):
         _fail(c, np.isnan(col[c]), f"{c} is empty (every request needs one, failed ones too)", "seconds")
     for c in ("first_token", "output_tokens"):
@@ -182,18 +290,21 @@ def _validated(df: pd.DataFrame) -> pd.DataFrame:
         for earlier in times[:j]:  # NaN compares false: a failure without first_token passes
             _fail(later, col[later] < col[earlier], f"{later} is before {earlier}", _ORDER)
     if "timeout" in df.columns:
-        col["timeout"] = _flags(df["timeout"].tolist(), "timeout")
+        col["timeout"] = _flags(df["timeout"], "timeout")
         _fail("timeout", col["timeout"] & ok, "a timed-out request cannot have success true")
     if "cached_tokens" in col and "input_tokens" in col:
         _fail("cached_tokens", col["cached_tokens"] > col["input_tokens"], "cached_tokens exceed input_tokens")
+    n = len(df)
     if "token_times" in df.columns:
-        col["token_times"] = lists = _lists(df["token_times"].tolist(), "token_times")
-        bad = [x is not None and x.size > 0 and bool((np.diff(x) < 0).any() or x[0] < s or x[-1] > e)
-               for x, s, e in zip(lists, col["start"], col["end"])]
-        _fail("token_times", np.array(bad), "token_times must rise and lie within [start, end]")
+        col["token_times"] = lists = _lists(df["token_times"], "token_times")
+        flat, row = _flat(lists)
+        falls = row[1:][(row[1:] == row[:-1]) & (np.diff(flat) < 0)]
+        outside = row[(flat < col["start"][row]) | (flat > col["end"][row])]
+        _fail("token_times", _rows(n, falls) | _rows(n, outside), "token_times must rise and lie within [start, end]")
     if "itl" in df.columns:
-        col["itl"] = lists = _lists(df["itl"].tolist(), "itl")
-        _fail("itl", np.array([x is not None and bool((x < 0).any()) for x in lists]), "itl gaps must be >= 0 s")
+        col["itl"] = lists = _lists(df["itl"], "itl")
+        flat, row = _flat(lists)
+        _fail("itl", _rows(n, row[flat < 0]), "itl gaps must be >= 0 s")
     order = [c for c in (*_TIMES, "output_tokens", "success", "token_times", "itl", "input_tokens",
                          "cached_tokens", "timeout") if c in col]
     out = pd.DataFrame({c: col[c] for c in order})
@@ -201,70 +312,155 @@ def _validated(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _read_csv(path: Path) -> pd.DataFrame:
+def _not_utf8(path: Path, error: UnicodeDecodeError) -> JaxparetoError:
+    """The error for a file that is not UTF-8 text, naming the line of the first bad byte.
+
+    ``error`` may come from a reader that decodes block by block (its offsets are then within a
+    block), so the file is decoded again here to find the line.
+    """
+    line = None
     try:
-        return pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
+        raw = path.read_bytes()
+        skip = 3 if raw.startswith(codecs.BOM_UTF8) else 0
+        raw[skip:].decode("utf-8")
+    except UnicodeDecodeError as again:
+        line, error = raw.count(b"\n", 0, skip + again.start) + 1, again
+    except OSError:
+        pass
+    where = f" (line {line}: {error.reason})" if line else f" ({error.reason})"
+    return JaxparetoError("file", f"{path} is not UTF-8 text{where}", "UTF-8, with or without a byte-order mark")
+
+
+def _read_text(path: Path) -> str:
+    """The file's text: UTF-8, a leading byte-order mark dropped."""
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise _not_utf8(path, error) from None
+    except OSError as error:
+        raise JaxparetoError("file", f"{path} cannot be read ({error.strerror or error})") from None
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    # Columns are typed by pandas' parser (exact, as float()); one holding anything else stays
+    # text, checked value by value in _validated. Only an empty field is missing: "NaN", "NA" and
+    # "null" stay text and are refused as numbers.
+    try:
+        return pd.read_csv(path, encoding="utf-8-sig", keep_default_na=False, na_values=[""], low_memory=False)
+    except UnicodeDecodeError as error:
+        raise _not_utf8(path, error) from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, OSError) as error:
         raise JaxparetoError("file", f"{path} is not a readable CSV file ({error})") from None
 
 
+_JSONL_CHUNK = 65536  # rows turned into a DataFrame at a time: the dicts of one chunk live at once
+
+
 def _read_jsonl(path: Path) -> pd.DataFrame:
-    rows = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            row = None
-        if not isinstance(row, dict):
-            raise JaxparetoError("file", f"{path} line {n} is not a JSON object", "one JSON object per line")
-        rows.append(row)
-    return pd.DataFrame(rows)
+    frames, rows, n = [], [], 0
+    loads = json.loads
+    try:
+        with path.open(encoding="utf-8-sig") as lines:
+            for n, line in enumerate(lines, 1):
+                if line.isspace():
+                    continue
+                try:
+                    row = loads(line)
+                except json.JSONDecodeError:
+                    row = None
+                if type(row) is not dict:
+                    raise JaxparetoError("file", f"{path} line {n} is not a JSON object", "one JSON object per line")
+                rows.append(row)
+                if len(rows) == _JSONL_CHUNK:
+                    frames.append(pd.DataFrame(rows))
+                    rows = []
+    except UnicodeDecodeError as error:  # raised for a block read ahead: _not_utf8 finds its line
+        raise _not_utf8(path, error) from None
+    except OSError as error:
+        raise JaxparetoError("file", f"{path} cannot be read ({error.strerror or error})") from None
+    if rows or not frames:
+        frames.append(pd.DataFrame(rows))
+    return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
 
 
 def _read_json(path: Path) -> object:
+    text = _read_text(path)
     try:
-        return json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
         raise JaxparetoError("file", f"{path} is not one JSON document ({error}); a file written with vLLM's "
                                      "--append-result holds several and must be split") from None
 
 
+_VLLM_LISTS = ("ttfts", "itls", "output_lens", "errors", "latencies", "input_lens")  # one entry per request
+
+
+def _vllm_counts(values: list, key: str) -> np.ndarray:
+    x = _numbers(values, f"vllm.{key}", "token counts")
+    _fail(f"vllm.{key}", np.isnan(x) | (x < 0) | (x != np.round(x)), "not a whole number >= 0", "0, 1, 2, ...")
+    return x
+
+
 def _read_vllm(data: dict) -> pd.DataFrame:
-    """Per-request records of a ``vllm bench serve --save-result --save-detailed`` JSON."""
+    """Per-request records of a ``vllm bench serve --save-result --save-detailed`` JSON.
+
+    A request succeeded iff its error is empty and it produced something: vLLM's
+    ``RequestFuncOutput`` starts with ``error = ""``, ``ttft = 0.0`` and no output tokens, and a
+    request answered with a non-200 status keeps them but for ``error = response.reason or ""``
+    (``vllm/benchmarks/lib/endpoint_request_func.py``), which is empty when the server gives no
+    reason. Such a request is told apart by ttft = 0 and output_lens = 0 (vLLM saves 0 output
+    tokens for every failure); a success has a measured, positive TTFT. The count must still
+    equal the file's ``completed`` (vLLM's own count of ``success``), so a file this rule misreads
+    is refused rather than summarised wrongly.
+    """
     for key in ("duration", "ttfts", "itls", "output_lens", "errors"):
         if key not in data:
             raise JaxparetoError(f"vllm.{key}", "missing from the result file; vLLM saves its per-request "
                                                 "arrays only with --save-result --save-detailed")
+    if not isinstance(data["ttfts"], list):
+        raise JaxparetoError("vllm.ttfts", f"expected a list with one entry per request, got "
+                                           f"{type(data['ttfts']).__name__} {data['ttfts']!r:.40}")
     n = len(data["ttfts"])
-    for key in ("itls", "output_lens", "errors", "latencies", "input_lens"):
+    for key in _VLLM_LISTS[1:]:
         if key in data and (not isinstance(data[key], list) or len(data[key]) != n):
-            raise JaxparetoError(f"vllm.{key}", f"expected a list of {n} entries, one per request like ttfts")
-    ok = [not e for e in data["errors"]]
-    if "completed" in data and sum(ok) != data["completed"]:
-        raise JaxparetoError("vllm.errors", f"{sum(ok)} requests have no error but completed = {data['completed']}")
-    duration = _number(data["duration"])
-    if duration is None or duration <= 0:
+            got = f"{len(data[key])} entries" if isinstance(data[key], list) else \
+                f"{type(data[key]).__name__} {data[key]!r:.40}"
+            raise JaxparetoError(f"vllm.{key}", f"expected a list of {n} entries, one per request like ttfts; "
+                                                f"got {got}")
+    duration = _real(data["duration"])
+    if duration is None or not 0 < duration < math.inf:
         raise JaxparetoError("vllm.duration", f"{data['duration']!r} is not a positive number of seconds")
+    ttft = _numbers(data["ttfts"], "vllm.ttfts", "seconds")
+    _fail("vllm.ttfts", np.isnan(ttft) | (ttft < 0), "not a time >= 0 s", "seconds")
+    output_lens = _vllm_counts(data["output_lens"], "output_lens")
+    errors = data["errors"]
+    _fail("vllm.errors", np.array([e is not None and not isinstance(e, str) for e in errors], dtype=bool),
+          "not an error message (text, empty for none)")
+    ok = np.array([not e for e in errors], dtype=bool) & ~((ttft == 0) & (output_lens == 0))
+    if "completed" in data and int(ok.sum()) != data["completed"]:
+        raise JaxparetoError("vllm.errors", f"{int(ok.sum())} requests succeeded (no error, and a TTFT or output "
+                                            f"tokens) but completed = {data['completed']}")
     itls = _lists(data["itls"], "vllm.itls")
-    ttft = _numbers(data["ttfts"], "vllm.ttfts")
+    flat, row = _flat(itls)
+    _fail("vllm.itls", _rows(n, row[flat < 0]), "itl gaps must be >= 0 s", "seconds")
     if "latencies" in data:
-        end = _numbers(data["latencies"], "vllm.latencies")
-    else:
-        end = np.array([t + x.sum() for t, x in zip(ttft, itls)])
-    frame = pd.DataFrame({"start": 0.0, "first_token": np.where(ok, ttft, np.nan), "end": end,
-                          "output_tokens": data["output_lens"], "success": ok,
+        end = _numbers(data["latencies"], "vllm.latencies", "seconds")
+        _fail("vllm.latencies", np.isnan(end) | (end < 0), "not a time >= 0 s", "seconds")
+        _fail("vllm.latencies", ok & (end < ttft), "the latency is shorter than the request's ttft", "seconds")
+    else:  # ttft + sum(itl), summed in order as Python's sum
+        end = ttft + np.bincount(row, weights=flat, minlength=n)
+    frame = pd.DataFrame({"start": np.zeros(n), "first_token": np.where(ok, ttft, np.nan), "end": end,
+                          "output_tokens": output_lens, "success": ok,
                           "itl": [x if good else None for x, good in zip(itls, ok)]})
     if "input_lens" in data:
-        frame["input_tokens"] = data["input_lens"]
+        frame["input_tokens"] = _vllm_counts(data["input_lens"], "input_lens")
     frame.attrs.update(duration_s=duration, duration_source="the vLLM result's duration field")
     return frame
 
 
 def _read_guidellm(data: dict, benchmark: int | None) -> pd.DataFrame:
     """Per-request records of one benchmark of a GuideLLM ``GenerativeBenchmarksReport`` JSON."""
-    benches = data["benchmarks"]
+    benches = data.get("benchmarks")
     if not isinstance(benches, list) or not benches:
         raise JaxparetoError("guidellm.benchmarks", "the report holds no benchmarks")
     if benchmark is None and len(benches) > 1:
@@ -335,6 +531,11 @@ def read_records(source: str | Path | pd.DataFrame, format: str | None = None, *
     """
     if format is not None and format not in FORMATS:
         raise JaxparetoError("format", f"unknown format {format!r}", FORMATS)
+    if benchmark is not None and (isinstance(benchmark, (bool, np.bool_))
+                                  or not isinstance(benchmark, (int, np.integer))):
+        raise JaxparetoError("benchmark", f"expected the index of a benchmark (0, 1, ...), got {benchmark!r}")
+    if not isinstance(source, (pd.DataFrame, str, os.PathLike)):
+        raise JaxparetoError("source", f"expected a file path or a pandas DataFrame, got {type(source).__name__}")
     if isinstance(source, pd.DataFrame):  # possibly read_records' own result: keep its provenance
         if format is not None:
             raise JaxparetoError("format", "applies to files, not to a DataFrame")
@@ -357,34 +558,58 @@ def read_records(source: str | Path | pd.DataFrame, format: str | None = None, *
     return frame
 
 
+def _q(q: object, field: str) -> float:
+    value = _real(q)
+    if value is None or not 0 <= value <= 100:
+        raise JaxparetoError(field, f"expected a number in [0, 100], got {q!r}")
+    return value
+
+
 def percentile(values: Sequence[float] | np.ndarray, q: float, method: str = "linear") -> float:
-    """The ``q``-th percentile (0 to 100) of ``values``; NaN for an empty sample.
+    """The ``q``-th percentile (a number in [0, 100]) of ``values``; NaN for an empty sample.
 
     ``linear`` is numpy's default (seed 002 appendix A); ``nearest_rank`` is the sorted value of
     rank ceil(q / 100 * n) (at least 1), so the P99 of [10, 20, 30] is 30.
+
+    Raises:
+        JaxparetoError: an unknown method, ``q`` not a number in [0, 100], ``values`` not numbers.
     """
-    x = np.sort(np.asarray(values, dtype=np.float64).ravel())
+    if method not in PERCENTILE_METHODS:
+        raise JaxparetoError("percentile_method", f"unknown method {method!r}", PERCENTILE_METHODS)
+    q = _q(q, "q")
+    try:
+        x = np.sort(np.asarray(values, dtype=np.float64).ravel())
+    except (TypeError, ValueError):
+        raise JaxparetoError("values", f"expected numbers, got {type(values).__name__}") from None
     if x.size == 0:
         return math.nan
     if method == "linear":
         return float(np.percentile(x, q))
-    if method == "nearest_rank":
-        return float(x[max(math.ceil(q * x.size / 100), 1) - 1])
-    raise JaxparetoError("percentile_method", f"unknown method {method!r}", PERCENTILE_METHODS)
+    return float(x[max(math.ceil(q * x.size / 100), 1) - 1])
 
 
-def _check_options(percentiles: Sequence[float], method: str, slo: Mapping[str, float] | None) -> tuple:
+def _check_options(percentiles: Sequence[float] | float, method: str, slo: Mapping[str, float] | None) -> tuple:
+    """Options as given to :func:`metrics`: numbers must be numbers (not text: "50" is refused,
+    as iterating it would give 5 and 0); one number for ``percentiles`` is a one-element list."""
     if method not in PERCENTILE_METHODS:
         raise JaxparetoError("percentile_method", f"unknown method {method!r}", PERCENTILE_METHODS)
-    qs = [_number(q) for q in percentiles]
-    if not qs or any(q is None or not 0 <= q <= 100 for q in qs) or len(set(qs)) != len(qs):
-        raise JaxparetoError("percentiles", f"expected distinct numbers in [0, 100], got {list(percentiles)}")
+    if _real(percentiles) is not None:
+        percentiles = [percentiles]
+    if isinstance(percentiles, (str, bytes, Mapping)) or not isinstance(percentiles, Iterable):
+        raise JaxparetoError("percentiles", f"expected a list of distinct numbers in [0, 100], got {percentiles!r}")
+    given = list(percentiles)
+    qs = [_q(q, "percentiles") for q in given]
+    if not qs or len(set(qs)) != len(qs):
+        raise JaxparetoError("percentiles", f"expected distinct numbers in [0, 100], got {given}")
+    if slo is not None and not isinstance(slo, Mapping):
+        raise JaxparetoError("slo", f"expected a mapping of limits in ms such as {{'ttft_ms': 2000}}, got {slo!r}",
+                             SLO_NAMES)
     limits = {}
     for name, limit in (slo or {}).items():
         if name not in SLO_NAMES:
             raise JaxparetoError("slo", f"unknown SLO {name!r}", SLO_NAMES)
-        value = _number(limit)
-        if value is None or value < 0:
+        value = _real(limit)
+        if value is None or not value >= 0:
             raise JaxparetoError(f"slo.{name}", f"{limit!r} is not a number of milliseconds >= 0")
         limits[name] = value
     return qs, limits
@@ -399,18 +624,19 @@ def _per_request(rec: pd.DataFrame) -> dict[str, np.ndarray]:
     n = rec["output_tokens"].to_numpy()
     tpot = np.full(len(rec), np.nan)
     np.divide(last - first, n - 1, out=tpot, where=ok & (n > 1))
-    if "token_times" in rec:
-        gaps = [np.diff(x) for x, good in zip(rec["token_times"], ok) if good and x is not None]
+    if "token_times" in rec:  # the gaps within each successful request, in request order
+        flat, row = _flat(rec["token_times"].tolist())
+        itl = np.diff(flat)[(row[1:] == row[:-1]) & ok[row[1:]]]
     elif "itl" in rec:
-        gaps = [x for x, good in zip(rec["itl"], ok) if good and x is not None]
+        flat, row = _flat(rec["itl"].tolist())
+        itl = flat[ok[row]]
     else:
-        gaps = []
-    itl = np.concatenate(gaps) if gaps else np.empty(0)
+        itl = np.empty(0)
     return {"ttft": (first - start)[ok], "tpot": tpot, "e2el": (end - start)[ok], "itl": itl}
 
 
 def metrics(source: str | Path | pd.DataFrame, format: str | None = None, *,
-            percentiles: Sequence[float] = DEFAULT_PERCENTILES, percentile_method: str = "linear",
+            percentiles: Sequence[float] | float = DEFAULT_PERCENTILES, percentile_method: str = "linear",
             slo: Mapping[str, float] | None = None, duration_s: float | None = None,
             benchmark: int | None = None) -> xr.Dataset:
     """Summary statistics of a benchmark log, named as vLLM's ``vllm bench serve`` results.
@@ -418,13 +644,14 @@ def metrics(source: str | Path | pd.DataFrame, format: str | None = None, *,
     Args:
         source: file or DataFrame, as for :func:`read_records` (or its result).
         format: as for :func:`read_records`.
-        percentiles: percentiles reported as ``p{q}_{ttft,tpot,itl,e2el}_ms`` (vLLM's spelling:
-            ``p99``, ``p99.9``).
+        percentiles: distinct numbers in [0, 100], reported as ``p{q}_{ttft,tpot,itl,e2el}_ms``
+            (vLLM's spelling: ``p99``, ``p99.9``); one number is taken as a one-element list.
+            Numbers, not text (``"50"`` is refused).
         percentile_method: ``linear`` (default) or ``nearest_rank``; recorded in the attrs.
-        slo: limits in ms, any of ``ttft_ms``, ``tpot_ms``, ``e2el_ms``; a request is good if it
-            succeeded and every value <= its limit.
-        duration_s: the run's duration (s) for the rates, overriding last end - first start
-            (and a vLLM file's ``duration``).
+        slo: a mapping of limits in ms (numbers >= 0), any of ``ttft_ms``, ``tpot_ms``,
+            ``e2el_ms``; a request is good if it succeeded and every value <= its limit.
+        duration_s: the run's duration (s, a finite number > 0) for the rates, overriding last
+            end - first start (and a vLLM file's ``duration``).
         benchmark: GuideLLM only, see :func:`read_records`.
 
     Returns:
@@ -435,10 +662,11 @@ def metrics(source: str | Path | pd.DataFrame, format: str | None = None, *,
         ``mean/median/std/p*_{ttft,tpot,itl,e2el}_ms``. Definitions in the module docstring.
 
     Raises:
-        JaxparetoError: bad options or records, before anything is computed.
+        JaxparetoError: bad options (of the wrong type too) or records, naming the argument or
+            field, before anything is computed.
     """
     qs, limits = _check_options(percentiles, percentile_method, slo)
-    if duration_s is not None and (_number(duration_s) is None or duration_s <= 0):
+    if duration_s is not None and not 0 < (_real(duration_s) or 0) < math.inf:
         raise JaxparetoError("duration_s", f"{duration_s!r} is not a positive number of seconds")
     rec = read_records(source, format, benchmark=benchmark)
     if duration_s is not None:

@@ -10,18 +10,26 @@
 
 matplotlib is imported only when a plot is drawn, so ``import jaxpareto`` does not pay for it.
 Figures are `matplotlib.figure.Figure` objects on the Agg canvas (no display, no pyplot state);
-a saved PNG is exactly ``size`` inches x ``dpi`` pixels.
+saved at its own dpi, a figure is width x dpi by height x dpi pixels, each rounded to the nearest
+whole pixel (halves up): 8.3 x 5.1 inches at 72.5 dpi give 602 x 370 pixels.
+
+The frontier and cache plots also draw from a reduced store (``jaxpareto sweep --reduce``, which
+keeps only each cell's Pareto front over TP x concurrency): its stored fronts are the curves, the
+same points `pareto_front` finds in the full sweep, unless ``--max-front-points`` cut a front (the
+legend then says how many points are drawn). The memory wall needs the full sweep.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import xarray as xr
 
 from jaxpareto.errors import JaxparetoError
@@ -37,6 +45,7 @@ DEFAULT_CONCURRENCY = tuple(int(c) for c in np.unique(np.round(np.geomspace(1, 1
 PLOTS = ("frontier", "cache", "memory_wall")
 
 _X_LABEL = "interactivity: output tokens/s per user"
+_FULL_SWEEP = "`jaxpareto sweep SPEC --out FILE.zarr` (without --reduce) stores the full sweep"
 _Y_LABEL = "throughput: output tokens/s per GPU"
 
 
@@ -90,13 +99,40 @@ def _check_cell(ds: xr.Dataset, cell: Mapping, spread: Sequence[str]) -> None:
     for key in cell:
         if key not in ds.dims:
             raise JaxparetoError(key, "not a dimension of the dataset", [str(d) for d in ds.dims])
-        if key in spread:
+        if key in spread or key == "front_point":
             raise JaxparetoError(key, f"this plot spans every value of {key!r}; it cannot be fixed")
 
 
 def _fixed(ds: xr.Dataset, var: str, free: Sequence[str], cell: Mapping) -> dict:
     """One value per dimension of ``ds[var]`` outside ``free``: ``cell``'s, the headline's or the first."""
-    return {d: _pick(ds, d, cell.get(d)) for d in ds[var].dims if d not in free}
+    return {d: _pick(ds, d, cell.get(d)) for d in ds[var].dims if d not in free and d != "front_point"}
+
+
+def _reduced(ds: xr.Dataset) -> bool:
+    """Whether ``ds`` is a reduced sweep (`jaxpareto.pareto_sweep`, ``jaxpareto sweep --reduce``)."""
+    return ds.attrs.get("reduction") == "pareto"
+
+
+def _xvar(ds: xr.Dataset) -> str:
+    """The variable holding the frontier's x values: the front's in a reduced sweep."""
+    return f"front_{DEFAULT_X}" if _reduced(ds) else DEFAULT_X
+
+
+def _reduced_unsupported(ds: xr.Dataset, plot: str) -> str | None:
+    """Why a reduced sweep's stored fronts cannot give ``plot``; None if they can."""
+    reduced = "a reduced store (`jaxpareto sweep --reduce`) keeps only each cell's Pareto front"
+    if plot == "memory_wall":
+        return f"{reduced}, not concurrency_max; {_FULL_SWEEP}"
+    x, y = ds.attrs.get("pareto_x"), ds.attrs.get("pareto_y")
+    dims = [str(d) for d in np.atleast_1d(ds.attrs.get("pareto_dims", []))]
+    maximize = [bool(m) for m in np.atleast_1d(ds.attrs.get("pareto_maximize", []))]
+    if (x, y) != (DEFAULT_X, DEFAULT_Y) or sorted(dims) != ["concurrency", "tp"] or maximize != [True, True]:
+        return (f"{reduced}, here of {y} against {x} over {' x '.join(dims) or '?'}; the plot needs the fronts of "
+                f"{DEFAULT_Y} against {DEFAULT_X}, both maximised, over tp x concurrency; {_FULL_SWEEP}")
+    for name in ("front_size", "front_tp", "front_concurrency", f"front_{DEFAULT_X}", f"front_{DEFAULT_Y}"):
+        if name not in ds.data_vars:
+            return f"needs the variable {name} of a reduced store"
+    return None
 
 
 # ----------------------------------------------------------------------------- support checks
@@ -109,6 +145,9 @@ def unsupported(ds: xr.Dataset, plot: str) -> str | None:
     missing = [d for d in ("gpu", "model") if d not in ds.dims]
     if missing:
         return f"the dataset has no {missing[0]!r} dimension (not a jaxpareto sweep)"
+    reduced = _reduced(ds)
+    if reduced and (reason := _reduced_unsupported(ds, plot)):
+        return reason
     if plot == "memory_wall":
         if "concurrency_max" not in ds.data_vars:
             return "needs the variable concurrency_max"
@@ -120,14 +159,15 @@ def unsupported(ds: xr.Dataset, plot: str) -> str | None:
             return f"needs two or more {axis} values (the dataset has {ds.sizes[axis]})"
         return None
     for name in (DEFAULT_X, DEFAULT_Y):
-        if name not in ds.data_vars:
+        if not reduced and name not in ds.data_vars:
             return f"needs the variable {name}"
-    for d in ("tp", "concurrency", "think_time_s"):
-        if d not in ds[DEFAULT_X].dims:
+    xvar = _xvar(ds)
+    for d in ("think_time_s",) if reduced else ("tp", "concurrency", "think_time_s"):
+        if d not in ds[xvar].dims:
             return f"needs a {d!r} dimension"
     if plot == "cache":
         z = np.asarray(ds.think_time_s.values, dtype=float)
-        if "hit_rate" not in ds[DEFAULT_X].dims:
+        if "hit_rate" not in ds[xvar].dims:
             return "needs a 'hit_rate' dimension"
         h = np.asarray(ds.hit_rate.values, dtype=float)
         if not (np.any(z == 0) and np.any(z > 0)):
@@ -174,7 +214,12 @@ def _axes(ax, size, dpi):
     from matplotlib.figure import Figure
 
     size, dpi = _check_figure(size, dpi)
-    fig = Figure(figsize=size, dpi=dpi, layout="constrained")
+    # Agg truncates width x dpi to whole pixels (8.3 in at 72.5 dpi: 601.75 -> 601; a product
+    # such as 4.1 * 30 = 122.99999999999999 in floating point could lose one): ask for the
+    # nearest whole number of pixels plus a hair, far above float error and far below a pixel,
+    # so that truncating lands on it.
+    figsize = tuple((math.floor(v * dpi + 0.5) + 1e-6) / dpi for v in size)
+    fig = Figure(figsize=figsize, dpi=dpi, layout="constrained")
     FigureCanvasAgg(fig)
     return fig, fig.add_subplot()
 
@@ -241,9 +286,24 @@ def _describe(ds: xr.Dataset, cell: Mapping) -> str:
 
 
 def _frontier(cell: xr.Dataset, x: str = DEFAULT_X, y: str = DEFAULT_Y):
-    """Frontier points of one cell over (tp, concurrency): exact ties dropped, sorted by x."""
+    """Frontier points of one cell over (tp, concurrency): exact ties dropped, sorted by x.
+
+    From a reduced sweep, the stored front (the same points, ordered by x, ties in grid order).
+    """
+    if _reduced(cell):
+        kept = min(int(cell.front_size), cell.sizes["front_point"])
+        table = pd.DataFrame({name: np.asarray(cell[f"front_{name}"].values)[:kept]
+                              for name in ("tp", "concurrency", x, y)})
+        return table[~table.duplicated(subset=[x, y], keep="first")].reset_index(drop=True)
     front = pareto_front(cell, x=x, y=y, dims=("tp", "concurrency"))
     return frontier_table(cell, front, x=x, y=y, dims=("tp", "concurrency"), metrics=(), drop_ties=True)
+
+
+def _front_note(cell: xr.Dataset) -> str:
+    """For a reduced sweep's cell whose front was cut to ``max_front_points``: how much is drawn."""
+    if not _reduced(cell) or int(cell.front_size) <= cell.sizes["front_point"]:
+        return ""
+    return f" (the {cell.sizes['front_point']} lowest-interactivity of {int(cell.front_size)} front points stored)"
 
 
 def _annotate(ax, table, x: str, y: str, color) -> None:
@@ -320,14 +380,17 @@ def plot_frontier(
     Args:
         ds: a sweep (`jaxpareto.sweep`, a stored one, or `jaxpareto.session_sweep`) with
             ``output_tokens_per_s_per_user`` and ``output_tokens_per_s_per_gpu`` over ``tp``,
-            ``concurrency`` and ``think_time_s``.
+            ``concurrency`` and ``think_time_s``; or a reduced sweep (`jaxpareto.pareto_sweep`,
+            ``jaxpareto sweep --reduce``) of those two outputs over tp x concurrency, whose
+            stored fronts are drawn (a front cut by ``max_front_points`` says so in the legend).
         gpu, model: the figure's GPU and model (default: the dataset's headline, else the first).
         think_time_s: the highlighted curve, drawn thicker and labelled with the TP and
             concurrency of its points [s] (default: the headline's Z, else the first).
         think_times: the curves drawn [s] (default: every think time of the dataset).
         annotate: label the highlighted curve's points "TP<G> C<C>" (at most 10, evenly thinned).
         ax: draw into these matplotlib axes instead of a new figure.
-        size: figure (width, height) [inches]; a saved PNG is size x dpi pixels.
+        size: figure (width, height) [inches]; saved at ``dpi``, a PNG is width x dpi by
+            height x dpi pixels, each rounded to the nearest whole pixel (halves up).
         dpi: figure resolution [pixels per inch].
         **cell: fixed values of the remaining axes, e.g. ``context_tokens=65536, hit_rate=0.9``
             (or ``turn=5`` for a session sweep); default the headline's, else the first.
@@ -344,7 +407,7 @@ def plot_frontier(
     _require(ds, "frontier")
     _check_cell(ds, cell, ("gpu", "model", "tp", "concurrency", "think_time_s"))
     g, m = _select_names(ds, gpu, model)
-    fixed = _fixed(ds, DEFAULT_X, ("gpu", "model", "tp", "concurrency", "think_time_s"), cell)
+    fixed = _fixed(ds, _xvar(ds), ("gpu", "model", "tp", "concurrency", "think_time_s"), cell)
     zs = _grid_values(ds, "think_time_s") if think_times is None else \
         [_match(ds, "think_time_s", z, "think_times") for z in np.atleast_1d(think_times)]
     if not zs:
@@ -363,7 +426,7 @@ def plot_frontier(
     for k, z in enumerate(zs):
         table = _frontier(cells.sel(think_time_s=z))
         color = cmap(0.85 * k / max(len(zs) - 1, 1))
-        label = f"Z = {_num(z)} s" + (" (standard serving)" if z == 0 else "")
+        label = f"Z = {_num(z)} s" + (" (standard serving)" if z == 0 else "") + _front_note(cells.sel(think_time_s=z))
         if table.empty:
             label += ": no feasible point"
         # Curves often overlap (Z mostly moves a point along one curve and cuts it where the KV
@@ -461,7 +524,7 @@ def plot_cache_comparison(
             raise JaxparetoError(field, f"the agent's value must be > 0, got {value:g}")
     z0 = _match(ds, "think_time_s", 0.0, "think_time_s")
     h0 = _match(ds, "hit_rate", 0.0, "hit_rate")
-    fixed = _fixed(ds, DEFAULT_X, ("gpu", "model", "tp", "concurrency", "think_time_s", "hit_rate"), cell)
+    fixed = _fixed(ds, _xvar(ds), ("gpu", "model", "tp", "concurrency", "think_time_s", "hit_rate"), cell)
     cells = ds.sel(gpu=g, model=m, **fixed)
 
     own = ax is None
@@ -474,6 +537,7 @@ def plot_cache_comparison(
     xs, ys, labelled = [], [], None
     for gid, zz, hh, label, color, style in curves:
         table = _frontier(cells.sel(think_time_s=zz, hit_rate=hh))
+        label += _front_note(cells.sel(think_time_s=zz, hit_rate=hh))
         _draw_frontier(ax, table, DEFAULT_X, DEFAULT_Y, label=label + (": no feasible point" if table.empty else ""),
                        color=color, gid=f"frontier {gid}", width=2.6 if gid == "agent cache" else 1.6,
                        linestyle=style, zorder=3 if gid == "agent cache" else 2)
@@ -654,9 +718,11 @@ def save_plots(
     ``memory_wall_<model>_by_gpu.png`` (one line per GPU at the largest TP).
 
     Args:
-        ds: a sweep or session sweep.
+        ds: a sweep or session sweep, or a reduced sweep (``jaxpareto sweep --reduce``: the
+            frontier and cache plots from its stored fronts; the memory wall is skipped).
         out: the folder, created if missing; existing PNGs of the same name are replaced.
-        size: figure (width, height) [inches]; dpi: [pixels per inch].
+        size: figure (width, height) [inches]; dpi: [pixels per inch]; each side of a PNG is
+            size x dpi rounded to the nearest whole pixel.
         sel: axis values. ``gpu`` and ``model`` restrict the figures to that one; the others fix
             the cell (the frontier highlights the selected think time; the cache comparison takes
             a selected ``think_time_s`` / ``hit_rate`` > 0 as the agent's Z / h; the memory wall
@@ -706,13 +772,13 @@ def save_plots(
         for m in models:
             tag = f"{_safe(g)}_{_safe(m)}"
             if not reasons["frontier"]:
-                frontier_cell = {k: v for k, v in cell.items() if k != "think_time_s" and k in ds[DEFAULT_X].dims}
+                frontier_cell = {k: v for k, v in cell.items() if k != "think_time_s" and k in ds[_xvar(ds)].dims}
                 save(plot_frontier(ds, g, m, think_time_s=cell.get("think_time_s"), size=size, dpi=dpi,
                                    **frontier_cell), f"frontier_{tag}")
             if not reasons["cache"]:
                 agent = {k: cell[k] for k in ("think_time_s", "hit_rate") if cell.get(k, 0) > 0}
                 rest = {k: v for k, v in cell.items() if k not in ("think_time_s", "hit_rate")
-                        and k in ds[DEFAULT_X].dims}
+                        and k in ds[_xvar(ds)].dims}
                 save(plot_cache_comparison(ds, g, m, size=size, dpi=dpi, **agent, **rest), f"cache_{tag}")
             if not reasons["memory_wall"]:
                 wall_cell = {k: v for k, v in cell.items() if k in ds.concurrency_max.dims or k == memory_axis}
@@ -727,9 +793,9 @@ def save_plots(
 
 def _selection_value(ds: xr.Dataset, key: str, value, field: str):
     """A selected axis value, checked: a known axis other than tp and concurrency, on the grid."""
-    if key in ("tp", "concurrency"):
+    if key in ("tp", "concurrency", "front_point"):
         raise JaxparetoError(field, "the plots span every tp and concurrency; select another axis",
-                             [str(d) for d in ds.dims if d not in ("tp", "concurrency")])
+                             [str(d) for d in ds.dims if d not in ("tp", "concurrency", "front_point")])
     if key not in ds.dims:
         raise JaxparetoError(field, "unknown axis", [str(d) for d in ds.dims])
     return _match(ds, key, value, field)
@@ -761,10 +827,7 @@ def _parse_sel(items: Sequence[str], ds: xr.Dataset) -> dict:
 def _open_store(path: Path) -> xr.Dataset:
     if not (path / "zarr.json").is_file():
         raise JaxparetoError("store", f"{path} is not a zarr store (written by `jaxpareto sweep --out`)")
-    ds = xr.open_zarr(path)
-    if ds.attrs.get("reduction") == "pareto":
-        raise JaxparetoError("store", f"{path} holds reduced fronts (`sweep --reduce`), not a sweep to plot")
-    return ds
+    return xr.open_zarr(path)  # a reduced store too: save_plots draws or skips each plot, with the reason
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
@@ -785,8 +848,10 @@ def add_plot_parser(subparsers) -> argparse.ArgumentParser:
         description="Write the plots a stored sweep supports into a folder, one file per plot and GPU x model, "
                     "printing each path (frontier_GPU_MODEL.png, cache_GPU_MODEL.png, memory_wall_GPU_MODEL.png, "
                     "memory_wall_MODEL_by_gpu.png); plots needing dimensions the sweep lacks are skipped with the "
-                    "reason. Exit status 0, 1 when no plot could be drawn, 2 on bad arguments.")
-    p.add_argument("store", help="zarr store written by `jaxpareto sweep --out`")
+                    "reason. A reduced store (`sweep --reduce`) gives the frontier and cache plots from its stored "
+                    "per-cell fronts; the memory wall needs the full sweep. Exit status 0, 1 when no plot could be "
+                    "drawn, 2 on bad arguments.")
+    p.add_argument("store", help="zarr store written by `jaxpareto sweep --out` (with or without --reduce)")
     p.add_argument("--out", required=True, metavar="DIR", help="folder for the PNG files (created if missing)")
     p.add_argument("--sel", action="append", metavar="AXIS=VALUE",
                    help="gpu/model: draw only that one; other axes: the cell (default: the sweep's headline, else "

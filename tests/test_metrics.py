@@ -9,6 +9,7 @@ of vLLM's ``calculate_metrics``; ``guidellm_report.json`` follows vllm-project/g
 """
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -317,3 +318,174 @@ def test_cli_missing_or_unknown_file_exits_2(capsys, tmp_path):
     exists.write_text("{}")
     code, _, err = run(capsys, "metrics", SEED, "--out", exists)
     assert code == 2 and "already exists" in err
+
+
+# ----------------------------------------------------------------------------- review fixes
+
+
+def _vllm_file(tmp_path, name="r.json", **changes):
+    saved = json.loads(VLLM.read_text())
+    saved.update(changes)
+    path = tmp_path / name
+    path.write_text(json.dumps(saved))
+    return path
+
+
+@pytest.mark.parametrize("name, content", [
+    ("b.jsonl", b"\xff\xfe"),
+    ("b.csv", b"\xff\xfe"),
+    ("b.json", b"\xff\xfe"),  # vLLM / GuideLLM readers
+    ("late.csv", b"start,first_token,end,output_tokens,success\n0,1,2,5,true\n0,1,2,5,tr\xe9ue\n"),
+    ("late.jsonl", b'{"start": 0}\n{"start": 1}\n{"start": "\xe9"}\n'),
+])
+def test_cli_file_not_utf8_exits_2_naming_the_file(capsys, tmp_path, name, content):
+    path = tmp_path / name
+    path.write_bytes(content)
+    code, _, err = run(capsys, "metrics", path)
+    assert code == 2 and err.startswith("jaxpareto: error: file: ") and "Traceback" not in err, err
+    assert f"{path} is not UTF-8 text (line {1 if name.startswith('b.') else 3}:" in err
+    with pytest.raises(jp.JaxparetoError, match="not UTF-8") as error:
+        jp.metrics(path, format="vllm" if name.endswith(".json") else None)
+    assert error.value.field == "file"
+
+
+def test_utf8_byte_order_mark_accepted_everywhere(tmp_path):
+    df = _table()
+    csv, jsonl = tmp_path / "log.csv", tmp_path / "log.jsonl"
+    df.assign(token_times=[json.dumps(t) if t else "" for t in df.token_times]).to_csv(csv, index=False,
+                                                                                       encoding="utf-8-sig")
+    rows = [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in row.items()}
+            for row in df.to_dict(orient="records")]
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8-sig")
+    assert csv.read_bytes().startswith(b"\xef\xbb\xbf") and jsonl.read_bytes().startswith(b"\xef\xbb\xbf")
+    expected = jp.metrics(df)
+    for path in (csv, jsonl):
+        ds = jp.metrics(path)
+        xr.testing.assert_identical(ds.drop_attrs(), expected.drop_attrs())
+    for fixture in (VLLM, GUIDELLM):
+        bom = tmp_path / fixture.name
+        bom.write_text(fixture.read_text(), encoding="utf-8-sig")
+        xr.testing.assert_identical(jp.metrics(bom).drop_attrs(), jp.metrics(fixture).drop_attrs())
+
+
+@pytest.mark.parametrize("changes, field, message", [
+    ({"ttfts": 5}, "vllm.ttfts", "expected a list"),
+    ({"ttfts": "abc"}, "vllm.ttfts", "expected a list"),
+    ({"ttfts": [0.2, "abc", 0.3, 0.0]}, "vllm.ttfts", "row 1: 'abc' is not a finite number"),
+    ({"ttfts": [0.2, None, 0.3, 0.0]}, "vllm.ttfts", "row 1: not a time"),
+    ({"ttfts": [0.2, -0.4, 0.3, 0.0]}, "vllm.ttfts", "row 1: not a time"),
+    ({"itls": 7}, "vllm.itls", "expected a list of 4 entries"),
+    ({"itls": [[0.05], ["x"], [0.1], []]}, "vllm.itls", "row 1: expected a list of finite numbers"),
+    ({"itls": [[0.05], [-0.1], [0.1], []]}, "vllm.itls", "row 1: itl gaps"),
+    ({"output_lens": [4, 3, 2]}, "vllm.output_lens", "expected a list of 4 entries"),
+    ({"output_lens": [4, "three", 2, 0]}, "vllm.output_lens", "row 1: 'three'"),
+    ({"output_lens": [4, 2.5, 2, 0]}, "vllm.output_lens", "row 1: not a whole number"),
+    ({"errors": "none"}, "vllm.errors", "expected a list of 4 entries"),
+    ({"errors": ["", 0, "", "Bad Request"]}, "vllm.errors", "row 1: not an error message"),
+    ({"latencies": [0.35, "x", 0.4, 0.0]}, "vllm.latencies", "row 1: 'x'"),
+    ({"latencies": [0.35, 0.1, 0.4, 0.0]}, "vllm.latencies", "row 1: the latency is shorter"),
+    ({"input_lens": [10, True, 30, 40]}, "vllm.input_lens", "row 1: True is not a finite number"),
+    ({"duration": "0.8"}, "vllm.duration", "not a positive number"),
+])
+def test_malformed_vllm_arrays_name_their_field(tmp_path, changes, field, message):
+    path = _vllm_file(tmp_path, **changes)
+    with pytest.raises(jp.JaxparetoError, match=message) as error:
+        jp.metrics(path)
+    assert error.value.field == field
+
+
+def test_vllm_failure_with_an_empty_error_is_a_failure(tmp_path):
+    # vLLM saves error = response.reason or "" for a non-200 answer: a failure without a message,
+    # left with RequestFuncOutput's ttft = 0.0 and 0 output tokens
+    path = _vllm_file(tmp_path, errors=["", "", "", ""])
+    ds = jp.metrics(path, slo={"ttft_ms": 300, "tpot_ms": 50}, percentiles=[50, 99])
+    expected = jp.metrics(VLLM, slo={"ttft_ms": 300, "tpot_ms": 50}, percentiles=[50, 99])
+    xr.testing.assert_identical(ds.drop_attrs(), expected.drop_attrs())
+    assert (int(ds.completed), int(ds.failed)) == (3, 1)
+    # a file this rule misreads is still refused by the completed count
+    with pytest.raises(jp.JaxparetoError, match="3 requests succeeded .* but completed = 4") as error:
+        jp.metrics(_vllm_file(tmp_path, "c4.json", errors=["", "", "", ""], completed=4))
+    assert error.value.field == "vllm.errors"
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"duration_s": "5"}, "duration_s"),
+    ({"duration_s": float("nan")}, "duration_s"),
+    ({"duration_s": True}, "duration_s"),
+    ({"percentiles": "50"}, "percentiles"),  # would iterate as 5 and 0
+    ({"percentiles": [50, "90"]}, "percentiles"),
+    ({"percentiles": [50, None]}, "percentiles"),
+    ({"percentiles": [float("nan")]}, "percentiles"),
+    ({"percentiles": []}, "percentiles"),
+    ({"percentiles": {50: 1}}, "percentiles"),
+    ({"slo": [("ttft_ms", 200)]}, "slo"),
+    ({"slo": {"ttft_ms": "200"}}, "slo.ttft_ms"),
+    ({"slo": {"ttft_ms": float("nan")}}, "slo.ttft_ms"),
+    ({"benchmark": "0"}, "benchmark"),
+    ({"percentile_method": ["linear"]}, "percentile_method"),
+])
+def test_wrong_option_types_name_the_argument(kwargs, field):
+    with pytest.raises(jp.JaxparetoError) as error:
+        jp.metrics(_table(), **kwargs)
+    assert error.value.field == field
+
+
+def test_option_types_accepted():
+    one = jp.metrics(_table(), percentiles=50)  # one number: a one-element list
+    assert one.attrs["percentiles"] == [50.0] and "p50_ttft_ms" in one and "p90_ttft_ms" not in one
+    assert jp.metrics(_table(), percentiles=np.array([50, 99])).attrs["percentiles"] == [50.0, 99.0]
+    assert jp.metrics(_table(), duration_s=np.float32(4)).duration_s == 4.0
+    with pytest.raises(jp.JaxparetoError) as error:
+        jp.metrics(123)
+    assert error.value.field == "source"
+
+
+@pytest.mark.parametrize("args, field", [
+    (([1, 2], 150, "nearest_rank"), "q"),
+    (([1, 2], -1), "q"),
+    (([1, 2], "50"), "q"),
+    (([1, 2], None), "q"),
+    (([1, 2], 50, "nearest"), "percentile_method"),
+    ((["a", "b"], 50), "values"),
+])
+def test_percentile_argument_errors(args, field):
+    with pytest.raises(jp.JaxparetoError) as error:
+        percentile(*args)
+    assert error.value.field == field
+    assert percentile([1, 2], 100, "nearest_rank") == 2 and percentile([1, 2], 0, "nearest_rank") == 1
+
+
+def test_vectorised_reading_keeps_each_values_meaning(tmp_path, monkeypatch):
+    # numbers as text are read as float() reads them (exactly, spaces and 1_000 included); only an
+    # empty or blank value is missing; bools, infinities, "nan" and words are refused at their row
+    text = ["0.1", " 0.30000000000000004 ", "1_0", "2.2250738585072011e-308", "+9E70", "7"]
+    df = records(start=text, first_token=[t for t in text], end=[t for t in text], output_tokens=["1"] * 6,
+                 success=["true", " TRUE ", "1", 1, True, "False"], last_token=["", "  ", None, np.nan, "", ""])
+    rec = read_records(df)
+    assert rec["start"].tolist() == [float(t) for t in text]
+    assert rec["success"].tolist() == [True, True, True, True, True, False]
+    assert rec["last_token"].isna().all()
+    csv = tmp_path / "t.csv"
+    df.to_csv(csv, index=False)
+    assert read_records(csv)["start"].tolist() == [float(t) for t in text]
+    for bad, row in ((True, 2), ("inf", 1), ("nan", 3), ("abc", 0), (float("inf"), 4), ([1.0], 5)):
+        values = [0.0] * 6
+        values[row] = bad
+        with pytest.raises(jp.JaxparetoError, match=f"start: row {row}: .* is not a finite number"):
+            read_records(df.assign(start=values, first_token=1.0, end=2.0))
+    with pytest.raises(jp.JaxparetoError, match="start: row 0: True is not a finite number"):
+        read_records(df.assign(start=[True] * 6))
+    with pytest.raises(jp.JaxparetoError, match="success: row 2: 2 is not true or false"):
+        read_records(df.assign(success=[1, 0, 2, 1, 1, 1]))
+    with pytest.raises(jp.JaxparetoError, match="success: row 3: None is not true or false"):
+        read_records(df.assign(success=[True, False, True, None, True, True]))
+    # JSONL is turned into frames a chunk at a time: chunks of other types read the same
+    jsonl = tmp_path / "t.jsonl"
+    rows = [{"start": float(i), "first_token": None if i % 3 == 0 else i + 0.5, "end": i + 1.0,
+             "output_tokens": 4 if i % 3 else None, "success": i % 3 != 0, "itl": [0.1, 0.2] if i % 3 else None}
+            for i in range(10)]
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    whole = read_records(jsonl)
+    monkeypatch.setattr(sys.modules["jaxpareto.metrics"], "_JSONL_CHUNK", 3)
+    pd.testing.assert_frame_equal(read_records(jsonl), whole)
+    assert jp.metrics(jsonl).mean_itl_ms == pytest.approx(150)

@@ -204,3 +204,68 @@ def test_import_jaxpareto_does_not_import_matplotlib():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                             check=False)
     assert result.stdout.split() == ["False", "True"], result.stderr
+
+
+# ----------------------------------------------------------------------------- review fixes
+
+
+@pytest.fixture(scope="module")
+def reduced_store(tmp_path_factory):
+    """A stored `jaxpareto sweep --reduce` of the `store` fixture's grid, fronts cut at 64 points."""
+    reduced = jp.pareto_sweep(gpu=[GPU], model=MODEL, tp=[2, 4, 8], concurrency=[1, 4, 16, 64, 256],
+                              think_time_s=[0.0, 2.0, 10.0], context_tokens=[16384, 65536], hit_rate=[0.0, 0.9])
+    return jp.to_zarr(reduced, tmp_path_factory.mktemp("reduced") / "r.zarr")
+
+
+def curves(fig):
+    return {gid: np.stack(line.get_data(), 1).astype(float) for gid, line in lines(fig, "frontier").items()}
+
+
+def test_reduced_store_draws_its_fronts(grid, reduced_store, tmp_path, capsys):
+    import xarray as xr
+
+    reduced = xr.open_zarr(reduced_store)
+    for plot in (jp.plot_frontier, jp.plot_cache_comparison):  # the stored fronts are the full sweep's
+        full = curves(plot(grid, GPU, MODEL, context_tokens=65536, size=SIZE, dpi=DPI))
+        drawn = curves(plot(reduced, GPU, MODEL, context_tokens=65536, size=SIZE, dpi=DPI))
+        assert full.keys() == drawn.keys() and len(full) == 3
+        for gid in full:
+            np.testing.assert_array_equal(drawn[gid], full[gid])
+    out = tmp_path / "p"
+    assert main(["plot", str(reduced_store), "--out", str(out), "--dpi", "30", "--size", "4.1x3"]) == 0
+    printed = capsys.readouterr().out
+    assert "skipped memory_wall: a reduced store (`jaxpareto sweep --reduce`) keeps only each cell's Pareto front" \
+        in printed and "without --reduce" in printed
+    assert sorted(p.name for p in out.iterdir()) == [f"cache_{GPU}_{MODEL}.png", f"frontier_{GPU}_{MODEL}.png"]
+    assert png_size(out / f"frontier_{GPU}_{MODEL}.png") == (123, 90)  # rounded: 4.1 * 30 == 122.99999999999999
+
+
+def test_reduced_front_cut_short_says_so():
+    cut = jp.pareto_sweep(gpu=GPU, model=MODEL, tp=[2, 4, 8], concurrency=[1, 4, 16, 64, 256], think_time_s=[0.0],
+                          context_tokens=16384, hit_rate=0.0, max_front_points=2)
+    (line,) = lines(jp.plot_frontier(cut, size=SIZE, dpi=DPI), "frontier").values()
+    assert len(line.get_xdata()) == 2 and "2 lowest-interactivity of" in line.get_label()
+
+
+def test_reduced_store_of_other_objectives_skips_every_plot(tmp_path, capsys):
+    other = jp.pareto_sweep(gpu=GPU, model=MODEL, tp=[2, 4], concurrency=[1, 4], think_time_s=[0.0, 2.0],
+                            context_tokens=16384, hit_rate=[0.0, 0.9], x="output_tokens_per_s_per_user",
+                            y="ttft_ms", maximize=(True, False))
+    path = jp.to_zarr(other, tmp_path / "other.zarr")
+    code = main(["plot", str(path), "--out", str(tmp_path / "p"), "--dpi", "20"])
+    captured = capsys.readouterr()
+    assert code == 1 and not captured.err  # nothing drawn: exit 1 as for any dataset, not a bad argument
+    for plot in ("frontier", "cache", "memory_wall"):
+        assert f"skipped {plot}: a reduced store" in captured.out and "without --reduce" in captured.out
+    assert "ttft_ms against output_tokens_per_s_per_user" in captured.out
+    assert "no plot could be drawn" in captured.out and not list((tmp_path / "p").iterdir())
+
+
+@pytest.mark.parametrize("size, dpi, pixels", [
+    ((8.3, 5.1), 72.5, (602, 370)),  # 601.75 x 369.75: rounded, not truncated
+    ((4.1, 3.0), 30, (123, 90)),  # 4.1 * 30 == 122.99999999999999 in floating point
+    ((6.0, 4.0), 30, (180, 120)),
+])
+def test_png_pixels_are_size_times_dpi_rounded(grid, tmp_path, size, dpi, pixels):
+    fig = jp.plot_frontier(grid, GPU, MODEL, think_times=[0.0], annotate=False, size=size, dpi=dpi)
+    assert save(fig, tmp_path / "f.png") == pixels
