@@ -40,7 +40,7 @@ import pandas as pd
 from jaxpareto.errors import JaxparetoError
 from jaxpareto.options import PREFILL_MODELS, ModelOptions
 from jaxpareto.settings import Efficiency
-from jaxpareto.validate import _rows, mape_summary, prediction_fn, validate
+from jaxpareto.validate import _rows, comparison_table, mape_summary, prediction_fn
 from jaxpareto.validation import check_number
 
 #: Fitted by default: the seed's two efficiencies and the opt-in terms.
@@ -235,7 +235,7 @@ def calibrate(rows=None, *, fields=DEFAULT_FIELDS, start: Efficiency = Efficienc
     fitted_efficiency = fitted_efficiency.validate()
 
     def table(efficiency):
-        out = validate(rows, efficiency=efficiency, options=options)
+        out = comparison_table(predictor, efficiency)
         out["split"] = np.where(test, "test", "train")
         return out
 

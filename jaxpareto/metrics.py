@@ -565,6 +565,11 @@ def _q(q: object, field: str) -> float:
     return value
 
 
+# Nearest rank (the smallest value with at least q % of the sample at or below it) is numpy's
+# "inverted_cdf", Hyndman and Fan's definition 1.
+_NUMPY_METHOD = {"linear": "linear", "nearest_rank": "inverted_cdf"}
+
+
 def percentile(values: Sequence[float] | np.ndarray, q: float, method: str = "linear") -> float:
     """The ``q``-th percentile (a number in [0, 100]) of ``values``; NaN for an empty sample.
 
@@ -578,14 +583,12 @@ def percentile(values: Sequence[float] | np.ndarray, q: float, method: str = "li
         raise JaxparetoError("percentile_method", f"unknown method {method!r}", PERCENTILE_METHODS)
     q = _q(q, "q")
     try:
-        x = np.sort(np.asarray(values, dtype=np.float64).ravel())
+        x = np.asarray(values, dtype=np.float64).ravel()
     except (TypeError, ValueError):
         raise JaxparetoError("values", f"expected numbers, got {type(values).__name__}") from None
     if x.size == 0:
         return math.nan
-    if method == "linear":
-        return float(np.percentile(x, q))
-    return float(x[max(math.ceil(q * x.size / 100), 1) - 1])
+    return float(np.percentile(x, q, method=_NUMPY_METHOD[method]))
 
 
 def _check_options(percentiles: Sequence[float] | float, method: str, slo: Mapping[str, float] | None) -> tuple:

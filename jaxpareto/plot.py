@@ -340,13 +340,17 @@ def _draw_frontier(ax, table, x, y, *, label, color, gid, width=1.8, marker="o",
     return line
 
 
-def _finish_frontier_axes(ax, xs, ys) -> None:
-    _log_if_decades(ax, xs, "x")
-    _log_if_decades(ax, ys, "y")
+def _finish_frontier_axes(ax, tables, labelled=None) -> None:
+    """Scales from every drawn frontier in ``tables``, axis labels, grid, and the TP/C labels
+    of the ``labelled`` (table, color) curve."""
+    _log_if_decades(ax, [v for t in tables for v in t[DEFAULT_X]], "x")
+    _log_if_decades(ax, [v for t in tables for v in t[DEFAULT_Y]], "y")
     ax.set_xlabel(f"{_X_LABEL} [tokens/s]")
     ax.set_ylabel(f"{_Y_LABEL} [tokens/s/GPU]")
     ax.grid(True, which="major", alpha=0.35)
     ax.grid(True, which="minor", alpha=0.12)
+    if labelled is not None:
+        _annotate(ax, labelled[0], DEFAULT_X, DEFAULT_Y, labelled[1])
 
 
 def _select_names(ds: xr.Dataset, gpu, model) -> tuple[str, str]:
@@ -422,7 +426,7 @@ def plot_frontier(
     own = ax is None
     fig, ax = _axes(ax, size, dpi)
     cmap = matplotlib.colormaps["plasma"]
-    xs, ys, labelled = [], [], None
+    tables, labelled = [], None
     for k, z in enumerate(zs):
         table = _frontier(cells.sel(think_time_s=z))
         color = cmap(0.85 * k / max(len(zs) - 1, 1))
@@ -436,11 +440,8 @@ def plot_frontier(
                        marker="osD^vP*X"[k % 8], gid=f"frontier think_time_s={z:g}", zorder=2 + k)
         if annotate and z == highlight:
             labelled = (table, color)
-        xs.extend(table[DEFAULT_X])
-        ys.extend(table[DEFAULT_Y])
-    _finish_frontier_axes(ax, xs, ys)
-    if labelled is not None:
-        _annotate(ax, labelled[0], DEFAULT_X, DEFAULT_Y, labelled[1])
+        tables.append(table)
+    _finish_frontier_axes(ax, tables, labelled)
     ax.legend(title="think time between turns" + (f" (labels: TP, C at Z = {_num(highlight)} s)"
                                                    if annotate else ""), fontsize=8, title_fontsize=8)
     _titles(fig, ax, own, f"Pareto frontier: {m} on {g}",
@@ -534,7 +535,7 @@ def plot_cache_comparison(
         ("agent cache", z, h, f"agent, Z = {_num(z)} s, prefix cache h = {_num(h)}", "tab:blue", "-"),
         ("agent no-cache", z, h0, f"agent, Z = {_num(z)} s, no prefix cache", "tab:red", "-"),
     )
-    xs, ys, labelled = [], [], None
+    tables, labelled = [], None
     for gid, zz, hh, label, color, style in curves:
         table = _frontier(cells.sel(think_time_s=zz, hit_rate=hh))
         label += _front_note(cells.sel(think_time_s=zz, hit_rate=hh))
@@ -543,11 +544,8 @@ def plot_cache_comparison(
                        linestyle=style, zorder=3 if gid == "agent cache" else 2)
         if annotate and gid == "agent cache":
             labelled = (table, color)
-        xs.extend(table[DEFAULT_X])
-        ys.extend(table[DEFAULT_Y])
-    _finish_frontier_axes(ax, xs, ys)
-    if labelled is not None:
-        _annotate(ax, labelled[0], DEFAULT_X, DEFAULT_Y, labelled[1])
+        tables.append(table)
+    _finish_frontier_axes(ax, tables, labelled)
     ax.legend(fontsize=8, title="labels: TP, concurrency C" if annotate else None, title_fontsize=8)
     _titles(fig, ax, own, f"Standard vs agent serving, prefix cache on/off: {m} on {g}",
             f"Pareto frontiers over TP x concurrency C at {_describe(ds, fixed)}\n"

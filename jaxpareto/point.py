@@ -129,14 +129,12 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
     wait = 0.0 * batch
     if options.cache_model == "lru":
         wait = (ttft + tpot * turn.osl) * (jnp.maximum(batch / turn.slots, 1.0) - 1.0)
-    ttft = ttft + wait
+        ttft = ttft + wait
     return TurnState(ttft + tpot * turn.osl, wait, ttft, tpot, step, batch_run, work, lifetime, load)
 
 
 def turn_latency_ms(turn: TurnLatency, batch: jax.Array, options: ModelOptions = ModelOptions()) -> jax.Array:
-    """R(B) [ms] under ``options`` (`turn_state`); seed eq. 1 by default."""
-    if options.cache_model != "lru" and options.prefill_model == "isolated":
-        return turn.ttft_ms + decode_step(turn.decode, batch, options.expert_routing).tpot_ms * turn.osl
+    """R(B) [ms] under ``options`` (`turn_state`; what it does not need is traced away)."""
     return turn_state(turn, batch, options).latency_ms
 
 

@@ -59,14 +59,15 @@ from jaxpareto.calibration_file import calibration_options, load_calibration as 
 from jaxpareto.errors import JaxparetoError
 from jaxpareto.hardware import HardwareParams
 from jaxpareto.model import ModelParams
+from jaxpareto.grid import stack_params
 from jaxpareto.optimize import solver_for
 from jaxpareto.options import ModelOptions, PREFILL_MODELS
 from jaxpareto.point import evaluate_point
 from jaxpareto.settings import Efficiency, Solver, Workload
+from jaxpareto.sweep import DTYPES
 from jaxpareto.validation_set import COLUMNS, load_validation_set, row_gpu, row_model
 
 PREFILL = ("isl", "context")
-DTYPES = ("float32", "float64")
 #: Halvings of [1, concurrency_max] in the Little's-law matching of server rows.
 BISECTION_STEPS = 64
 #: Concurrency offered to offline rows: above any concurrency_max, so memory sets the batch.
@@ -109,12 +110,6 @@ class RowInputs:
     load_fraction: np.ndarray
 
 
-def _stack(params: list, dtype) -> object:
-    cls = type(params[0])
-    return cls(**{f.name: np.asarray([getattr(p, f.name) for p in params], dtype=dtype)
-                  for f in dataclasses.fields(cls)})
-
-
 def _check_choice(field: str, value: str, allowed) -> None:
     if value not in allowed:
         raise JaxparetoError(field, f"unknown value {value!r}", allowed)
@@ -150,8 +145,8 @@ def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl")
                            for f in dataclasses.fields(Workload)})
     workload = dataclasses.replace(workload, osl=osl, delta_tokens=isl, kv_context_tokens=np.zeros(n, dt))
     return RowInputs(
-        hw=_stack([row_gpu(r).to_params() for r in records], dt),
-        model=_stack([row_model(r).to_params() for r in records], dt),
+        hw=stack_params([row_gpu(r).to_params() for r in records], dt),
+        model=stack_params([row_model(r).to_params() for r in records], dt),
         tp=tp,
         gpus=gpus,
         concurrency=concurrency,
@@ -421,10 +416,15 @@ def validate(rows=None, efficiency: Efficiency = Efficiency(), solver: Solver = 
         ``rel_error`` ((predicted - measured) / measured, signed) and ``flag``. The MAPE
         summary (`mape_summary`) is in ``.attrs["mape"]``.
     """
-    rows = _rows(rows).reset_index(drop=True)
     predictor = prediction_fn(rows, solver=solver, dtype=dtype, prefill=prefill, options=options)
+    return comparison_table(predictor, efficiency)
+
+
+def comparison_table(predictor: Predictor, efficiency: Efficiency) -> pd.DataFrame:
+    """`validate`'s table for the rows of an existing `Predictor` (no rebuilding of its inputs)."""
+    rows = predictor.rows
     efficiency = _check_efficiency(efficiency)
-    with jax.enable_x64(dtype == "float64"):
+    with jax.enable_x64(predictor.dtype == "float64"):
         details = predictor.details(efficiency)
     table = rows[["id", "source", "model", "gpu", "gpus", "tp", "load"]].copy()
     # sessions per TP group evaluated: the Little's-law C of server rows, else what memory admits
