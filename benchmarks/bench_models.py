@@ -1,5 +1,5 @@
 """What the opt-in model options cost (not part of CI): configs/s of `jp.sweep` on one grid with
-the seed's equations and with each option of `jaxpareto.options.ModelOptions`, in one run, as
+the seed's equations and with each option of `jaxpareto.definitions.options.ModelOptions`, in one run, as
 ratios to the seed's damped solver.
 
 Grid: Llama-3.1-70B and Qwen3-235B-A22B on H100 and B200, TP 1/2/4/8, 64 log-spaced

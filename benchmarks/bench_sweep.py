@@ -35,7 +35,7 @@ import jax
 import numpy as np
 
 import jaxpareto as jp
-from jaxpareto.pareto import front_mask
+from jaxpareto.dataset.pareto import front_mask
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from reference import reference_point  # noqa: E402  (the plain-Python scalar model)
@@ -156,7 +156,7 @@ def main() -> None:
     device = jax.devices()[0]
     results: dict = {"device": f"{device.platform}:{device.device_kind}", "devices": len(jax.devices()),
                      "platform": platform.platform(), "jax": jax.__version__}
-    from jaxpareto.sweep import plan_sweep as plan
+    from jaxpareto.dataset.sweep import plan_sweep as plan
     damped_plan, exact_plan = plan(**grid), plan(**grid, method="exact")
     points = damped_plan.problem().size
     results["grid_points"] = points

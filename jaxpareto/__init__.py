@@ -8,33 +8,28 @@ Public API::
     front = jp.pareto_front(ds)
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from jaxpareto.definitions import catalog
+from jaxpareto.measure.calibrate import CalibrationResult, calibrate
+from jaxpareto.dataset.costs import add_costs
+from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.definitions.hardware import Hardware
+from jaxpareto.dataset.mapping import agent_from_standard
+from jaxpareto.measure.metrics import metrics, read_records
+from jaxpareto.definitions.model import Model
+from jaxpareto.dataset.pareto import frontier_table, pareto_front
+from jaxpareto.plot.draw import plot_cache_comparison, plot_frontier, plot_memory_wall, save_plots  # lazy matplotlib
+from jaxpareto.search.optimize import OptimizeResult, optimize
+from jaxpareto.definitions.options import ModelOptions
+from jaxpareto.definitions.settings import Efficiency
+from jaxpareto.definitions.version import __version__
+from jaxpareto.dataset.reduce import pareto_sweep
+from jaxpareto.dataset.session import session_sweep
+from jaxpareto.search.sizing import SizingResult, size_deployment
+from jaxpareto.dataset.store import sweep_to_zarr, to_zarr
+from jaxpareto.dataset.sweep import sweep
+from jaxpareto.measure.validate import predict, validate
+from jaxpareto.measure.validation_set import load_validation_set
 
-from jaxpareto import catalog
-from jaxpareto.calibrate import CalibrationResult, calibrate
-from jaxpareto.cost import add_costs
-from jaxpareto.errors import JaxparetoError
-from jaxpareto.hardware import Hardware
-from jaxpareto.mapping import agent_from_standard
-from jaxpareto.metrics import metrics, read_records
-from jaxpareto.model import Model
-from jaxpareto.pareto import frontier_table, pareto_front
-from jaxpareto.plot import plot_cache_comparison, plot_frontier, plot_memory_wall, save_plots  # lazy matplotlib
-from jaxpareto.optimize import OptimizeResult, optimize
-from jaxpareto.options import ModelOptions
-from jaxpareto.settings import Efficiency
-from jaxpareto.reduce import pareto_sweep
-from jaxpareto.session import session_sweep
-from jaxpareto.sizing import SizingResult, size_deployment
-from jaxpareto.store import sweep_to_zarr, to_zarr
-from jaxpareto.sweep import sweep
-from jaxpareto.validate import predict, validate
-from jaxpareto.validation_set import load_validation_set
-
-try:
-    __version__ = version("jaxpareto")
-except PackageNotFoundError:  # running from a source tree without installing
-    __version__ = "0.0.0+source"
 
 __all__ = [
     "CalibrationResult",

@@ -56,7 +56,7 @@ _TIMING = re.compile(r"wall time|configs/s| in [0-9.]+ s")
 
 
 def _cli_stdout(argv) -> str:
-    from jaxpareto.cli import main
+    from jaxpareto.cli.main import main
 
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
@@ -67,7 +67,7 @@ def _cli_stdout(argv) -> str:
 def cases() -> dict:
     """Each golden case: name -> a function returning its checksums."""
     import jaxpareto as jp
-    from jaxpareto.spec import load_spec
+    from jaxpareto.definitions.spec import load_spec
 
     def default_sweep():
         return dataset_checksums(jp.sweep(**load_spec().sweep_kwargs()))

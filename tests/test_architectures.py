@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import jaxpareto as jp
-from jaxpareto.decode import experts_touched
-from jaxpareto.memory import kv_bytes
+from jaxpareto.physics.decode import experts_touched
+from jaxpareto.physics.memory import kv_bytes
 
 GPT_OSS = jp.catalog.models()["gpt-oss-120b"]
 KIMI = jp.catalog.models()["kimi-k2.5"]

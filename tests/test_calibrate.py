@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 import jaxpareto as jp
-from jaxpareto.calibrate import DEFAULT_FIELDS, calibrate, split_rows
-from jaxpareto.cli import main
-from jaxpareto.options import ModelOptions
-from jaxpareto.validation_set import load_validation_set
+from jaxpareto.measure.calibrate import DEFAULT_FIELDS, calibrate, split_rows
+from jaxpareto.cli.main import main
+from jaxpareto.definitions.options import ModelOptions
+from jaxpareto.measure.validation_set import load_validation_set
 
 CELL = dict(gpu="h100-sxm", model="llama-3.1-70b", tp=8, concurrency=[1, 16], think_time_s=0.0,
             context_tokens=4096, hit_rate=0.0)

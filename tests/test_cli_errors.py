@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 import jaxpareto as jp
-from jaxpareto.cli import main
-from jaxpareto.grid import evaluate_block
-from jaxpareto.spec import parse_spec
+from jaxpareto.cli.main import main
+from jaxpareto.mapper import evaluate_block
+from jaxpareto.definitions.spec import parse_spec
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = """
@@ -110,8 +110,8 @@ def test_readme_spec_example_is_valid():
 
     spec = parse_spec(tomllib.loads(block))
     plan_kwargs = spec.sweep_kwargs()
-    from jaxpareto.cli import Report
-    from jaxpareto.sweep import plan_sweep
+    from jaxpareto.cli.main import Report
+    from jaxpareto.dataset.sweep import plan_sweep
 
     plan = plan_sweep(**plan_kwargs)
     Report(spec.report.x, spec.report.y, spec.report.dims, spec.report.minimize, plan.variables).cell(

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import jaxpareto as jp
-from jaxpareto.cost import api_cost_usd
+from jaxpareto.dataset.costs import api_cost_usd
 
 PRICES = dict(input_per_mtok=2.0, cached_input_per_mtok=0.5, output_per_mtok=8.0)
 

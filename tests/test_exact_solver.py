@@ -4,8 +4,8 @@ import jax
 import numpy as np
 
 import jaxpareto as jp
-from jaxpareto.grid import evaluate_points, shared_scalars, stack_params
-from jaxpareto.settings import Efficiency, Solver, Workload
+from jaxpareto.mapper import evaluate_points, shared_scalars, stack_params
+from jaxpareto.definitions.settings import Efficiency, Solver, Workload
 
 CONTINUOUS = ("ttft_ms", "tpot_ms", "latency_ms", "gpu_active_ratio", "turns_per_s", "output_tokens_per_s_per_user",
               "output_tokens_per_s_per_gpu", "t_weight_ms", "t_kv_ms", "t_compute_ms")

@@ -10,8 +10,8 @@ import pytest
 import xarray as xr
 
 import jaxpareto as jp
-from jaxpareto.grid import evaluate_block
-from jaxpareto.schema import AXES, OUTPUTS
+from jaxpareto.mapper import evaluate_block
+from jaxpareto.definitions.schema import AXES, OUTPUTS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -51,7 +51,7 @@ def test_second_sweep_of_same_block_shape_does_not_recompile():
 
 def _cli(*args, cwd):
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    return subprocess.run([sys.executable, "-m", "jaxpareto.cli", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "jaxpareto.cli.main", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import jaxpareto as jp
-from jaxpareto.mapping import agent_from_standard
+from jaxpareto.dataset.mapping import agent_from_standard
 
 GRID = dict(gpu="h200-sxm", model=["llama-3.1-70b", "qwen3-235b-a22b"], tp=8, context_tokens=32768, hit_rate=0.9)
 

@@ -1,4 +1,4 @@
-"""Benchmark-log metrics (jaxpareto.metrics): seed 002's definitions, vLLM's names and files, the CLI.
+"""Benchmark-log metrics (jaxpareto.measure.metrics): seed 002's definitions, vLLM's names and files, the CLI.
 
 Fixtures in tests/fixtures/metrics: ``seed002_appendix_a.csv`` is seed 002 appendix A's three
 samples; ``vllm_serve_result.json`` follows the result layout of vllm-project/vllm
@@ -18,8 +18,8 @@ import pytest
 import xarray as xr
 
 import jaxpareto as jp
-from jaxpareto.cli import main
-from jaxpareto.metrics import percentile, read_records
+from jaxpareto.cli.main import main
+from jaxpareto.measure.metrics import percentile, read_records
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "metrics"
 SEED = FIXTURES / "seed002_appendix_a.csv"
@@ -486,6 +486,6 @@ def test_vectorised_reading_keeps_each_values_meaning(tmp_path, monkeypatch):
             for i in range(10)]
     jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
     whole = read_records(jsonl)
-    monkeypatch.setattr(sys.modules["jaxpareto.metrics"], "_JSONL_CHUNK", 3)
+    monkeypatch.setattr(sys.modules["jaxpareto.measure.metrics"], "_JSONL_CHUNK", 3)
     pd.testing.assert_frame_equal(read_records(jsonl), whole)
     assert jp.metrics(jsonl).mean_itl_ms == pytest.approx(150)

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import jaxpareto as jp
-from jaxpareto.point import evaluate_point
-from jaxpareto.settings import Efficiency, Solver, Workload
+from jaxpareto.physics.point import evaluate_point
+from jaxpareto.definitions.settings import Efficiency, Solver, Workload
 
 SLO = {"ttft_ms": ("<=", 2000.0), "output_tokens_per_s_per_user": (">=", 20.0)}
 SCENARIO = dict(gpu="h100-sxm", model="llama-3.1-70b", think_time_s=2.0, context_tokens=32768, hit_rate=0.9,
@@ -195,7 +195,7 @@ def test_size_deployment():
 
 
 def test_cli_optimize_and_size(tmp_path, capsys):
-    from jaxpareto.cli import main
+    from jaxpareto.cli.main import main
 
     spec = tmp_path / "slo.toml"
     spec.write_text('[grid]\ngpu = ["h100-sxm", "l40s"]\nmodel = ["llama-3.1-70b"]\nthink_time_s = [2.0]\n'

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import jaxpareto as jp
-from jaxpareto.pareto import front_mask
+from jaxpareto.dataset.pareto import front_mask
 
 
 def brute_force(x, y, valid):

@@ -1,4 +1,4 @@
-"""Plots (jaxpareto.plot and `jaxpareto plot`): files, pixel sizes, plotted data, CLI errors."""
+"""Plots (jaxpareto.plot.draw and `jaxpareto plot`): files, pixel sizes, plotted data, CLI errors."""
 
 import struct
 import subprocess
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import jaxpareto as jp
-from jaxpareto.cli import main
-from jaxpareto.plot import unsupported
+from jaxpareto.cli.main import main
+from jaxpareto.plot.draw import unsupported
 
 X, Y = "output_tokens_per_s_per_user", "output_tokens_per_s_per_gpu"
 GPU, MODEL = "h100-sxm", "llama-3.1-70b"

@@ -54,8 +54,8 @@ def _evaluate(points, dtype):
     """All points in one vmapped call of the batched model (no grid structure)."""
     import jax
 
-    from jaxpareto.grid import evaluate_points, shared_scalars, stack_params
-    from jaxpareto.settings import Efficiency, Solver, Workload
+    from jaxpareto.mapper import evaluate_points, shared_scalars, stack_params
+    from jaxpareto.definitions.settings import Efficiency, Solver, Workload
 
     hw = stack_params([p["gpu"].to_params() for p in points], dtype)
     model = stack_params([p["model"].to_params() for p in points], dtype)

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 import jaxpareto as jp
-from jaxpareto.decode import decode_coefficients, decode_step
-from jaxpareto.hardware import effective_tflops
-from jaxpareto.memory import kv_replication
-from jaxpareto.units import COMPUTE_BITS
+from jaxpareto.physics.decode import decode_coefficients, decode_step
+from jaxpareto.definitions.hardware import effective_tflops
+from jaxpareto.physics.memory import kv_replication
+from jaxpareto.definitions.units import COMPUTE_BITS
 
 H100 = jp.catalog.gpus()["h100-sxm"]
 # The seed's "70B FP16" (exactly 70e9 parameters, 140 GB), not the catalog's 70.55B count.

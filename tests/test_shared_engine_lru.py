@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 import jaxpareto as jp
-from jaxpareto.cache import lru_survival
-from jaxpareto.grid import shared_scalars, stack_params
-from jaxpareto.options import ModelOptions
-from jaxpareto.point import evaluate_point
-from jaxpareto.settings import Efficiency, Solver, Workload
+from jaxpareto.physics.cache import lru_survival
+from jaxpareto.mapper import shared_scalars, stack_params
+from jaxpareto.definitions.options import ModelOptions
+from jaxpareto.physics.point import evaluate_point
+from jaxpareto.definitions.settings import Efficiency, Solver, Workload
 
 CODE_AGENT = dict(gpu="h100-sxm", model="llama-3.1-70b", tp=8, think_time_s=2.0, context_tokens=16384 + 9 * 2128,
                   hit_rate=0.9, osl=128, delta_tokens=2128)
@@ -195,8 +195,8 @@ def test_implicit_gradients_match_finite_differences(distribution):
 def test_spec_and_sessions_take_the_options():
     from pathlib import Path
 
-    from jaxpareto.spec import load_spec
-    from jaxpareto.sweep import plan_sweep
+    from jaxpareto.definitions.spec import load_spec
+    from jaxpareto.dataset.sweep import plan_sweep
 
     spec = load_spec(Path(__file__).resolve().parents[1] / "sweeps" / "code_agent_collapse.toml")
     plan = plan_sweep(**spec.sweep_kwargs())

@@ -14,7 +14,7 @@ import xarray as xr
 import zarr
 
 import jaxpareto as jp
-from jaxpareto.store import DONE_GROUP
+from jaxpareto.dataset.store import DONE_GROUP
 
 GRID = dict(gpu=["h100-sxm", "b200"], model=["llama-3.1-70b", "deepseek-v3"], tp=[1, 2, 4, 8],
             concurrency=list(range(1, 200, 7)), think_time_s=[0.0, 1.0, 5.0], context_tokens=[4096, 32768, 131072],
@@ -109,7 +109,7 @@ def test_sigkill_then_resume_is_identical(in_memory, tmp_path):
 
 DEVICES_SCRIPT = textwrap.dedent("""
     import math, sys, jax, jaxpareto as jp
-    from jaxpareto.sweep import plan_sweep
+    from jaxpareto.dataset.sweep import plan_sweep
     assert len(jax.devices()) == 4, jax.devices()
     grid = {grid!r}
     problem = plan_sweep(**grid).problem()
@@ -142,7 +142,7 @@ def test_dask_local_cluster_identical(in_memory, tmp_path):
 
 def test_template_is_created_atomically(tmp_path, monkeypatch):
     """A kill while the template is laid out leaves no store at the path: the rerun starts clean."""
-    import jaxpareto.store as store
+    import jaxpareto.dataset.store as store
 
     path = tmp_path / "s.zarr"
 

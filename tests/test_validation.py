@@ -5,8 +5,8 @@ import math
 import pytest
 
 import jaxpareto as jp
-from jaxpareto.grid import evaluate_block
-from jaxpareto.spec import parse_spec
+from jaxpareto.mapper import evaluate_block
+from jaxpareto.definitions.spec import parse_spec
 
 GOOD = dict(gpu="h100-sxm", model="llama-3.1-70b", tp=8, concurrency=16, think_time_s=1.0,
             context_tokens=8192, hit_rate=0.5)

@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jaxpareto.cli import main
-from jaxpareto.errors import JaxparetoError
-from jaxpareto.settings import Efficiency
-from jaxpareto.validate import BISECTION_STEPS, _jitted_predict, load_calibration, predict, prediction_fn, validate
-from jaxpareto.validation_set import COLUMNS, LLAMA_2_70B, default_path, load_validation_set
+from jaxpareto.cli.main import main
+from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.definitions.settings import Efficiency
+from jaxpareto.measure.validate import BISECTION_STEPS, _jitted_predict, load_calibration, predict, prediction_fn, validate
+from jaxpareto.measure.validation_set import COLUMNS, LLAMA_2_70B, default_path, load_validation_set
 
 SOURCES = {
     "MLPerf Inference v5.1": 36,

@@ -1,0 +1,1 @@
+from jaxpareto.cli.main import main

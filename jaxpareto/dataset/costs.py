@@ -1,0 +1,78 @@
+"""Cost per turn and per task (seed 002 section 13): the API view and the self-hosted view.
+
+API view: a turn sends its whole context as input, of which a share h is read from the prefix
+cache (h after the cache model: ``hit_rate_eff`` plus ``tier_hit_rate``): cost = ((1 - h) L x input price + h L x cached-input price + OSL x output price) / 1e6,
+prices in USD per million tokens. Self-hosted view: a TP group of G GPUs at a price per
+GPU-hour serves X turns/s, so a turn costs G x price / 3600 / X (and a task, with tasks/s).
+"""
+
+from __future__ import annotations
+
+import xarray as xr
+
+from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.definitions.checks import check_number
+
+TOKENS_PER_PRICE_UNIT = 1e6  # prices are per million tokens
+S_PER_HOUR = 3600.0
+
+
+def api_cost_usd(input_tokens, cached_tokens, output_tokens, *, input_per_mtok: float, cached_input_per_mtok: float,
+                 output_per_mtok: float):
+    """Cost of calls [USD]: uncached input, cached input and output tokens at their prices
+    [USD per million tokens]. Works on numbers and arrays alike."""
+    uncached = input_tokens - cached_tokens
+    return (uncached * input_per_mtok + cached_tokens * cached_input_per_mtok
+            + output_tokens * output_per_mtok) / TOKENS_PER_PRICE_UNIT
+
+
+def add_costs(ds: xr.Dataset, *, input_per_mtok: float | None = None, cached_input_per_mtok: float | None = None,
+              output_per_mtok: float | None = None, gpu_hour: float | None = None) -> xr.Dataset:
+    """A copy of a sweep (or session sweep) with cost variables for the prices given.
+
+    Args:
+        ds: from `jaxpareto.dataset.sweep` or `jaxpareto.session_sweep`.
+        input_per_mtok, cached_input_per_mtok, output_per_mtok: API prices [USD per million
+            tokens]; all three, or none (cached defaults to nothing cheaper: pass it).
+        gpu_hour: self-hosted price per GPU-hour [USD].
+
+    Returns:
+        ``ds`` plus ``api_cost_per_turn_usd`` and/or ``gpu_cost_per_turn_usd``, and for a
+        session sweep ``api_cost_per_task_usd`` / ``gpu_cost_per_task_usd``.
+
+    Raises:
+        JaxparetoError: a negative or non-finite price, or only some API prices.
+    """
+    api = (input_per_mtok, cached_input_per_mtok, output_per_mtok)
+    if any(p is not None for p in api) and not all(p is not None for p in api):
+        raise JaxparetoError("prices", "give input_per_mtok, cached_input_per_mtok and output_per_mtok together")
+    out = ds.copy()
+    osl = float(ds.attrs["osl"])
+    session = "turn" in ds.dims
+    if all(p is not None for p in api):
+        prices = dict(zip(("input_per_mtok", "cached_input_per_mtok", "output_per_mtok"),
+                          (check_number(n, p, low=0) for n, p in zip(("input_per_mtok", "cached_input_per_mtok",
+                                                                     "output_per_mtok"), api))))
+        context = ds.context_tokens
+        # the hit rate after the cache model (TTL expiry, LRU eviction): an expired cache bills
+        # the whole prompt as uncached input; a host-tier hit is a cache hit to the API user
+        cached = ds.hit_rate_eff + ds.tier_hit_rate if "hit_rate_eff" in ds and "tier_hit_rate" in ds else (
+            ds.hit_rate_eff if "hit_rate_eff" in ds else ds.hit_rate)
+        per_turn = api_cost_usd(context, cached * context, osl, **prices)
+        per_turn = per_turn.broadcast_like(ds.feasible).where(ds.feasible)
+        out["api_cost_per_turn_usd"] = per_turn.assign_attrs(
+            units="USD", long_name="API cost of a turn: uncached, cached (hit_rate_eff x context) and output tokens")
+        if session:
+            out["api_cost_per_task_usd"] = per_turn.sum("turn", skipna=False).assign_attrs(
+                units="USD", long_name="API cost of a task: the sum over its turns")
+    if gpu_hour is not None:
+        price = check_number("gpu_hour", gpu_hour, low=0)
+        per_second = ds.tp * price / S_PER_HOUR
+        out["gpu_cost_per_turn_usd"] = (per_second / ds.turns_per_s).assign_attrs(
+            units="USD", long_name="self-hosted cost of a turn: G x price per GPU-hour / turns per hour")
+        if session:
+            out["gpu_cost_per_task_usd"] = (per_second / ds.tasks_per_s).assign_attrs(
+                units="USD", long_name="self-hosted cost of a task: G x price per GPU-hour / tasks per hour")
+    out.attrs.update({f"price_{k}": v for k, v in zip(("input_per_mtok", "cached_input_per_mtok", "output_per_mtok",
+                                                        "gpu_hour"), (*api, gpu_hour)) if v is not None})
+    return out

@@ -1,0 +1,149 @@
+"""Sweeps too large to store: keep only each cell's Pareto front and best configurations.
+
+A cell is one combination of the axes outside the front's ``dims`` (by default one GPU, model,
+think time, context and hit rate, with the front over TP x concurrency). Blocks are cut so that
+each holds whole cells; each block is evaluated, reduced on the host with the same sort-and-scan
+as `jaxpareto.pareto_front`, and dropped, so memory is set by the block and the reduced output,
+never by the grid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import xarray as xr
+
+from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.dataset.pareto import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y, front_mask
+from jaxpareto.definitions.schema import AXES, AXIS_INFO, OUTPUTS
+from jaxpareto.dataset.sweep import plan_sweep
+from jaxpareto.definitions.checks import check_number
+
+
+def pareto_sweep(
+    *args,
+    x: str = DEFAULT_X,
+    y: str = DEFAULT_Y,
+    dims: Sequence[str] = DEFAULT_DIMS,
+    maximize: tuple[bool, bool] = (True, True),
+    max_front_points: int = 64,
+    **kwargs,
+) -> xr.Dataset:
+    """Run a sweep keeping, per cell, only its Pareto front and its best configurations.
+
+    Takes every argument of `jaxpareto.dataset.sweep` (``variables`` excepted), plus:
+
+    Args:
+        x, y: objectives (output names); ``maximize`` says which are maximised.
+        dims: the configuration axes the front is taken over (default tp, concurrency).
+        max_front_points: front points kept per cell, ordered from the worst x to the best
+            (``front_size`` gives the full count, so a truncated front is visible).
+
+    Returns:
+        Dataset over the other axes plus ``front_point``: ``front_size``, ``front_<dim>``
+        for every dim, ``front_<x>``, ``front_<y>`` (padded with -1 / NaN), and for each
+        objective ``best_<objective>`` with ``best_<objective>_<dim>``: the valid point with
+        the best value (first in grid order among ties).
+
+    Raises:
+        JaxparetoError: invalid inputs, named.
+    """
+    for field, name in (("x", x), ("y", y)):
+        if name not in OUTPUTS or OUTPUTS[name].units == "1":
+            raise JaxparetoError(field, f"not a numeric output: {name!r}", [n for n, i in OUTPUTS.items() if i.units != "1"])
+    dims = (dims,) if isinstance(dims, str) else tuple(dims)
+    for d in dims:
+        if d not in AXES:
+            raise JaxparetoError("dims", f"unknown dimension {d!r}", AXES)
+    if len(set(dims)) != len(dims) or not dims:
+        raise JaxparetoError("dims", f"need one or more distinct axes, got {list(dims)}")
+    if len(tuple(maximize)) != 2:
+        raise JaxparetoError("maximize", f"expected two booleans (x, y), got {maximize!r}")
+    keep = check_number("max_front_points", max_front_points, low=1, integer=True)
+    if "variables" in kwargs:
+        raise JaxparetoError("variables", "pareto_sweep computes exactly what the reduction needs")
+    plan = plan_sweep(*args, **kwargs)
+    dim_axes = [AXES.index(d) for d in dims]
+    problem = plan.problem(outputs=sorted({x, y, "feasible", "converged"}), whole_axes=dim_axes)
+    cell_axes = [a for a in range(len(AXES)) if a not in dim_axes]
+    cell_shape = tuple(problem.shape[a] for a in cell_axes)
+    n = int(np.prod([problem.shape[a] for a in dim_axes]))
+    float_dtype = np.dtype(plan.dtype)
+
+    out = {
+        "front_size": np.zeros(cell_shape, np.int32),
+        **{f"front_{d}": np.full((*cell_shape, keep), -1, np.int64) for d in dims},
+        f"front_{x}": np.full((*cell_shape, keep), np.nan, float_dtype),
+        f"front_{y}": np.full((*cell_shape, keep), np.nan, float_dtype),
+    }
+    for name in dict.fromkeys((x, y)):
+        out[f"best_{name}"] = np.full(cell_shape, np.nan, float_dtype)
+        for d in dims:
+            out[f"best_{name}_{d}"] = np.full(cell_shape, -1, np.int64)
+    dim_values = [np.asarray(plan.coords[d]) for d in dims]
+    sign = {x: 1.0 if maximize[0] else -1.0, y: 1.0 if maximize[1] else -1.0}
+
+    # coordinates of each point of a row along dims (row-major over the dims axes)
+    dim_index = np.unravel_index(np.arange(n), [problem.shape[a] for a in dim_axes])
+    for cells, rows in problem.iter_cells(dim_axes):
+        valid = rows["feasible"] & rows["converged"]
+        xs, ys = rows[x].astype(np.float64), rows[y].astype(np.float64)
+        valid &= np.isfinite(xs) & np.isfinite(ys)
+        on = front_mask(sign[x] * xs, sign[y] * ys, valid)
+        block_cells = tuple(s.stop - s.start for s in cells)
+        sizes = on.sum(axis=1)
+        # front points ordered from the worst x to the best; keep the first `keep`
+        x_key = np.where(on, sign[x] * xs, np.inf)
+        rank = np.argsort(x_key, axis=1, kind="stable")[:, :keep]
+        taken = np.take_along_axis(on, rank, axis=1)
+        updates = {"front_size": sizes.astype(np.int32)}
+        for d, idx, values in zip(dims, dim_index, dim_values):
+            updates[f"front_{d}"] = np.where(taken, values[idx[rank]], -1)
+        updates[f"front_{x}"] = np.where(taken, np.take_along_axis(xs, rank, axis=1), np.nan)
+        updates[f"front_{y}"] = np.where(taken, np.take_along_axis(ys, rank, axis=1), np.nan)
+        for name, values in ((x, xs), (y, ys)):
+            scored = np.where(valid, sign[name] * values, -np.inf)
+            best = np.argmax(scored, axis=1)
+            found = valid.any(axis=1)
+            updates[f"best_{name}"] = np.where(found, values[np.arange(len(best)), best], np.nan)
+            for d, idx, coord in zip(dims, dim_index, dim_values):
+                updates[f"best_{name}_{d}"] = np.where(found, coord[idx[best]], -1)
+        for name, value in updates.items():
+            width = out[name].shape[len(cell_shape):]
+            padded = np.asarray(value)
+            if width and padded.shape[1] < width[0]:  # fewer points than max_front_points
+                fill = -1 if padded.dtype.kind == "i" else np.nan
+                padded = np.concatenate([padded, np.full((padded.shape[0], width[0] - padded.shape[1]), fill,
+                                                         padded.dtype)], axis=1)
+            out[name][cells] = padded.reshape(*block_cells, *width)
+
+    cell_dims = [AXES[a] for a in cell_axes]
+    coords = {}
+    for name in cell_dims:
+        values = np.asarray(plan.coords[name], dtype=str) if name in ("gpu", "model") else np.asarray(plan.coords[name])
+        coords[name] = xr.Variable(name, values, {"units": AXIS_INFO[name].units, "long_name": AXIS_INFO[name].long_name})
+    data = {}
+    for name, values in out.items():
+        var_dims = (*cell_dims, "front_point") if values.ndim > len(cell_dims) else tuple(cell_dims)
+        data[name] = xr.Variable(var_dims, values, _reduced_attrs(name, x, y, dims))
+    attrs = {**plan.attrs(), "reduction": "pareto", "pareto_x": x, "pareto_y": y, "pareto_dims": list(dims),
+             "pareto_maximize": [bool(m) for m in maximize], "max_front_points": keep}
+    return xr.Dataset(data, coords=coords, attrs=attrs)
+
+
+def _reduced_attrs(name: str, x: str, y: str, dims: Sequence[str]) -> dict:
+    if name == "front_size":
+        return {"units": "1", "long_name": f"configurations on the Pareto front over {', '.join(dims)}"}
+    for prefix, what in (("front_", "on the front, by increasing x"), ("best_", "of the best point for")):
+        if name.startswith(prefix):
+            rest = name[len(prefix):]
+            for d in dims:
+                if rest == d:
+                    return {"units": AXIS_INFO[d].units, "long_name": f"{d} of the front points ({what})"}
+                if rest.endswith(f"_{d}"):
+                    objective = rest[: -len(d) - 1]
+                    return {"units": AXIS_INFO[d].units, "long_name": f"{d} {what} {objective}"}
+            info = OUTPUTS[rest]
+            return {"units": info.units, "long_name": f"{info.long_name} ({'front' if prefix == 'front_' else 'best'})"}
+    raise KeyError(name)

@@ -1,0 +1,131 @@
+"""Whole agent sessions (seed 000 sections 2-3, eq. 6): context that grows turn by turn, and
+task-level metrics.
+
+Turn j of a session prefills its new tokens on a cache hit and sees a context of
+``L(j) = L0 + (j - 1) (osl + tool_tokens)``: the previous turns' outputs and tool results on top
+of the initial prompt. SPEC.md section 7 explains why this, not the seed's section 2.2 formula
+(which adds the current turn's tool tokens, putting turn 1 at L0 + tool_tokens), is the one the
+seed's own numbers follow. A hit prefills ``delta_tokens = osl + tool_tokens``.
+
+KV demand: every admitted session holds its KV cache whether it is computing or paused, and the
+sessions of a steady-state population are at different turns.
+
+- ``kv_demand="staggered"`` (default): sessions are spread evenly over the turns, so the KV held
+  per session is that of the average context, L0 + (N - 1)(osl + tool_tokens) / 2 (the seed's
+  eq. 5 uses "the session-average context length").
+- ``kv_demand="synchronised"`` (or "synchronized"): all sessions are at turn j together, so the
+  KV per session is that of L(j): the memory wall of the seed's step 4, where the sessions that
+  fit fall turn after turn.
+
+Task level: ``task_time_s = sum_j (R(j) + Z)`` and ``tasks_per_s = C_eff / task_time_s`` (Little's
+law on tasks; equal to the session-average turn throughput over N), with C_eff the sessions the
+KV memory holds through the whole task. Under "staggered" the per-turn variables and the task
+variables describe the same population. Under "synchronised" they answer two questions: the
+per-turn variables are snapshots of all C sessions at turn j with that turn's own C_eff (the
+memory wall), while the task variables admit only the sessions the last turn can hold
+(``task_concurrency_eff``) and sum the R(j) of that many sessions, so ``task_time_s`` is then not
+the sum of the per-turn ``latency_ms``.
+"""
+
+from __future__ import annotations
+
+
+import numpy as np
+import xarray as xr
+
+from jaxpareto.dataset.costs import add_costs
+from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.dataset.sweep import sweep
+from jaxpareto.definitions.checks import check_number
+
+KV_DEMANDS = ("staggered", "synchronised", "synchronized")
+TASK_VARIABLES = ("task_time_s", "tasks_per_s", "task_concurrency_eff", "output_tokens_per_task",
+                  "prefill_tokens_per_task")
+
+
+def context_per_turn(initial_context_tokens: float, turns: int, osl: float, tool_tokens: float) -> np.ndarray:
+    """L(j) = L0 + (j - 1)(osl + tool_tokens) for j = 1..N [tokens]."""
+    return initial_context_tokens + np.arange(turns) * (osl + tool_tokens)
+
+
+def session_sweep(
+    gpu,
+    model,
+    tp,
+    concurrency,
+    think_time_s=0.0,
+    hit_rate=0.0,
+    *,
+    initial_context_tokens: int = 16384,
+    turns: int = 20,
+    osl: float = 128,
+    tool_tokens: float = 2000,
+    kv_demand: str = "staggered",
+    prices: dict | None = None,
+    **kwargs,
+) -> xr.Dataset:
+    """Sweep whole sessions: the core grid with ``turn`` (1..N) in place of ``context_tokens``.
+
+    Args:
+        gpu, model, tp, concurrency, think_time_s, hit_rate: as in `jaxpareto.dataset.sweep`.
+        initial_context_tokens: L0, the first turn's prompt (system prompt, tools) [tokens].
+        turns: N, turns per session (task).
+        osl: output tokens per turn.
+        tool_tokens: tool-result tokens added per turn.
+        kv_demand: "staggered" (default) or "synchronised" (see the module docstring).
+        prices: keyword arguments of `jaxpareto.add_costs` (input_per_mtok,
+            cached_input_per_mtok, output_per_mtok, gpu_hour): adds cost per turn and per task.
+        **kwargs: other arguments of `jaxpareto.dataset.sweep` (efficiency, solver, dtype, ...);
+            ``context_tokens``, ``delta_tokens`` and ``kv_context_tokens`` are set here.
+
+    Returns:
+        Dataset over (gpu, model, tp, concurrency, think_time_s, turn, hit_rate) with the core
+        variables per turn (``context_tokens`` a coordinate along ``turn``), and per task
+        (no ``turn`` dimension): ``task_time_s``, ``tasks_per_s``, ``output_tokens_per_task``,
+        ``prefill_tokens_per_task``, ``task_concurrency_eff``.
+
+    Raises:
+        JaxparetoError: invalid inputs, named.
+    """
+    for key in ("context_tokens", "delta_tokens", "kv_context_tokens"):
+        if key in kwargs:
+            raise JaxparetoError(key, "is derived from the session (initial_context_tokens, turns, osl, tool_tokens)")
+    if kv_demand not in KV_DEMANDS:
+        raise JaxparetoError("kv_demand", f"unknown {kv_demand!r}", KV_DEMANDS)
+    l0 = check_number("initial_context_tokens", initial_context_tokens, low=1, integer=True)
+    n = check_number("turns", turns, low=1, high=100_000, integer=True)
+    osl = check_number("osl", osl, low=0, low_inclusive=False)
+    tool = check_number("tool_tokens", tool_tokens, low=0)
+    contexts = context_per_turn(l0, n, osl, tool)
+    if not np.all(contexts == np.round(contexts)):
+        raise JaxparetoError("osl/tool_tokens", "must be whole numbers of tokens")
+    staggered = kv_demand == "staggered"
+    ds = sweep(gpu, model, tp, concurrency, think_time_s, contexts.astype(np.int64).tolist(), hit_rate, osl=osl,
+               delta_tokens=osl + tool, kv_context_tokens=float(contexts.mean()) if staggered else None, **kwargs)
+    ds = ds.rename({"context_tokens": "turn"}).assign_coords(
+        turn=("turn", np.arange(1, n + 1), {"units": "1", "long_name": "turn of the session j"}),
+        context_tokens=("turn", contexts.astype(np.int64), {"units": "tokens", "long_name": "context of turn j, L(j)"}),
+    )
+    # Task level (seed eq. 6). Under "synchronised" a task keeps its sessions only if the KV
+    # memory holds them at its longest context, so every turn of a task runs with the last
+    # turn's C_eff: evaluate the turns again with that KV demand.
+    tasks = ds if staggered else sweep(
+        gpu, model, tp, concurrency, think_time_s, contexts.astype(np.int64).tolist(), hit_rate, osl=osl,
+        delta_tokens=osl + tool, kv_context_tokens=float(contexts[-1]), **kwargs,
+    ).rename({"context_tokens": "turn"}).assign_coords(turn=ds.turn, context_tokens=ds.context_tokens)
+    c_task = tasks.concurrency_eff.min("turn")
+    task_time = ((tasks.latency_ms / 1e3) + tasks.think_time_s).sum("turn", skipna=False)
+    feasible = tasks.feasible.all("turn") & (c_task >= 1)
+    ds["task_time_s"] = task_time.where(feasible).assign_attrs(
+        units="s", long_name="task time sum_j (R(j) + Z), seed eq. 6")
+    ds["tasks_per_s"] = (c_task / task_time).where(feasible).assign_attrs(
+        units="tasks/s", long_name="task throughput C_eff / task time = X_turn / N, seed eq. 6")
+    ds["task_concurrency_eff"] = c_task.assign_attrs(units="sessions",
+                                                     long_name="sessions the KV memory holds for a whole task")
+    ds["output_tokens_per_task"] = xr.full_like(c_task, n * osl, dtype=float).assign_attrs(
+        units="tokens", long_name="output tokens per task N x OSL")
+    ds["prefill_tokens_per_task"] = tasks.prefill_tokens.sum("turn").assign_attrs(
+        units="tokens", long_name="tokens prefilled per task")
+    ds.attrs.update(session_initial_context_tokens=l0, session_turns=n, session_tool_tokens=tool,
+                    kv_demand="synchronised" if not staggered else "staggered")
+    return add_costs(ds, **prices) if prices else ds

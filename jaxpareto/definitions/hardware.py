@@ -1,0 +1,101 @@
+"""GPU definitions (SPEC.md section 2) and their numeric, traceable form.
+
+`Hardware` is the validated definition a user writes or the catalog supplies; `HardwareParams`
+is the frozen pytree of floats that the scalar physics receives (one GPU, or one row of a
+table when the grid gathers it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import pydantic
+
+from jaxpareto.definitions.base import Definition, finite_positive
+
+
+class Hardware(Definition):
+    """One GPU.
+
+    Attributes:
+        name: identifier used in the dataset's ``gpu`` coordinate.
+        memory_gb: HBM capacity M_gpu per GPU [GB = 1e9 B].
+        bandwidth_gbs: peak HBM bandwidth BW per GPU [GB/s].
+        tflops_fp16: dense FP16/BF16 tensor throughput [TFLOPS], no sparsity.
+        tflops_fp8: dense FP8 throughput [TFLOPS]; None where the GPU has no FP8.
+        tflops_fp4: dense FP4 (NVFP4/MXFP4) throughput [TFLOPS]; None where absent.
+        interconnect_gbs: scale-up bandwidth per GPU, one direction [GB/s]; the all-reduce term's
+            link (`jaxpareto.physics.communication`, opt-in).
+        sources: field name -> where its value comes from.
+
+    Raises:
+        pydantic.ValidationError (a ValueError) naming the field, for a missing, non-numeric,
+        non-finite or non-positive number, or an unknown field.
+    """
+
+    name: str = pydantic.Field(min_length=1)
+    memory_gb: float
+    bandwidth_gbs: float
+    tflops_fp16: float
+    tflops_fp8: float | None = None
+    tflops_fp4: float | None = None
+    interconnect_gbs: float | None = None
+    sources: dict[str, str] = pydantic.Field(default_factory=dict)
+
+    @pydantic.field_validator(
+        "memory_gb", "bandwidth_gbs", "tflops_fp16", "tflops_fp8", "tflops_fp4", "interconnect_gbs"
+    )
+    @classmethod
+    def _positive(cls, value, info):
+        return finite_positive(value, info.field_name)
+
+    def to_params(self) -> "HardwareParams":
+        """Numeric form for the physics; absent precisions become NaN."""
+        nan = math.nan
+        return HardwareParams(
+            memory_gb=self.memory_gb,
+            bandwidth_gbs=self.bandwidth_gbs,
+            tflops_fp16=self.tflops_fp16,
+            tflops_fp8=nan if self.tflops_fp8 is None else self.tflops_fp8,
+            tflops_fp4=nan if self.tflops_fp4 is None else self.tflops_fp4,
+            interconnect_gbs=nan if self.interconnect_gbs is None else self.interconnect_gbs,
+        )
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class HardwareParams:
+    """One GPU as scalars (or, stacked, a table with a leading GPU axis).
+
+    Fields have the units of `Hardware`; ``tflops_fp8``/``tflops_fp4``/``interconnect_gbs`` are
+    NaN where absent.
+    """
+
+    memory_gb: jax.Array | float
+    bandwidth_gbs: jax.Array | float
+    tflops_fp16: jax.Array | float
+    tflops_fp8: jax.Array | float
+    tflops_fp4: jax.Array | float
+    interconnect_gbs: jax.Array | float
+
+
+def effective_tflops(hw: HardwareParams, compute_bits: jax.Array | float) -> jax.Array:
+    """Dense tensor throughput F [TFLOPS] the model's matmuls run at on this GPU.
+
+    SPEC.md section 3 (seed section 5.1): fp16/bf16 and weight-only int4 use the FP16 rate;
+    fp8 uses FP8, or FP16 where the GPU has none; fp4 uses FP4, else FP8, else FP16
+    (an FP4 model on H100/H200 runs at the FP8 rate).
+
+    Args:
+        hw: one GPU (scalars).
+        compute_bits: 16, 8 or 4, from `jaxpareto.definitions.units.COMPUTE_BITS` of the weight dtype.
+
+    Returns:
+        Scalar F in TFLOPS.
+    """
+    fp8_or_fp16 = jnp.where(jnp.isfinite(hw.tflops_fp8), hw.tflops_fp8, hw.tflops_fp16)
+    fp4_chain = jnp.where(jnp.isfinite(hw.tflops_fp4), hw.tflops_fp4, fp8_or_fp16)
+    return jnp.where(compute_bits <= 4, fp4_chain, jnp.where(compute_bits <= 8, fp8_or_fp16, hw.tflops_fp16))

@@ -1,0 +1,356 @@
+"""Sweep specification files (TOML, SPEC.md section 6).
+
+A spec has a ``[grid]`` (every axis as a list, a scalar, or a range table), optional
+``[workload]``, ``[efficiency]``, ``[solver]`` and ``[report]`` tables, and optional
+``[[hardware]]`` / ``[[model]]`` definitions that the grid may name. Unknown keys and wrong
+types are errors that name the key and list what is allowed.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pydantic
+
+from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.mapper import DEFAULT_CHUNK_POINTS
+from jaxpareto.definitions.hardware import Hardware
+from jaxpareto.definitions.model import Model
+from jaxpareto.dataset.pareto import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y
+from jaxpareto.definitions.schema import AXES
+
+DEFAULT_SPEC = "code_agent.toml"
+
+
+class _Table(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class AxisRange(_Table):
+    """``{ start, stop, num, scale }``: num values from start to stop inclusive."""
+
+    start: float
+    stop: float
+    num: int = pydantic.Field(ge=1)
+    scale: Literal["linear", "log"] = "linear"
+
+    @pydantic.model_validator(mode="after")
+    def _log_needs_positive(self) -> "AxisRange":
+        if self.scale == "log" and (self.start <= 0 or self.stop <= 0):
+            raise ValueError("scale 'log' needs start > 0 and stop > 0")
+        return self
+
+    def values(self, integer: bool) -> list:
+        if self.scale == "log":
+            points = np.geomspace(self.start, self.stop, self.num)
+        else:
+            points = np.linspace(self.start, self.stop, self.num)
+        if integer:  # rounded to unique integers (SPEC.md section 6)
+            return [int(v) for v in np.unique(np.round(points))]
+        # 12 significant digits: 0.30000000000000004 -> 0.3, so values can be selected as typed
+        return [float(f"{v:.12g}") for v in points]
+
+
+Names = str | list[str]
+Numbers = float | list[float] | AxisRange
+
+
+class GridSpec(_Table):
+    gpu: Names
+    model: Names
+    tp: Numbers | None = None  # required for a sweep; an [optimize] table searches its own
+    concurrency: Numbers | None = None
+    think_time_s: Numbers = 0.0
+    context_tokens: Numbers | None = None  # required unless a [session] sets the context per turn
+    hit_rate: Numbers = 0.0
+
+
+class SessionSpec(_Table):
+    """Whole sessions (`jaxpareto.session_sweep`): the context grows turn by turn."""
+
+    initial_context_tokens: int = pydantic.Field(ge=1)
+    turns: int = pydantic.Field(ge=1)
+    tool_tokens: float = pydantic.Field(ge=0)
+    kv_demand: Literal["staggered", "synchronised", "synchronized"] = "staggered"
+
+
+class PricesSpec(_Table):
+    """Prices for `jaxpareto.add_costs` (USD per million tokens, USD per GPU-hour)."""
+
+    input_per_mtok: float | None = None
+    cached_input_per_mtok: float | None = None
+    output_per_mtok: float | None = None
+    gpu_hour: float | None = None
+
+
+class OptimizeSpec(_Table):
+    """``jaxpareto optimize``: objective, SLOs and the choices searched per scenario."""
+
+    objective: str = "output_tokens_per_s_per_gpu"
+    sense: Literal["max", "min"] = "max"
+    constraints: dict[str, list[str | float]] = pydantic.Field(default_factory=dict)
+    tp: list[int] | None = None
+    concurrency: list[int] | None = None
+    method: Literal["auto", "exhaustive", "gradient"] = "auto"
+
+    @pydantic.model_validator(mode="after")
+    def _shapes(self) -> "OptimizeSpec":
+        for name, spec in self.constraints.items():
+            if len(spec) != 2 or spec[0] not in ("<=", ">=") or isinstance(spec[1], str):
+                raise ValueError(f"constraints.{name}: expected [\"<=\" or \">=\", limit], got {spec}")
+        if self.concurrency is not None and len(self.concurrency) != 2:
+            raise ValueError(f"concurrency: expected [lo, hi], got {self.concurrency}")
+        return self
+
+
+class WorkloadSpec(_Table):
+    osl: float = 128
+    delta_tokens: float = 2128
+    kv_context_tokens: float | None = None
+    cache_ttl_s: float | None = None
+    pause_distribution: Literal["deterministic", "exponential", "lognormal"] = "exponential"
+    pause_sigma: float = 1.0
+    prefill_model: Literal["isolated", "shared"] = "isolated"
+    cache_model: Literal["given", "ttl", "lru"] | None = None
+    prefill_chunk_tokens: float = 8192
+    tier_capacity_gb: float = 0.0
+    tier_bandwidth_gbs: float = 0.0
+
+
+class EfficiencySpec(_Table):
+    eta_prefill: float = 0.65
+    eta_decode: float = 0.40
+    elementwise_overhead: float = 1.10
+    decode_overhead_ms: float = 0.0
+    ttft_overhead_ms: float = 0.0
+    allreduce_scale: float = 0.0
+    allreduce_latency_us: float = 0.0
+    calibration: str | None = None
+
+
+class SolverSpec(_Table):
+    damping: float = 0.4
+    tol: float = 1e-6
+    max_iter: int = 10_000
+    dtype: Literal["float32", "float64"] = "float32"
+    method: Literal["damped", "exact"] = "damped"
+
+
+class OutputSpec(_Table):
+    """What is kept: output variables (default all) and points per compute block / zarr chunk."""
+
+    variables: list[str] | None = None
+    chunk_points: int = pydantic.Field(default=DEFAULT_CHUNK_POINTS, ge=1)
+
+
+class ReportSpec(_Table):
+    """What the CLI prints: the frontier of one headline cell of the grid.
+
+    ``minimize`` names the objectives (x and/or y) to minimise rather than maximise.
+    """
+
+    x: str = DEFAULT_X
+    y: str = DEFAULT_Y
+    dims: list[str] = list(DEFAULT_DIMS)
+    minimize: list[str] = pydantic.Field(default_factory=list)
+    headline: dict[str, str | int | float] = pydantic.Field(default_factory=dict)
+
+
+class SweepSpec(_Table):
+    """A whole spec file."""
+
+    description: str = ""
+    grid: GridSpec
+    workload: WorkloadSpec = WorkloadSpec()
+    efficiency: EfficiencySpec = EfficiencySpec()
+    solver: SolverSpec = SolverSpec()
+    report: ReportSpec = ReportSpec()
+    output: OutputSpec = OutputSpec()
+    optimize: OptimizeSpec | None = None
+    session: SessionSpec | None = None
+    prices: PricesSpec | None = None
+    hardware: list[Hardware] = pydantic.Field(default_factory=list)
+    model: list[Model] = pydantic.Field(default_factory=list)
+
+    def _axis_values(self, axis: str):
+        value = getattr(self.grid, axis)
+        if isinstance(value, AxisRange):
+            return value.values(integer=axis in ("tp", "concurrency", "context_tokens"))
+        return value
+
+    def optimize_kwargs(self) -> dict:
+        """Keyword arguments of `jaxpareto.search.optimize` for this spec's [optimize] table.
+
+        Raises:
+            JaxparetoError: the spec has no [optimize] table.
+        """
+        if self.optimize is None:
+            raise JaxparetoError("optimize", "the spec has no [optimize] table (objective, constraints, tp, concurrency)")
+        opt = self.optimize
+        tp = opt.tp
+        if tp is None:
+            tp = self._axis_values("tp") if self.grid.tp is not None else [1, 2, 4, 8]
+        concurrency = opt.concurrency
+        if concurrency is None:
+            grid_c = self._axis_values("concurrency") if self.grid.concurrency is not None else [1, 1024]
+            grid_c = grid_c if isinstance(grid_c, list) else [grid_c]
+            concurrency = (int(min(grid_c)), int(max(grid_c)))
+        scenario = {axis: self._axis_values(axis) for axis in ("gpu", "model", "think_time_s", "context_tokens", "hit_rate")}
+        scenario = {k: v if isinstance(v, list) else [v] for k, v in scenario.items()}  # always a Dataset
+        solver = self.solver.model_dump()
+        return {
+            **scenario, **self.workload.model_dump(), **self.efficiency.model_dump(),
+            "damping": solver["damping"], "tol": solver["tol"], "max_iter": solver["max_iter"],
+            "dtype": solver["dtype"], "solver": solver["method"], "hardware": self.hardware, "models": self.model,
+            "objective": opt.objective, "sense": opt.sense,
+            "constraints": {k: tuple(v) for k, v in opt.constraints.items()}, "tp": tp,
+            "concurrency": tuple(concurrency), "method": opt.method,
+        }
+
+    def session_kwargs(self) -> dict:
+        """Keyword arguments of `jaxpareto.session_sweep` for this spec's [session] table."""
+        if self.session is None:
+            raise JaxparetoError("session", "the spec has no [session] table")
+        if self.grid.context_tokens is not None:
+            raise JaxparetoError("grid.context_tokens", "a [session] sets the context of every turn; remove it")
+        kwargs = self.sweep_kwargs(axes=[a for a in AXES if a != "context_tokens"])
+        kwargs.pop("delta_tokens")
+        if kwargs.pop("kv_context_tokens") is not None:
+            raise JaxparetoError("workload.kv_context_tokens", "a [session] sets the KV demand (see session.kv_demand)")
+        kwargs.update(self.session.model_dump())
+        return kwargs
+
+    def sweep_kwargs(self, axes: Sequence[str] = AXES) -> dict:
+        """Keyword arguments of `jaxpareto.dataset.sweep` for this spec."""
+        grid = {}
+        for axis in axes:
+            value = getattr(self.grid, axis)
+            if value is None:
+                raise JaxparetoError(f"grid.{axis}", "is required for a sweep")
+            if isinstance(value, AxisRange):
+                value = value.values(integer=axis in ("tp", "concurrency", "context_tokens"))
+            grid[axis] = value
+        solver = self.solver.model_dump()
+        return {
+            **grid,
+            **self.workload.model_dump(),
+            **self.efficiency.model_dump(),
+            **solver,
+            **self.output.model_dump(),
+            "hardware": self.hardware,
+            "models": self.model,
+        }
+
+
+_UNION_TAGS = ("AxisRange", "list[float]", "list[str]", "float", "str", "int", "list[int]")
+_AXIS_HINT = {
+    "gpu": "a name or a list of names",
+    "model": "a name or a list of names",
+    **{axis: "a number, a list of numbers, or a range table {start, stop, num, scale}" for axis in AXES[2:]},
+}
+
+
+def _describe(error: pydantic.ValidationError, source: str) -> JaxparetoError:
+    """One readable error naming every offending key, with the allowed keys for typos."""
+    lines = []
+    for item in error.errors():
+        parts = [str(p) for p in item["loc"]]
+        msg = item["msg"].removeprefix("Value error, ")
+        if len(parts) >= 2 and parts[0] == "grid" and parts[1] in _AXIS_HINT and item["type"] != "extra_forbidden":
+            # the union of scalar / list / range produces one error per alternative: say it once
+            inner = [p for p in parts[2:] if p not in _UNION_TAGS]
+            if not inner or inner[0].isdigit():
+                lines.append(f"grid.{parts[1]}: expected {_AXIS_HINT[parts[1]]}")
+                continue
+            parts = ["grid", parts[1], *inner]
+        if item["type"] == "extra_forbidden":
+            parent = _table_for(item["loc"][:-1])
+            if parent is not None:
+                msg += f" (allowed keys: {', '.join(parent.model_fields)})"
+        loc = ".".join(p for p in parts if p not in _UNION_TAGS)
+        lines.append(f"{loc or '(top level)'}: {msg}")
+    return JaxparetoError(source, "invalid sweep spec:\n  " + "\n  ".join(dict.fromkeys(lines)))
+
+
+def _table_for(loc: tuple) -> type[pydantic.BaseModel] | None:
+    table: type[pydantic.BaseModel] = SweepSpec
+    for part in loc:
+        if isinstance(part, int) or part == "AxisRange":
+            if part == "AxisRange":
+                table = AxisRange
+            continue
+        field = table.model_fields.get(str(part))
+        if field is None:
+            return None
+        annotation = field.annotation
+        args = getattr(annotation, "__args__", ())
+        candidates = [a for a in (annotation, *args) if isinstance(a, type) and issubclass(a, pydantic.BaseModel)]
+        if not candidates:
+            return None
+        table = candidates[0]
+    return table
+
+
+def parse_spec(data: dict, source: str = "spec") -> SweepSpec:
+    """Validate a parsed TOML document.
+
+    Raises:
+        JaxparetoError: unknown keys (with the allowed ones), wrong types, bad values.
+    """
+    try:
+        return SweepSpec.model_validate(data)
+    except pydantic.ValidationError as error:
+        raise _describe(error, source) from None
+    except ValueError as error:
+        raise JaxparetoError(source, str(error)) from None
+
+
+def presets() -> dict[str, str]:
+    """The shipped presets (``jaxpareto/data/presets/*.toml``, copies in ``sweeps/``): name ->
+    the preset's one-line description."""
+    folder = importlib.resources.files("jaxpareto").joinpath("data/presets")
+    out = {}
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".toml"):
+            out[entry.name.removesuffix(".toml")] = tomllib.loads(entry.read_text()).get("description", "")
+    return out
+
+
+def load_spec(path: str | Path | None = None) -> SweepSpec:
+    """Read a spec file, or a preset by name; with no path, the built-in default (the seed's
+    code agent).
+
+    Raises:
+        JaxparetoError: missing file (the message lists the presets), TOML syntax error, or an
+            invalid spec.
+    """
+    if path is None:
+        text = importlib.resources.files("jaxpareto").joinpath(f"data/{DEFAULT_SPEC}").read_text()
+        source = f"(built-in {DEFAULT_SPEC})"
+    elif not Path(path).is_file() and str(path) in presets():
+        text = importlib.resources.files("jaxpareto").joinpath(f"data/presets/{path}.toml").read_text()
+        source = f"(preset {path})"
+    else:
+        path = Path(path)
+        if not path.is_file():
+            raise JaxparetoError("spec", f"no such file or preset: {path}", presets())
+        try:
+            text, source = path.read_text(encoding="utf-8"), str(path)
+        except UnicodeDecodeError:
+            raise JaxparetoError("spec", f"{path} is not a UTF-8 text (TOML) file") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise JaxparetoError(source, f"TOML syntax error: {error}") from None
+    spec = parse_spec(data, source)
+    calibration = spec.efficiency.calibration
+    if calibration is not None and isinstance(path, Path) and not Path(calibration).is_absolute():
+        # a calibration file named in a spec is found next to the spec, wherever it is run from
+        spec = spec.model_copy(update={"efficiency": spec.efficiency.model_copy(
+            update={"calibration": str(path.parent / calibration)})})
+    return spec

@@ -1,0 +1,275 @@
+"""The validation set: published serving measurements the model is checked against.
+
+``jaxpareto/data/validation.csv`` holds one row per published measurement (106 rows), each with
+its source: a short name (``source``, what the MAPE summary groups by) and the exact repository,
+file or page (``reference``). Values are as published; the project measured none of them. The
+rows come from the project's fact sheets (``shared/data/hardware_models_measured.md`` section C,
+``shared/data/measured_serving_extra.md``):
+
+- MLPerf Inference v5.1 (36 rows): offline tokens/s, and the server scenario's mean TTFT and TPOT
+  with the tokens/s they were logged at, for llama2-70b-99 (8x B200, 8x H200 Nebius, 16x H100
+  Cisco, 4x GB200, 8x MI300X, 8x MI325X; 8x MI355X offline, open division; 8x B200
+  interactive), llama3.1-405b (8x B200, 8x H200 Nebius, 16x H100 Cisco) and deepseek-r1 (8x
+  B200, GB200 NVL72).
+- MLPerf Inference v4.1 (3 rows): llama2-70b-99 offline on DGX H100, 8x H200 and 1x B200.
+- TensorRT-LLM perf-overview (48 rows): max-load output tokens/s of the whole TP group at four
+  ISL/OSL pairs for Llama-3.1-8B, Llama-3.3-70B, Llama-3.1-405B and Qwen3-235B-A22B.
+- vLLM blog "FP8 KV cache" (14 rows): Llama-3.1-8B on one H100; ITL at concurrency 1 (points on
+  the blog's linear fit over context) and median TTFT, median ITL and output tokens/s at
+  concurrency 8 (~20K in / ~2K out), each with BF16 and FP8 KV.
+- InferenceX via inference-sim (4 rows): DeepSeek-V3 FP8 on 8x H200 (SGLang, TP 8, 1K/1K), TPOT
+  and TTFT at concurrency 4 and 64.
+- vLLM KV capacity via inference-sim (1 row): KV tokens of Llama-3.1-70B at TP 4 on H100.
+
+Rows left out, and why:
+
+- MLPerf v5.1 llama2-70b-99 on 8x H200 (Google), offline and interactive: weight dtype not given.
+- MLPerf v5.1 llama3.1-405b on GB200 NVL72 (dtype not given) and GB300 NVL72, deepseek-r1 on
+  GB300 NVL72: the GB300 is not in the catalog (the catalog's b300 is the HGX part), and the
+  GB200 405B row gives no dtype.
+- MLPerf v5.1 llama3.1-8b (8x B200, 8x H200 HPE) and mixtral-8x7b (8x H200 HPE, 8x MI300X):
+  weight dtype not given (and no dataset ISL/OSL found).
+- MLPerf v4.1 mixtral-8x7b (DGX H100): per-system precision and TP not checked; its dataset
+  ISL/OSL were not found.
+- MLPerf v4.1 server throughputs (DGX H100 21,605.8 and 8x H200 29,228.2 tokens/s): no TTFT or
+  TPOT was logged with them in the fact sheet, and a server throughput alone is the operating
+  point, not a quantity the model predicts.
+- vLLM blog "performance update" (2024): "one token every 13 ms under light load" gives neither
+  the context nor the concurrency.
+- vLLM KV capacity of Qwen2.5-7B: not in the catalog.
+
+Assumptions stated per row in ``notes`` (search the file for "ASSUMED"/"ASSUMPTION"): the mean
+input length of the MLPerf datasets (llama2-70b 512, llama3.1-405b 9,400, deepseek-r1 800:
+none was found in the searchable corpora), TP and KV dtype of most MLPerf submissions, FP8 KV
+for TensorRT-LLM engines, bf16 weights in the vLLM blog, and the InferenceX statistic.
+
+Llama-2-70B is not in the catalog (a catalog test pins its model list), so `LLAMA_2_70B` is
+defined here from its ``config.json``.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from jaxpareto.definitions import catalog
+from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.definitions.hardware import Hardware
+from jaxpareto.definitions.model import Model
+from jaxpareto.definitions.units import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES
+
+#: config.json of meta-llama/Llama-2-70b-hf, as copied at huggingface.co/TheBloke/Llama-2-70B-fp16
+#: (``_name_or_path`` meta-llama/Llama-2-70b-hf): the Llama-3.1-70B layout (80 layers, 64 heads,
+#: 8 KV heads, hidden 8192, intermediate 28672) with a 32,000-token vocabulary.
+LLAMA_2_70B_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_act": "silu",
+    "hidden_size": 8192,
+    "intermediate_size": 28672,
+    "max_position_embeddings": 4096,
+    "model_type": "llama",
+    "num_attention_heads": 64,
+    "num_hidden_layers": 80,
+    "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float16",
+    "vocab_size": 32000,
+}
+
+#: Llama-2-70B(-Chat), the MLPerf llama2-70b model, built from `LLAMA_2_70B_CONFIG` by
+#: `jaxpareto.definitions.hf_config` (68.98 B parameters).
+LLAMA_2_70B = Model.from_hf_config(LLAMA_2_70B_CONFIG, name="llama-2-70b", weight_dtype="fp16").model_copy(
+    update={"sources": {
+        "config": "config.json of meta-llama/Llama-2-70b-hf (copy at huggingface.co/TheBloke/Llama-2-70B-fp16)",
+        "params_total_b": "counted from that config.json by jaxpareto.definitions.hf_config: 68.98 B",
+    }})
+
+#: Models the validation set may name besides the catalog's.
+EXTRA_MODELS: dict[str, Model] = {LLAMA_2_70B.name: LLAMA_2_70B}
+
+#: What each metric measures and its unit.
+METRICS: dict[str, tuple[str, str]] = {
+    "output_tokens_per_s_total": ("tokens/s", "output tokens per second of the whole system (all `gpus`)"),
+    "tpot_ms": ("ms", "time per output token after the first"),
+    "itl_ms": ("ms", "inter-token latency (the model's TPOT)"),
+    "ttft_ms": ("ms", "time to first token"),
+    "kv_capacity_tokens": ("tokens", "KV-cache capacity of one TP group"),
+}
+#: What the measurement was taken at: ``offline`` (maximum throughput: as many sessions as KV
+#: memory admits, or the row's concurrency), ``server`` (a served throughput,
+#: ``load_tokens_per_s``), ``concurrency`` (the row's concurrency), ``static`` (no load).
+LOADS = ("offline", "server", "concurrency", "static")
+STATISTICS = ("mean", "median", "fit", "exact")
+
+# column -> kind: "str" (non-empty), "opt_str" (may be blank), "int", "num", "opt_num"
+COLUMNS: dict[str, str] = {
+    "id": "str",
+    "source": "str",
+    "reference": "str",
+    "model": "str",
+    "gpu": "str",
+    "gpus": "int",
+    "tp": "int",
+    "weight_dtype": "str",
+    "expert_weight_dtype": "opt_str",
+    "kv_dtype": "str",
+    "isl": "num",
+    "osl": "num",
+    "context_tokens": "opt_num",
+    "concurrency": "opt_num",
+    "load": "str",
+    "load_tokens_per_s": "opt_num",
+    "capacity_tokens_per_s": "opt_num",
+    "metric": "str",
+    "statistic": "str",
+    "value": "num",
+    "unit": "str",
+    "notes": "opt_str",
+}
+
+
+def default_path() -> Path:
+    """The shipped ``jaxpareto/data/validation.csv``."""
+    return Path(str(importlib.resources.files("jaxpareto").joinpath("data/validation.csv")))
+
+
+def _where(row_id: str, line: int, field: str) -> str:
+    return f"validation row {row_id!r} (line {line}).{field}"
+
+
+def _parse(kind: str, text: str, where: str):
+    text = text.strip()
+    if kind in ("str", "opt_str"):
+        if kind == "str" and not text:
+            raise JaxparetoError(where, "is empty")
+        return text
+    if not text:
+        if kind.startswith("opt_"):
+            return math.nan
+        raise JaxparetoError(where, "is empty")
+    try:
+        number = float(text)
+    except ValueError:
+        raise JaxparetoError(where, f"not a number: {text!r}") from None
+    if not math.isfinite(number) or number <= 0:
+        raise JaxparetoError(where, f"must be a finite number > 0, got {text!r}")
+    if kind == "int":
+        if not number.is_integer():
+            raise JaxparetoError(where, f"must be a whole number, got {text!r}")
+        return int(number)
+    return number
+
+
+def _check_row(row: dict, where) -> None:
+    models = {**catalog.models(), **EXTRA_MODELS}
+    if row["model"] not in models:
+        raise JaxparetoError(where("model"), f"unknown model {row['model']!r}", sorted(models))
+    if row["gpu"] not in catalog.gpus():
+        raise JaxparetoError(where("gpu"), f"unknown GPU {row['gpu']!r}", sorted(catalog.gpus()))
+    if row["gpus"] % row["tp"]:
+        raise JaxparetoError(where("tp"), f"the {row['gpus']} GPUs do not split into TP groups of {row['tp']}")
+    for field, allowed in (("weight_dtype", WEIGHT_DTYPE_BYTES), ("kv_dtype", KV_DTYPE_BYTES), ("load", LOADS),
+                           ("metric", METRICS), ("statistic", STATISTICS)):
+        if row[field] not in allowed:
+            raise JaxparetoError(where(field), f"unknown value {row[field]!r}", list(allowed))
+    if row["expert_weight_dtype"] and row["expert_weight_dtype"] not in WEIGHT_DTYPE_BYTES:
+        raise JaxparetoError(where("expert_weight_dtype"), f"unknown value {row['expert_weight_dtype']!r}",
+                             ["", *WEIGHT_DTYPE_BYTES])
+    unit = METRICS[row["metric"]][0]
+    if row["unit"] != unit:
+        raise JaxparetoError(where("unit"), f"{row['metric']} is measured in {unit}, got {row['unit']!r}", [unit])
+    server = row["load"] == "server"
+    if server == math.isnan(row["load_tokens_per_s"]):
+        raise JaxparetoError(where("load_tokens_per_s"), "is required for (only for) load 'server' rows")
+    capacity = row["capacity_tokens_per_s"]
+    if not math.isnan(capacity) and not (server and capacity >= row["load_tokens_per_s"]):
+        raise JaxparetoError(where("capacity_tokens_per_s"), "only server rows give it, and it is at least their "
+                                                              "load_tokens_per_s")
+    if row["load"] == "concurrency" and math.isnan(row["concurrency"]):
+        raise JaxparetoError(where("concurrency"), "is required for load 'concurrency' rows")
+    if not math.isnan(row["concurrency"]) and row["concurrency"] < 1:
+        raise JaxparetoError(where("concurrency"), f"must be >= 1, got {row['concurrency']}")
+    if server and row["metric"] not in ("ttft_ms", "tpot_ms", "itl_ms"):
+        raise JaxparetoError(where("metric"), "a server row measures a latency at its load", ["ttft_ms", "tpot_ms",
+                                                                                               "itl_ms"])
+    if (row["metric"] == "kv_capacity_tokens") != (row["load"] == "static"):
+        raise JaxparetoError(where("load"), "kv_capacity_tokens rows, and only they, have load 'static'")
+    try:
+        row_model(row)
+    except ValueError as error:  # pydantic's ValidationError: e.g. expert_weight_dtype on a dense model
+        raise JaxparetoError(where("model"), f"{row['model']} with these dtypes is not a valid model: "
+                                             f"{str(error).splitlines()[-1].strip()}") from None
+
+
+def load_validation_set(path: str | Path | None = None) -> pd.DataFrame:
+    """Read and check the validation set.
+
+    Args:
+        path: a CSV with the columns of `COLUMNS`; default the shipped
+            ``jaxpareto/data/validation.csv``.
+
+    Returns:
+        One row per measurement, columns as in `COLUMNS`: strings (blank optional strings as
+        ""), ``gpus`` and ``tp`` as int, numbers as float (blank optional numbers NaN). Units:
+        ``isl``, ``osl``, ``context_tokens`` in tokens, ``concurrency`` in sessions,
+        ``load_tokens_per_s`` in output tokens/s of the whole system (``capacity_tokens_per_s``: the
+        same system's measured offline throughput, given for server rows), ``value`` in ``unit``.
+
+    Raises:
+        JaxparetoError: a missing or unknown column, or a row with a bad field (empty
+            ``source``/``reference``, unknown model, GPU, dtype, load, metric or statistic, a
+            non-positive number, a unit that does not match the metric, GPUs that do not split
+            into TP groups, a server row without its load...), naming the row's id, its line
+            and the field; a duplicate id; an unreadable file.
+    """
+    path = default_path() if path is None else Path(path)
+    try:
+        raw = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
+        raise JaxparetoError("validation set", f"{path}: not a readable CSV ({error})") from None
+    except OSError as error:  # missing file, a folder, no permission
+        raise JaxparetoError("validation set", f"cannot read {path}: {error.strerror or error}") from None
+    missing = [c for c in COLUMNS if c not in raw.columns]
+    if missing:
+        raise JaxparetoError("validation set columns", f"{path}: missing {missing}", list(COLUMNS))
+    unknown = [c for c in raw.columns if c not in COLUMNS]
+    if unknown:
+        raise JaxparetoError("validation set columns", f"{path}: unknown {unknown}", list(COLUMNS))
+    rows, seen = [], set()
+    for index, record in enumerate(raw.to_dict("records")):
+        line = index + 2  # the header is line 1
+        row_id = record["id"].strip() or f"#{index}"
+
+        def where(field, row_id=row_id, line=line):
+            return _where(row_id, line, field)
+
+        row = {name: _parse(kind, record[name], where(name)) for name, kind in COLUMNS.items()}
+        if row["id"] in seen:
+            raise JaxparetoError(where("id"), "duplicate id")
+        seen.add(row["id"])
+        _check_row(row, where)
+        rows.append(row)
+    table = pd.DataFrame(rows, columns=list(COLUMNS))
+    return table.astype({"gpus": "int64", "tp": "int64"})
+
+
+def row_model(row) -> Model:
+    """The `Model` a row describes: its catalog (or `EXTRA_MODELS`) entry with the row's
+    ``weight_dtype``, ``expert_weight_dtype`` (MoE only; blank keeps the entry's) and ``kv_dtype``."""
+    base = {**catalog.models(), **EXTRA_MODELS}[row["model"]]
+    fields = base.model_dump()
+    fields.update(weight_dtype=row["weight_dtype"], kv_dtype=row["kv_dtype"])
+    if row["expert_weight_dtype"]:
+        fields["expert_weight_dtype"] = row["expert_weight_dtype"]
+    elif base.expert_weight_dtype is None:
+        fields["expert_weight_dtype"] = None
+    return Model(**fields)
+
+
+def row_gpu(row) -> Hardware:
+    """The catalog `Hardware` of a row."""
+    return catalog.gpus()[row["gpu"]]

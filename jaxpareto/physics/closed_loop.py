@@ -1,0 +1,211 @@
+"""Closed-loop steady state: the effective batch B = C_eff x R(B) / (R(B) + Z) (seed eq. 4).
+
+Sessions alternate a turn of latency R with a pause Z, so a fraction ρ = R / (R + Z) of them is
+on the GPU at any time (operational analysis, Lazowska et al. 1984; X = C / (R + Z)). R depends
+on B through TPOT, hence the fixed point.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxpareto.definitions.settings import Solver
+
+
+class FixedPoint(NamedTuple):
+    """Outcome of the damped iteration for one point (scalars).
+
+    Attributes:
+        batch: B kept (the last iterate).
+        converged: |B_target - B| <= tol x B at the B kept.
+        iterations: damped updates performed (0 when B = 1 already satisfies the test).
+        residual: |B_target - B| / B at the B kept.
+    """
+
+    batch: jax.Array
+    converged: jax.Array
+    iterations: jax.Array
+    residual: jax.Array
+
+
+def active_ratio(latency_ms: jax.Array, think_time_ms: jax.Array) -> jax.Array:
+    """ρ = R / (R + Z): the share of its time a session occupies the GPU (seed step 3)."""
+    return latency_ms / (latency_ms + think_time_ms)
+
+
+def solve_effective_batch(
+    latency_ms: Callable[[jax.Array], jax.Array],
+    concurrency_eff: jax.Array,
+    think_time_ms: jax.Array,
+    solver: Solver,
+) -> FixedPoint:
+    """Damped fixed-point iteration of SPEC.md section 3 (the seed's reference solver).
+
+    Start at B = 1; each step computes B_target = C_eff x ρ(B); stop when
+    |B_target - B| <= tol x B, else B <- (1 - damping) B + damping B_target; give up after
+    ``max_iter`` updates. A non-finite target stops the loop unconverged.
+
+    Args:
+        latency_ms: R(B), the turn latency [ms] at effective batch B (scalar -> scalar).
+        concurrency_eff: C_eff [sessions] (scalar, >= 1).
+        think_time_ms: Z [ms] (scalar, >= 0).
+        solver: damping, tol, max_iter.
+
+    Returns:
+        `FixedPoint` with the status as data, never an exception.
+    """
+
+    def target(b):
+        return concurrency_eff * active_ratio(latency_ms(b), think_time_ms)
+
+    def within_tol(b, t):
+        return jnp.abs(t - b) <= solver.tol * b
+
+    def keep_going(state):
+        b, t, i = state
+        return ~within_tol(b, t) & jnp.isfinite(t) & (i < solver.max_iter)
+
+    def step(state):
+        b, t, i = state
+        b_next = (1.0 - solver.damping) * b + solver.damping * t
+        return b_next, target(b_next), i + 1
+
+    b0 = jnp.ones_like(concurrency_eff)
+    b, t, i = jax.lax.while_loop(keep_going, step, (b0, target(b0), jnp.zeros((), jnp.int32)))
+    return FixedPoint(b, within_tol(b, t), i, jnp.abs(t - b) / b)
+
+
+def _positive_root(intercept, slope, concurrency_eff, think_time_ms):
+    """The positive B with B (α + β B + Z) = C (α + β B): β B² + (α + Z - C β) B - C α = 0.
+
+    The product of the roots is -C α / β < 0, so exactly one is positive; it is taken in the
+    form that avoids cancellation, and β = 0 (a flat line) gives B = C α / (α + Z).
+    """
+    b = intercept + think_time_ms - concurrency_eff * slope
+    c_alpha = concurrency_eff * intercept
+    disc = jnp.sqrt(b * b + 4.0 * slope * c_alpha)
+    safe_slope = jnp.where(slope > 0, slope, 1.0)
+    quadratic = jnp.where(b < 0, (disc - b) / (2.0 * safe_slope), 2.0 * c_alpha / (b + disc))
+    flat = c_alpha / (intercept + think_time_ms)
+    return jnp.where(slope > 0, quadratic, flat)
+
+
+def solve_effective_batch_exact(
+    latency_ms: Callable[[jax.Array], jax.Array],
+    intercepts: jax.Array,
+    slopes: jax.Array,
+    concurrency_eff: jax.Array,
+    think_time_ms: jax.Array,
+) -> FixedPoint:
+    """Closed-form fixed point for a piecewise-linear latency R(B).
+
+    Wherever R(B) = α_i + β_i B, the fixed point B (R + Z) = C R is a quadratic in B; its
+    positive root B_i is a true fixed point when line i is the active piece at B_i. The damped
+    iteration from B = 1 moves monotonically (its map is increasing), so it reaches the nearest
+    fixed point in the direction of B_target(1) - 1: the smallest consistent root >= 1 when
+    B_target(1) >= 1, else the largest <= 1. This solver returns that same root.
+
+    Args:
+        latency_ms: R(B) [ms], equal at every B to one of the lines.
+        intercepts, slopes: α_i [ms] and β_i [ms per session] of the lines, shape (k,).
+        concurrency_eff: C_eff [sessions] (scalar, >= 1).
+        think_time_ms: Z [ms] (scalar, >= 0).
+
+    Returns:
+        `FixedPoint` with ``iterations`` 0 and ``converged`` True when a consistent root was
+        found (always, for finite inputs).
+    """
+    eps = 64.0 * jnp.finfo(jnp.result_type(concurrency_eff)).eps
+    roots = _positive_root(intercepts, slopes, concurrency_eff, think_time_ms)
+    on_line = jax.vmap(lambda r, a, s: jnp.abs(latency_ms(r) - (a + s * r)) <= eps * latency_ms(r))(
+        roots, intercepts, slopes
+    )
+    r1 = latency_ms(jnp.ones_like(concurrency_eff))
+    upward = concurrency_eff * active_ratio(r1, think_time_ms) >= 1.0
+    above = jnp.where(on_line & (roots >= 1.0 - eps), roots, jnp.inf).min()
+    below = jnp.where(on_line & (roots <= 1.0 + eps), roots, -jnp.inf).max()
+    b = jnp.where(upward, above, below)
+    found = jnp.isfinite(b)
+    b = jnp.where(found, b, 1.0)
+    t = concurrency_eff * active_ratio(latency_ms(b), think_time_ms)
+    return FixedPoint(b, found, jnp.zeros((), jnp.int32), jnp.abs(t - b) / b)
+
+
+class LoopInputs(NamedTuple):
+    """What the closed loop depends on, as an explicit pytree (so it can be differentiated).
+
+    Attributes:
+        latency: whatever R(B) needs besides B (read by the ``latency_ms`` function).
+        concurrency_eff: C_eff [sessions].
+        think_time_ms: Z [ms].
+    """
+
+    latency: object
+    concurrency_eff: jax.Array
+    think_time_ms: jax.Array
+
+
+def solve_closed_loop(latency_ms, inputs: LoopInputs, solver: Solver, method: str = "damped",
+                      lines=None) -> FixedPoint:
+    """The closed-loop batch B, differentiable by implicit differentiation.
+
+    The root of g(B) = C_eff x ρ(R(B)) - B is found by ``method`` ("damped": the seed's
+    iteration; "exact": `solve_effective_batch_exact` on the linear pieces ``lines(latency)``
+    of R), and its derivative with respect to everything g depends on (concurrency, think
+    time, context, hit rate, efficiency factors, hardware and model numbers) is
+    dB = -(∂g/∂θ · dθ) / (∂g/∂B) at the root (a `jax.custom_jvp`, so reverse mode works too):
+    the iteration is never unrolled, and the forward pass costs nothing extra.
+
+    Kinks: TPOT's max(memory, compute) and the MoE term min(B K, E) are differentiated on the
+    active branch (JAX splits the derivative evenly at an exact tie, a measure-zero set);
+    floor() in concurrency_max has zero derivative, so d/dC is 1 while C is below the memory cap
+    and 0 above it.
+
+    Args:
+        latency_ms: R(latency, B) [ms], a module-level function (static).
+        inputs: `LoopInputs`.
+        solver: damping, tol, max_iter (damped only).
+        method: "damped" or "exact" (static).
+        lines: for "exact", a function of ``inputs.latency`` giving (intercepts, slopes) of
+            R(B)'s linear pieces (static).
+
+    Returns:
+        `FixedPoint`; only ``batch`` carries derivatives.
+    """
+    batch, converged, iterations, residual = _closed_loop(latency_ms, method, lines, inputs, solver)
+    return FixedPoint(batch, converged > 0.5, jnp.round(iterations).astype(jnp.int32), residual)
+
+
+def _residual(latency_ms, b, inputs: LoopInputs):
+    return inputs.concurrency_eff * active_ratio(latency_ms(inputs.latency, b), inputs.think_time_ms) - b
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
+def _closed_loop(latency_ms, method, lines, inputs: LoopInputs, solver: Solver):
+    def r(b):
+        return latency_ms(inputs.latency, b)
+
+    if method == "damped":
+        found = solve_effective_batch(r, inputs.concurrency_eff, inputs.think_time_ms, solver)
+    else:
+        found = solve_effective_batch_exact(r, *lines(inputs.latency), inputs.concurrency_eff, inputs.think_time_ms)
+    as_float = lambda v: v.astype(found.batch.dtype)  # noqa: E731  (one output dtype for the JVP)
+    return found.batch, as_float(found.converged), as_float(found.iterations), found.residual
+
+
+@_closed_loop.defjvp
+def _closed_loop_jvp(latency_ms, method, lines, primals, tangents):
+    inputs, solver = primals
+    d_inputs, _ = tangents
+    out = _closed_loop(latency_ms, method, lines, inputs, solver)
+    batch = out[0]
+    # implicit function theorem at the root: g(B*(θ), θ) = 0
+    dg_db = jax.jvp(lambda b: _residual(latency_ms, b, inputs), (batch,), (jnp.ones_like(batch),))[1]
+    dg_dtheta = jax.jvp(lambda i: _residual(latency_ms, batch, i), (inputs,), (d_inputs,))[1]
+    zero = jnp.zeros_like(batch)
+    return out, (-dg_dtheta / dg_db, zero, zero, zero)

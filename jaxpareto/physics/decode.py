@@ -1,0 +1,163 @@
+"""Decode step time and TPOT for an effective batch (seed eq. 3, 3a-3c; SPEC.md section 3).
+
+Everything that does not depend on the batch B is gathered once per point in
+`DecodeCoefficients`; `decode_step` then costs a handful of flops per B, which is what the
+closed-loop solver evaluates in its inner loop. Between its kinks TPOT is linear in B
+(`tpot_lines`), which the exact solver uses.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxpareto.definitions.hardware import HardwareParams
+from jaxpareto.physics.memory import kv_bytes
+from jaxpareto.definitions.model import ModelParams
+from jaxpareto.definitions.options import EXPERT_ROUTINGS  # noqa: F401  (re-exported)
+from jaxpareto.definitions.units import BYTES_PER_GB, FLOPS_PER_PARAM_PER_TOKEN, FLOPS_PER_TFLOPS, MS_PER_S, PARAMS_PER_B
+
+
+class DecodeCoefficients(NamedTuple):
+    """Batch-independent parts of one point's decode step (scalars).
+
+    Attributes:
+        nonmoe_ms: non-expert weights P_nonmoe x d / (G x BW) [ms] (all weights if dense).
+        expert_ms: one routed expert on one GPU's share, P_expert x d / (G x BW) [ms].
+        experts: E (0 for dense).
+        experts_per_token: K (0 for dense).
+        kv_ms: one session's KV reads L x κ / (min(G, n_kv) x BW) [ms].
+        compute_ms: one session's matmuls 2 x P_active / (G x F) [ms].
+        elementwise_overhead: multiplier on memory time (1.10).
+        eta_decode: η_d.
+        fixed_ms: time every step adds whatever the batch (`Efficiency.decode_overhead_ms` and
+            the all-reduce latencies) [ms]; 0 in the seed.
+        allreduce_ms: tensor-parallel all-reduce transfer per token in the step [ms]; 0 in the seed.
+    """
+
+    nonmoe_ms: jax.Array
+    expert_ms: jax.Array
+    experts: jax.Array
+    experts_per_token: jax.Array
+    kv_ms: jax.Array
+    compute_ms: jax.Array
+    elementwise_overhead: jax.Array
+    eta_decode: jax.Array
+    fixed_ms: jax.Array = 0.0
+    allreduce_ms: jax.Array = 0.0
+
+
+class DecodeStep(NamedTuple):
+    """One decode step at batch B (scalars, ms).
+
+    Attributes:
+        t_weight_ms: weight loading: non-expert part plus the distinct routed experts the
+            batch touches, min(B x K, E) / G of them per GPU (seed eq. 3a).
+        t_kv_ms: KV-cache reads of the whole batch (eq. 3b).
+        t_compute_ms: matmul time at the tensor-core peak (eq. 3c).
+        tpot_ms: max((t_weight + t_kv) x overhead, t_compute) / η_d (eq. 3), plus t_fixed.
+        compute_bound: t_compute exceeds the memory time.
+        t_fixed_ms: the opt-in terms outside the roofline: per-step overhead and the
+            tensor-parallel all-reduces of the batch's activations (0 in the seed).
+    """
+
+    t_weight_ms: jax.Array
+    t_kv_ms: jax.Array
+    t_compute_ms: jax.Array
+    tpot_ms: jax.Array
+    compute_bound: jax.Array
+    t_fixed_ms: jax.Array = 0.0
+
+
+class TpotLines(NamedTuple):
+    """TPOT(B) = max(min(a_unsat + b_unsat B, a_sat + b_sat B), a_compute + b_compute B) [ms].
+
+    ``unsat``: memory time while the batch touches fewer than all experts (B K < E);
+    ``sat``: memory time once every expert loads; ``compute``: matmul time. For a dense model
+    both memory lines coincide. The fixed terms (t_fixed, affine in B) shift every line alike.
+    """
+
+    a_unsat: jax.Array
+    b_unsat: jax.Array
+    a_sat: jax.Array
+    b_sat: jax.Array
+    a_compute: jax.Array
+    b_compute: jax.Array
+
+
+def decode_coefficients(
+    hw: HardwareParams,
+    model: ModelParams,
+    tp: jax.Array,
+    context_tokens: jax.Array,
+    tflops: jax.Array,
+    eta_decode: jax.Array,
+    elementwise_overhead: jax.Array,
+) -> DecodeCoefficients:
+    """Per-point constants of seed eq. 3.
+
+    Args:
+        hw: one GPU; bandwidth_gbs [GB/s].
+        model: one model (dense: E = K = 0 and P_nonmoe = P_active).
+        tp: G [GPUs].
+        context_tokens: L, context each decoding session attends to [tokens].
+        tflops: F per GPU [TFLOPS] (`jaxpareto.definitions.hardware.effective_tflops`).
+        eta_decode: η_d.
+        elementwise_overhead: memory-time multiplier.
+    """
+    bw = hw.bandwidth_gbs
+    return DecodeCoefficients(
+        nonmoe_ms=model.nonmoe_params_b * model.nonmoe_weight_bytes / (tp * bw) * MS_PER_S,
+        expert_ms=model.expert_params_b * model.expert_weight_bytes / (tp * bw) * MS_PER_S,
+        experts=model.experts,
+        experts_per_token=model.experts_per_token,
+        kv_ms=kv_bytes(model, context_tokens) / BYTES_PER_GB / (jnp.minimum(tp, model.kv_heads) * bw) * MS_PER_S,
+        compute_ms=FLOPS_PER_PARAM_PER_TOKEN * model.params_active_b * PARAMS_PER_B / (tp * tflops * FLOPS_PER_TFLOPS)
+        * MS_PER_S,
+        elementwise_overhead=elementwise_overhead,
+        eta_decode=eta_decode,
+    )
+
+
+
+
+def experts_touched(batch: jax.Array, experts: jax.Array, experts_per_token: jax.Array,
+                    routing: str = "seed") -> jax.Array:
+    """Distinct routed experts a decode step of B tokens loads.
+
+    "seed": min(B K, E) (seed eq. 3a: no two tokens share an expert until all are busy);
+    "uniform": E (1 - (1 - K / E)^B), the expected number of distinct experts when each token
+    picks K of E uniformly at random (each expert is missed by a token with probability
+    1 - K/E); always at most the seed's count. Dense models (E = 0) touch none.
+    """
+    if routing == "seed":
+        return jnp.minimum(batch * experts_per_token, experts)
+    safe_e = jnp.where(experts > 0, experts, 1.0)  # double where: no NaN from 0/0 in gradients
+    missed = jnp.power(1.0 - experts_per_token / safe_e, batch)
+    return jnp.where(experts > 0, safe_e * (1.0 - missed), 0.0)
+
+
+def decode_step(c: DecodeCoefficients, batch: jax.Array, routing: str = "seed") -> DecodeStep:
+    """Seed eq. 3 at effective batch B (continuous, >= 0); ``routing`` as in `experts_touched`."""
+    t_weight_ms = c.nonmoe_ms + experts_touched(batch, c.experts, c.experts_per_token, routing) * c.expert_ms
+    t_kv_ms = batch * c.kv_ms
+    t_compute_ms = batch * c.compute_ms
+    t_memory_ms = (t_weight_ms + t_kv_ms) * c.elementwise_overhead
+    t_fixed_ms = c.fixed_ms + batch * c.allreduce_ms
+    tpot_ms = jnp.maximum(t_memory_ms, t_compute_ms) / c.eta_decode + t_fixed_ms
+    return DecodeStep(t_weight_ms, t_kv_ms, t_compute_ms, tpot_ms, t_compute_ms > t_memory_ms, t_fixed_ms)
+
+
+def tpot_lines(c: DecodeCoefficients) -> TpotLines:
+    """The linear pieces of TPOT(B) (min(B K, E) x w = min(B K w, E w) for w >= 0)."""
+    scale = c.elementwise_overhead / c.eta_decode
+    return TpotLines(
+        a_unsat=scale * c.nonmoe_ms + c.fixed_ms,
+        b_unsat=scale * (c.experts_per_token * c.expert_ms + c.kv_ms) + c.allreduce_ms,
+        a_sat=scale * (c.nonmoe_ms + c.experts * c.expert_ms) + c.fixed_ms,
+        b_sat=scale * c.kv_ms + c.allreduce_ms,
+        a_compute=c.fixed_ms,
+        b_compute=c.compute_ms / c.eta_decode + c.allreduce_ms,
+    )

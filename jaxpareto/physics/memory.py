@@ -1,0 +1,76 @@
+"""KV-cache memory and the sessions it admits (seed eq. 5; SPEC.md section 3, "Memory")."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxpareto.definitions.hardware import HardwareParams
+from jaxpareto.definitions.model import ModelParams
+from jaxpareto.definitions.units import BYTES_PER_GB
+
+# concurrency_max is reported as int32; clip so a tiny context cannot overflow it.
+_INT32_MAX = 2.0**31 - 1
+
+
+class MemoryBudget(NamedTuple):
+    """Memory outcome of one grid point (all scalars).
+
+    Attributes:
+        weights_gb: M_model = P_total x d [GB].
+        available_gb: M_avail = G x M_gpu - M_model [GB] (may be <= 0).
+        kv_per_session_gb: L̄ x κ x r_kv / 1e9 [GB].
+        concurrency_max: floor(M_avail / kv_per_session_gb), >= 0 [sessions].
+        concurrency_eff: min(C, concurrency_max) [sessions].
+        feasible: M_avail > 0 and concurrency_eff >= 1.
+    """
+
+    weights_gb: jax.Array
+    available_gb: jax.Array
+    kv_per_session_gb: jax.Array
+    concurrency_max: jax.Array
+    concurrency_eff: jax.Array
+    feasible: jax.Array
+
+
+def kv_replication(tp: jax.Array, kv_heads: jax.Array) -> jax.Array:
+    """r_kv = G / min(G, n_kv): copies of each KV head once TP exceeds the KV heads."""
+    return tp / jnp.minimum(tp, kv_heads)
+
+
+def kv_bytes(model: ModelParams, tokens: jax.Array) -> jax.Array:
+    """KV bytes of one sequence of ``tokens`` over the whole model [B]: κ x T for the
+    full-attention layers plus κ_window x min(T, window) for sliding-window layers."""
+    return tokens * model.kv_bytes_per_token + jnp.minimum(tokens, model.kv_window_tokens) * \
+        model.kv_window_bytes_per_token
+
+
+def memory_budget(
+    hw: HardwareParams,
+    model: ModelParams,
+    tp: jax.Array,
+    concurrency: jax.Array,
+    kv_context_tokens: jax.Array,
+) -> MemoryBudget:
+    """Seed eq. 5 for one point.
+
+    Args:
+        hw: one GPU; memory_gb [GB].
+        model: one model; weights_gb [GB] and its KV widths [B].
+        tp: G, GPUs in the tensor-parallel group (scalar).
+        concurrency: C, sessions offered (scalar).
+        kv_context_tokens: L̄, context held in KV per session [tokens] (scalar).
+
+    Returns:
+        `MemoryBudget` of scalars.
+    """
+    weights_gb = model.weights_gb
+    available_gb = tp * hw.memory_gb - weights_gb
+    kv_per_session_gb = kv_bytes(model, kv_context_tokens) * kv_replication(tp, model.kv_heads) / BYTES_PER_GB
+    sessions = jnp.floor(jnp.maximum(available_gb, 0.0) / kv_per_session_gb)
+    concurrency_max = jnp.minimum(sessions, _INT32_MAX)
+    concurrency_eff = jnp.minimum(concurrency, concurrency_max)
+    feasible = (available_gb > 0) & (concurrency_eff >= 1)
+    return MemoryBudget(weights_gb, available_gb, kv_per_session_gb, concurrency_max, concurrency_eff, feasible)

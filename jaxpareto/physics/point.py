@@ -1,0 +1,320 @@
+"""The whole model at one grid point: memory, prefill, decode and the closed loop together.
+
+This is the scalar function the grid code vmaps (once). Infeasible points are evaluated at
+safe stand-in values and then masked to NaN (the double-where pattern), so they neither crash
+nor leak NaN into gradients of the feasible points.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxpareto.physics.cache import cache_survival, lru_survival
+from jaxpareto.physics.communication import allreduce_time
+from jaxpareto.physics.closed_loop import LoopInputs, active_ratio, solve_closed_loop
+from jaxpareto.physics.decode import DecodeCoefficients, DecodeStep, decode_coefficients, decode_step, tpot_lines
+from jaxpareto.physics.engine import shared_turn
+from jaxpareto.definitions.hardware import HardwareParams, effective_tflops
+from jaxpareto.physics.intensity import operational_intensity
+from jaxpareto.physics.memory import kv_bytes, kv_replication, memory_budget
+from jaxpareto.definitions.model import ModelParams
+from jaxpareto.definitions.options import ModelOptions
+from jaxpareto.physics.prefill import PrefillWork, prefill_tokens, prefill_work, ttft_ms
+from jaxpareto.definitions.settings import Efficiency, Solver, Workload
+from jaxpareto.definitions.units import BYTES_PER_GB, MS_PER_S
+
+DECODE_MEMORY, DECODE_COMPUTE, DECODE_NONE = 0, 1, -1
+METHODS = ("damped", "exact")
+# The fixed point's tolerance floor, in units of the dtype's eps, with the shared engine or LRU.
+_INNER_ROOT_EPS = 64
+
+
+class TurnLatency(NamedTuple):
+    """What a turn's latency R(B) depends on besides the batch (scalars).
+
+    Attributes:
+        ttft_ms: the turn's TTFT alone (seed eq. 2) when it does not depend on B (cache models
+            "given" and "ttl"), else unused.
+        osl: output tokens per turn [tokens].
+        decode: the decode step's coefficients.
+        prefill_ms_per_token: c_p, eq. 2's time for one prefill token [ms].
+        context_tokens: L [tokens]. hit_tokens: min(ΔL, L) [tokens].
+        hit_rate: h after a TTL (the warm-cache rate the LRU model scales).
+        prefill_tokens: L_prefill when it does not depend on B [tokens].
+        concurrency: C_eff [sessions]. slots: sessions the KV memory holds active [sessions].
+        think_time_s: Z [s]. pause_sigma: lognormal σ.
+        tier_slots: session caches the host tier holds. tier_load_ms: one context's KV from it [ms].
+        chunk_tokens: prefill tokens per engine step (shared prefill).
+        ttft_fixed_ms: the opt-in fixed TTFT terms (request overhead, all-reduce latency) [ms].
+        ttft_overhead_ms: the request overhead alone (the engine times its steps itself) [ms].
+    """
+
+    ttft_ms: jax.Array
+    osl: jax.Array
+    decode: DecodeCoefficients
+    prefill_ms_per_token: jax.Array = 0.0
+    context_tokens: jax.Array = 0.0
+    hit_tokens: jax.Array = 0.0
+    hit_rate: jax.Array = 0.0
+    prefill_tokens: jax.Array = 0.0
+    concurrency: jax.Array = 1.0
+    slots: jax.Array = 1.0
+    think_time_s: jax.Array = 0.0
+    pause_sigma: jax.Array = 1.0
+    tier_slots: jax.Array = 0.0
+    tier_load_ms: jax.Array = 0.0
+    chunk_tokens: jax.Array = 8192.0
+    ttft_fixed_ms: jax.Array = 0.0
+    ttft_overhead_ms: jax.Array = 0.0
+
+
+class TurnState(NamedTuple):
+    """Everything about a turn at batch B (scalars; see `turn_state`)."""
+
+    latency_ms: jax.Array
+    memory_wait_ms: jax.Array
+    ttft_ms: jax.Array
+    tpot_ms: jax.Array
+    step: DecodeStep
+    batch_run: jax.Array
+    prefill: PrefillWork
+    cache_lifetime_s: jax.Array
+    prefill_load: jax.Array
+
+
+def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = ModelOptions()) -> TurnState:
+    """The turn at closed-loop batch B under the model ``options`` (static).
+
+    Seed eq. 1, R(B) = TTFT + TPOT(B) x OSL, where
+
+    - ``cache_model="lru"``: at most M = ``slots`` of the B active sessions run (hold their KV);
+      the rest wait for memory, R = R_run(min(B, M)) x max(B / M, 1) (Little's law: X = M / R_run,
+      so B - M sessions wait B / M - 1 turn times), a wait that delays the first token and is
+      part of TTFT. The hit rate is h x the Che survival (`jaxpareto.physics.cache`) in the M - B_run slots
+      the running sessions leave free, with every session not running (C - B_run: paused or
+      waiting) competing for them; misses may hit the host tier, which they compete for too.
+    - ``prefill_model="shared"``: TTFT and TPOT from the chunked-prefill engine (`jaxpareto.physics.engine`).
+    """
+    if options.cache_model == "lru":
+        batch_run = jnp.minimum(batch, turn.slots)
+        idle = jnp.maximum(turn.concurrency - batch_run, 0.0)
+        free = turn.slots - batch_run
+        gpu = lru_survival(free, idle, turn.think_time_s, options.pause_distribution, turn.pause_sigma)
+        with_tier = lru_survival(free + turn.tier_slots, idle, turn.think_time_s, options.pause_distribution,
+                                 turn.pause_sigma)
+        work = prefill_work(turn.context_tokens, turn.hit_tokens, turn.hit_rate * gpu.survival,
+                            turn.hit_rate * (with_tier.survival - gpu.survival), turn.tier_load_ms,
+                            turn.prefill_ms_per_token)
+        lifetime = gpu.lifetime_s
+        isolated_ttft = work.tokens * turn.prefill_ms_per_token + turn.ttft_fixed_ms + work.delay_ms
+    else:
+        batch_run = batch
+        zero = 0.0 * turn.hit_rate
+        work = PrefillWork(turn.prefill_tokens, turn.hit_rate, zero, zero)
+        lifetime = zero + jnp.inf
+        isolated_ttft = turn.ttft_ms
+    step = decode_step(turn.decode, batch_run, options.expert_routing)
+    if options.prefill_model == "shared":
+        engine = shared_turn(step, batch_run, turn.concurrency, work.tokens, turn.osl, turn.chunk_tokens,
+                             turn.prefill_ms_per_token, turn.decode.eta_decode, turn.decode.elementwise_overhead)
+        ttft = engine.ttft_ms + turn.ttft_overhead_ms + work.delay_ms
+        tpot, load = engine.tpot_ms, engine.prefill_load
+    else:
+        ttft, tpot, load = isolated_ttft, step.tpot_ms, 0.0 * batch
+    wait = 0.0 * batch
+    if options.cache_model == "lru":
+        wait = (ttft + tpot * turn.osl) * (jnp.maximum(batch / turn.slots, 1.0) - 1.0)
+        ttft = ttft + wait
+    return TurnState(ttft + tpot * turn.osl, wait, ttft, tpot, step, batch_run, work, lifetime, load)
+
+
+def turn_latency_ms(turn: TurnLatency, batch: jax.Array, options: ModelOptions = ModelOptions()) -> jax.Array:
+    """R(B) [ms] under ``options`` (`turn_state`; what it does not need is traced away)."""
+    return turn_state(turn, batch, options).latency_ms
+
+
+@functools.lru_cache(maxsize=None)
+def latency_function(options: ModelOptions):
+    """One R(B) function per options, the same object every time (the solver keys on it)."""
+    return functools.partial(turn_latency_ms, options=options)
+
+
+def turn_latency_lines(turn: TurnLatency) -> tuple[jax.Array, jax.Array]:
+    """(intercepts, slopes) of R(B) on each linear piece of TPOT (for the exact solver)."""
+    tpot = tpot_lines(turn.decode)
+    intercepts = jnp.stack([turn.ttft_ms + turn.osl * tpot.a_unsat, turn.ttft_ms + turn.osl * tpot.a_sat,
+                            turn.ttft_ms + turn.osl * tpot.a_compute])
+    slopes = jnp.stack([turn.osl * tpot.b_unsat, turn.osl * tpot.b_sat, turn.osl * tpot.b_compute])
+    return intercepts, slopes
+
+
+class PointOutputs(NamedTuple):
+    """Every output of SPEC.md section 4 for one point (scalars; see `jaxpareto.definitions.schema`)."""
+
+    ttft_ms: jax.Array
+    tpot_ms: jax.Array
+    latency_ms: jax.Array
+    batch_eff: jax.Array
+    gpu_active_ratio: jax.Array
+    turns_per_s: jax.Array
+    output_tokens_per_s_per_user: jax.Array
+    output_tokens_per_s_per_gpu: jax.Array
+    kv_per_session_gb: jax.Array
+    concurrency_max: jax.Array
+    concurrency_eff: jax.Array
+    prefill_tokens: jax.Array
+    t_weight_ms: jax.Array
+    t_kv_ms: jax.Array
+    t_compute_ms: jax.Array
+    decode_bound: jax.Array
+    operational_intensity: jax.Array
+    prefill_share: jax.Array
+    hit_rate_eff: jax.Array
+    tier_hit_rate: jax.Array
+    cache_lifetime_s: jax.Array
+    gpu_utilization: jax.Array
+    memory_wait_ms: jax.Array
+    feasible: jax.Array
+    converged: jax.Array
+    iterations: jax.Array
+
+
+def evaluate_point(
+    hw: HardwareParams,
+    model: ModelParams,
+    tp: jax.Array,
+    concurrency: jax.Array,
+    think_time_s: jax.Array,
+    context_tokens: jax.Array,
+    hit_rate: jax.Array,
+    workload: Workload,
+    efficiency: Efficiency,
+    solver: Solver,
+    method: str = "damped",
+    options: ModelOptions = ModelOptions(),
+) -> PointOutputs:
+    """Evaluate seed eqs. 1-5 at one configuration (SPEC.md section 3).
+
+    Args:
+        hw: one GPU (scalars).
+        model: one model (scalars).
+        tp: G, tensor-parallel GPUs.
+        concurrency: C, sessions offered.
+        think_time_s: Z, pause between turns [s].
+        context_tokens: L, context of the turn [tokens].
+        hit_rate: h, prefix-cache hit rate in [0, 1] (of a warm cache, under the TTL and LRU models).
+        workload, efficiency, solver: shared scalars.
+        method: closed-loop solver, static: "damped" (the seed's iteration, the reference) or
+            "exact" (closed form per linear piece of R(B), `solve_effective_batch_exact`; needs
+            ``options.piecewise_linear``).
+        options: which equations (`jaxpareto.definitions.options.ModelOptions`, static); the defaults are
+            the seed's. With the shared engine or the LRU model the fixed point's tolerance is at
+            least 64 eps of the dtype (7.6e-6 in float32): R(B) then contains inner roots.
+
+    Returns:
+        `PointOutputs`. Where ``feasible`` is False (no memory left for KV, or not one
+        session fits) every performance output is NaN, ``decode_bound`` is -1,
+        ``iterations`` 0 and ``converged`` False; the memory outputs and ``prefill_tokens``
+        are still reported, as they explain the infeasibility.
+
+    Raises:
+        ValueError: an unknown ``method`` or option, or "exact" with a non-linear R(B).
+    """
+    options.validate()
+    if method not in METHODS or (method == "exact" and not options.piecewise_linear):
+        raise ValueError(f"method {method!r} not in {METHODS}, or 'exact' with {options} (not piecewise linear)")
+    lru = options.cache_model == "lru"
+    kv_context = jnp.where(workload.kv_context_tokens > 0, workload.kv_context_tokens, context_tokens)
+    memory = memory_budget(hw, model, tp, concurrency, kv_context)
+    if lru:  # every session is admitted; the memory only bounds how many run at once
+        ok = (memory.available_gb > 0) & (memory.concurrency_max >= 1)
+        admitted = concurrency
+    else:
+        ok = memory.feasible
+        admitted = memory.concurrency_eff
+    concurrency_eff = jnp.where(ok, admitted, 1.0)  # safe stand-in when infeasible
+    slots = jnp.where(ok, memory.concurrency_max, 1.0)
+
+    tflops = effective_tflops(hw, model.compute_bits)
+    if options.cache_model == "ttl":
+        hit_rate = hit_rate * cache_survival(think_time_s, workload.cache_ttl_s, options.pause_distribution,
+                                             workload.pause_sigma)
+    hit_tokens = jnp.minimum(workload.delta_tokens, context_tokens)
+    tokens = prefill_tokens(context_tokens, workload.delta_tokens, hit_rate)
+    allreduce = allreduce_time(hw, model, tp, efficiency.allreduce_scale, efficiency.allreduce_latency_us)
+    prefill_ms_per_token = ttft_ms(model.params_active_b, 1.0, tp, tflops, efficiency.eta_prefill) \
+        + allreduce.per_token_ms
+    ttft_fixed_ms = efficiency.ttft_overhead_ms + allreduce.fixed_ms
+    think_ms = think_time_s * MS_PER_S
+    # host tier: per GPU, each rank loads its share of the context's KV over its own link
+    load_gb = kv_bytes(model, context_tokens) * kv_replication(tp, model.kv_heads) / BYTES_PER_GB / tp
+    link = workload.tier_bandwidth_gbs
+    tier_load_ms = jnp.where(link > 0, load_gb / jnp.where(link > 0, link, 1.0) * MS_PER_S, jnp.inf)
+
+    coefficients = decode_coefficients(
+        hw, model, tp, context_tokens, tflops, efficiency.eta_decode, efficiency.elementwise_overhead
+    )._replace(fixed_ms=efficiency.decode_overhead_ms + allreduce.fixed_ms, allreduce_ms=allreduce.per_token_ms)
+    zero = 0.0 * tokens
+    turn = TurnLatency(
+        ttft_ms=tokens * prefill_ms_per_token + ttft_fixed_ms,  # eq. 2 (+ the opt-in fixed terms)
+        ttft_fixed_ms=ttft_fixed_ms + zero, ttft_overhead_ms=efficiency.ttft_overhead_ms + zero,
+        osl=workload.osl, decode=coefficients, prefill_ms_per_token=prefill_ms_per_token,
+        context_tokens=context_tokens + zero, hit_tokens=hit_tokens + zero, hit_rate=hit_rate + zero,
+        prefill_tokens=tokens, concurrency=concurrency_eff + zero, slots=slots + zero, think_time_s=think_time_s + zero,
+        pause_sigma=workload.pause_sigma + zero, tier_slots=workload.tier_capacity_gb / memory.kv_per_session_gb + zero,
+        tier_load_ms=tier_load_ms + zero, chunk_tokens=workload.prefill_chunk_tokens + zero,
+    )
+    if options.prefill_model == "shared" or options.cache_model == "lru":
+        # R(B) then holds inner roots solved to the dtype's rounding (about 1e-6 relative in
+        # float32): a tighter tolerance than that would cycle to max_iter on rounding noise
+        floor = _INNER_ROOT_EPS * jnp.finfo(think_ms.dtype).eps
+        solver = dataclasses.replace(solver, tol=jnp.maximum(solver.tol, floor))
+    solution = solve_closed_loop(latency_function(options), LoopInputs(turn, concurrency_eff, think_ms), solver,
+                                 method, turn_latency_lines)
+    state = turn_state(turn, solution.batch, options)
+    step, latency = state.step, state.latency_ms
+    turns_per_s = concurrency_eff / ((latency + think_ms) / MS_PER_S)
+    # share of the GPU's achievable compute (at η_d, η_p) that decode and prefill use
+    utilization = turns_per_s / MS_PER_S * (workload.osl * coefficients.compute_ms / efficiency.eta_decode
+                                            + state.prefill.tokens * prefill_ms_per_token)
+
+    def masked(value):
+        return jnp.where(ok, value, jnp.nan)
+
+    return PointOutputs(
+        ttft_ms=masked(state.ttft_ms),
+        tpot_ms=masked(state.tpot_ms),
+        latency_ms=masked(latency),
+        batch_eff=masked(state.batch_run),
+        gpu_active_ratio=masked(active_ratio(latency, think_ms)),
+        turns_per_s=masked(turns_per_s),
+        output_tokens_per_s_per_user=masked(MS_PER_S / state.tpot_ms),
+        output_tokens_per_s_per_gpu=masked(turns_per_s * workload.osl / tp),
+        kv_per_session_gb=memory.kv_per_session_gb,
+        concurrency_max=memory.concurrency_max.astype(jnp.int32),
+        concurrency_eff=jnp.where(ok, admitted, memory.concurrency_eff).astype(jnp.int32),
+        prefill_tokens=jnp.where(ok, state.prefill.tokens, tokens) if lru else tokens,
+        t_weight_ms=masked(step.t_weight_ms),
+        t_kv_ms=masked(step.t_kv_ms),
+        t_compute_ms=masked(step.t_compute_ms),
+        decode_bound=jnp.where(ok, jnp.where(step.compute_bound, DECODE_COMPUTE, DECODE_MEMORY), DECODE_NONE).astype(
+            jnp.int8
+        ),
+        operational_intensity=masked(operational_intensity(
+            hw, model, tp, state.batch_run, step, state.prefill.tokens, context_tokens, workload.osl)),
+        prefill_share=masked(state.ttft_ms / latency),
+        hit_rate_eff=masked(state.prefill.hit_rate_eff) if lru else hit_rate + zero,
+        tier_hit_rate=masked(state.prefill.tier_hit_rate),
+        cache_lifetime_s=masked(state.cache_lifetime_s) if lru else (
+            workload.cache_ttl_s + zero if options.cache_model == "ttl" else zero + jnp.inf),
+        gpu_utilization=masked(utilization),
+        memory_wait_ms=masked(state.memory_wait_ms),
+        feasible=ok,
+        converged=ok & solution.converged,
+        iterations=jnp.where(ok, solution.iterations, 0).astype(jnp.int32),
+    )

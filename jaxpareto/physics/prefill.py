@@ -1,0 +1,81 @@
+"""Prefill: tokens computed before the first output token, and TTFT (seed eq. 2)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxpareto.definitions.units import FLOPS_PER_PARAM_PER_TOKEN, FLOPS_PER_TFLOPS, MS_PER_S, PARAMS_PER_B
+
+
+def prefill_tokens(context_tokens: jax.Array, delta_tokens: jax.Array, hit_rate: jax.Array) -> jax.Array:
+    """L_prefill = h x min(ΔL, L) + (1 - h) x L [tokens] (SPEC.md section 3, eq. 2).
+
+    A hit prefills only the turn's new tokens ΔL (never more than the context); a miss
+    prefills the whole context L.
+    """
+    return hit_rate * jnp.minimum(delta_tokens, context_tokens) + (1.0 - hit_rate) * context_tokens
+
+
+def ttft_ms(
+    params_active_b: jax.Array,
+    tokens: jax.Array,
+    tp: jax.Array,
+    tflops: jax.Array,
+    eta_prefill: jax.Array,
+) -> jax.Array:
+    """TTFT = 2 x P_active x L_prefill / (G x F) / η_p [ms] (seed eq. 2; compute-bound).
+
+    Args:
+        params_active_b: P_active [billions].
+        tokens: L_prefill [tokens].
+        tp: G [GPUs].
+        tflops: F per GPU [TFLOPS] (`jaxpareto.definitions.hardware.effective_tflops`).
+        eta_prefill: η_p.
+    """
+    flops = FLOPS_PER_PARAM_PER_TOKEN * params_active_b * PARAMS_PER_B * tokens
+    return flops / (tp * tflops * FLOPS_PER_TFLOPS) * MS_PER_S / eta_prefill
+
+
+class PrefillWork(NamedTuple):
+    """What a turn prefills, on average over hits, tier hits and misses (scalars).
+
+    Attributes:
+        tokens: L_prefill, prefill tokens per turn [tokens].
+        hit_rate_eff: share of turns whose prefix is in GPU memory.
+        tier_hit_rate: share of turns whose prefix is loaded from the host tier instead of
+            being prefilled again.
+        delay_ms: mean wait for host-tier transfers per turn [ms] (PCIe / C2C, not GPU compute).
+    """
+
+    tokens: jax.Array
+    hit_rate_eff: jax.Array
+    tier_hit_rate: jax.Array
+    delay_ms: jax.Array
+
+
+def prefill_work(context_tokens: jax.Array, hit_tokens: jax.Array, hit_rate_gpu: jax.Array,
+                 hit_rate_tier: jax.Array, tier_load_ms: jax.Array, prefill_ms_per_token: jax.Array) -> PrefillWork:
+    """Eq. 2's L_prefill with a host-memory KV tier (vLLM with LMCache / Mooncake; DualPath).
+
+    A GPU hit prefills ``hit_tokens`` (min(ΔL, L)); a miss the whole context L. A prefix found in
+    the host tier is loaded (``tier_load_ms``, the context's KV over the link) and only the new
+    tokens prefilled, when that is faster than prefilling the context at the GPU's full speed;
+    otherwise the tier is not used (so a tier of zero bandwidth changes nothing).
+
+    Args:
+        context_tokens: L [tokens]. hit_tokens: min(ΔL, L) [tokens].
+        hit_rate_gpu, hit_rate_tier: shares of turns finding their prefix in GPU memory / the tier.
+        tier_load_ms: one context's KV from the tier [ms] (inf without a link).
+        prefill_ms_per_token: c_p [ms], eq. 2 for one token.
+    """
+    saved_ms = (context_tokens - hit_tokens) * prefill_ms_per_token
+    use_tier = tier_load_ms < saved_ms
+    tier_tokens = jnp.where(use_tier, hit_tokens, context_tokens)
+    miss = 1.0 - hit_rate_gpu - hit_rate_tier
+    tokens = hit_rate_gpu * hit_tokens + hit_rate_tier * tier_tokens + miss * context_tokens
+    used = jnp.where(use_tier, hit_rate_tier, 0.0)
+    delay = used * jnp.where(use_tier, tier_load_ms, 0.0)  # double where: no inf x 0
+    return PrefillWork(tokens, hit_rate_gpu, used, delay)

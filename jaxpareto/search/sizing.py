@@ -1,0 +1,137 @@
+"""Deployment sizing: the fewest GPUs (replicas x TP) that serve a target load under SLOs.
+
+For each TP choice, one replica's capacity is the most sessions it admits while meeting every
+SLO and the KV-memory limit (for a target of concurrent sessions), or the most turns/s it
+delivers so (for a target rate); replicas = ceil(target / capacity), GPUs = replicas x TP, and
+the TP with the fewest GPUs wins (ties: the smaller TP). Sessions are assumed spread evenly over
+replicas, each an independent copy of the closed loop of SPEC.md section 3.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pandas as pd
+
+from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.search.optimize import _concurrency_range, parse_constraints
+from jaxpareto.dataset.sweep import plan_sweep, sweep
+from jaxpareto.definitions.checks import check_number
+
+
+@dataclasses.dataclass(frozen=True)
+class SizingResult:
+    """The smallest deployment, and every TP option considered.
+
+    Attributes:
+        feasible: some TP choice meets the SLOs with at least one session per replica.
+        tp, replicas, gpus: the deployment (None when infeasible).
+        sessions_per_replica: concurrency each replica runs.
+        turns_per_s_per_replica: its turn throughput at that concurrency.
+        options: one row per TP choice (capacity, replicas, GPUs, metrics at capacity).
+        reason: why nothing is feasible ("" when feasible).
+    """
+
+    feasible: bool
+    tp: int | None
+    replicas: int | None
+    gpus: int | None
+    sessions_per_replica: int | None
+    turns_per_s_per_replica: float
+    options: pd.DataFrame
+    reason: str
+
+
+def size_deployment(
+    gpu,
+    model,
+    think_time_s: float = 0.0,
+    context_tokens: int = 16384,
+    hit_rate: float = 0.0,
+    *,
+    sessions: int | None = None,
+    turns_per_s: float | None = None,
+    constraints=None,
+    tp=(1, 2, 4, 8),
+    concurrency=(1, 4096),
+    **settings,
+) -> SizingResult:
+    """The fewest GPUs that serve ``sessions`` concurrent sessions or ``turns_per_s`` turns/s.
+
+    Args:
+        gpu, model: one GPU and one model (names or definitions).
+        think_time_s, context_tokens, hit_rate: the workload (one value each).
+        sessions: target concurrent agent sessions (give this or ``turns_per_s``).
+        turns_per_s: target turn rate [turns/s].
+        constraints: SLOs ``{output: ("<=" | ">=", limit)}``.
+        tp: TP choices per replica. concurrency: sessions per replica searched, (lo, hi).
+        **settings: scalars of `jaxpareto.dataset.sweep`.
+
+    Raises:
+        JaxparetoError: invalid inputs, named.
+    """
+    if (sessions is None) == (turns_per_s is None):
+        raise JaxparetoError("sessions/turns_per_s", "give exactly one target")
+    target_sessions = None if sessions is None else check_number("sessions", sessions, low=1, integer=True)
+    target_rate = None if turns_per_s is None else check_number("turns_per_s", turns_per_s, low=0, low_inclusive=False)
+    cons = parse_constraints(constraints)
+    lo, hi = _concurrency_range(concurrency)
+    kwargs = dict(gpu=gpu, model=model, tp=tp, concurrency=list(range(lo, hi + 1)), think_time_s=think_time_s,
+                  context_tokens=context_tokens, hit_rate=hit_rate, **settings)
+    plan = plan_sweep(**kwargs)
+    if plan.shape[:2] != (1, 1) or any(plan.shape[i] != 1 for i in (4, 5, 6)):
+        raise JaxparetoError("scenario", "sizing takes one GPU, model, think time, context and hit rate")
+    ds = sweep(**kwargs).squeeze(["gpu", "model", "think_time_s", "context_tokens", "hit_rate"])
+    ok = ds.feasible & ds.converged
+    if plan.options.memory_caps_concurrency:  # the LRU cache model admits every session
+        ok = ok & (ds.concurrency <= ds.concurrency_max)
+    for c in cons:
+        ok = ok & c.met(ds[c.name])
+    rows = []
+    for t in ds.tp.values:
+        good = ok.sel(tp=t).values
+        if not good.any():
+            rows.append({"tp": int(t), "capacity": 0, "replicas": None, "gpus": None})
+            continue
+        if target_sessions is not None:
+            idx = int(np.flatnonzero(good)[-1])  # the most sessions that meet everything
+            capacity = int(ds.concurrency.values[idx])
+            # Spread evenly, the per-replica count must itself meet every SLO (a lower bound,
+            # e.g. on tokens/s per GPU, can fail below the capacity): add replicas until it does.
+            concurrency = ds.concurrency.values
+            replicas = None
+            for count in range(math.ceil(target_sessions / capacity), target_sessions + 1):
+                per_replica = math.ceil(target_sessions / count)
+                hit = np.flatnonzero(concurrency == per_replica)
+                if len(hit) and good[hit[0]]:
+                    replicas, idx = count, int(hit[0])
+                    break
+            if replicas is None:
+                rows.append({"tp": int(t), "capacity": capacity, "replicas": None, "gpus": None})
+                continue
+        else:
+            rates = np.where(good, ds.turns_per_s.sel(tp=t).values, -np.inf)
+            idx = int(np.argmax(rates))
+            capacity = float(rates[idx])
+            replicas = math.ceil(target_rate / capacity)
+        point = ds.sel(tp=t).isel(concurrency=idx)
+        rows.append({"tp": int(t), "capacity": capacity, "replicas": replicas, "gpus": replicas * int(t),
+                     "sessions_per_replica": int(point.concurrency), "turns_per_s_per_replica": float(point.turns_per_s),
+                     **{name: float(point[name]) for name in ("ttft_ms", "tpot_ms", "output_tokens_per_s_per_user",
+                                                               "output_tokens_per_s_per_gpu")}})
+    options = pd.DataFrame(rows)
+    usable = options.dropna(subset=["gpus"])
+    if usable.empty:
+        slos = ", ".join(c.describe() for c in cons)
+        if not bool(ds.feasible.any()):
+            reason = "memory: the model does not fit one session on any TP choice"
+        elif bool(ok.any()):
+            reason = f"SLO: no even split of {target_sessions} sessions over replicas meets {slos}"
+        else:
+            reason = "SLO: no (TP, concurrency) meets " + slos
+        return SizingResult(False, None, None, None, None, math.nan, options, reason)
+    best = usable.sort_values(["gpus", "tp"], kind="stable").iloc[0]
+    return SizingResult(True, int(best.tp), int(best.replicas), int(best.gpus), int(best.sessions_per_replica),
+                        float(best.turns_per_s_per_replica), options, "")
