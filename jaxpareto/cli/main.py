@@ -17,11 +17,10 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from jaxpareto.cli import calibrate, metrics, plot, validate
 from jaxpareto.definitions import catalog
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.measure.metrics import add_metrics_parser
 from jaxpareto.dataset.pareto import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y, frontier_table, pareto_front
-from jaxpareto.plot.draw import add_plot_parser
 from jaxpareto.definitions.schema import AXES, OUTPUTS
 from jaxpareto.dataset.costs import add_costs
 from jaxpareto.dataset.session import TASK_VARIABLES, session_sweep
@@ -31,8 +30,6 @@ from jaxpareto.dataset.reduce import pareto_sweep
 from jaxpareto.search.sizing import size_deployment
 from jaxpareto.dataset.store import check_new_output, sweep_to_zarr, to_zarr
 from jaxpareto.dataset.sweep import plan_sweep, sweep
-from jaxpareto.measure.validate import add_validate_parser
-from jaxpareto.measure.calibrate import add_calibrate_parser
 
 
 class Report:
@@ -460,10 +457,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("catalog", help="list the catalog's GPUs and models")
     p.add_argument("--sources", action="store_true", help="also print where every value comes from")
     p.set_defaults(func=_cmd_catalog)
-    add_metrics_parser(sub)
-    add_plot_parser(sub)
-    add_validate_parser(sub)
-    add_calibrate_parser(sub)
+    for command in (metrics, plot, validate, calibrate):
+        command.register(sub)
     return parser
 
 
