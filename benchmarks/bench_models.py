@@ -25,7 +25,7 @@ import jaxpareto as jp
 
 VARIANTS = {
     "seed (damped)": {},
-    "seed (exact)": {"method": "exact"},
+    "seed (exact)": {"solver": "exact"},
     "ttl": {"cache_ttl_s": 60.0},
     "shared prefill": {"prefill_model": "shared"},
     "lru": {"cache_model": "lru"},

@@ -133,7 +133,7 @@ grid = dict(gpu="{GPU}", model="{MODEL}", tp=[1, 2, 4, 8], concurrency=list(rang
             hit_rate=np.round(np.linspace(0, 1, 11), 12).tolist())
 t = time.perf_counter()
 ds = jp.sweep_to_zarr("{out}", variables=["tpot_ms", "output_tokens_per_s_per_user", "output_tokens_per_s_per_gpu"],
-                      method="exact", progress=True, **grid)
+                      solver="exact", progress=True, **grid)
 # VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec from the parent
 peak = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM"))
 print(json.dumps(dict(points=int(np.prod([ds.sizes[d] for d in ds.dims])), seconds=time.perf_counter() - t,
@@ -156,8 +156,8 @@ def main() -> None:
     device = jax.devices()[0]
     results: dict = {"device": f"{device.platform}:{device.device_kind}", "devices": len(jax.devices()),
                      "platform": platform.platform(), "jax": jax.__version__}
-    from jaxpareto.dataset.sweep import plan_sweep as plan
-    damped_plan, exact_plan = plan(**grid), plan(**grid, method="exact")
+    from jaxpareto.dataset.plan import plan_sweep as plan
+    damped_plan, exact_plan = plan(**grid), plan(**grid, solver="exact")
     points = damped_plan.problem().size
     results["grid_points"] = points
 
@@ -180,7 +180,7 @@ def main() -> None:
         first, steady = jax_steady(p)
         results[f"{key}_compile_and_first_run_s"] = first
         results[f"{key}_configs_per_s"] = points / steady
-        sweep_s, ds = best_of(lambda: jp.sweep(**grid, method=p.method))  # end to end, in memory
+        sweep_s, ds = best_of(lambda: jp.sweep(p))  # end to end, in memory
         results[f"{key}_sweep_configs_per_s"] = points / sweep_s
         if key == "c_damped":
             results["mean_iterations"] = float(ds.iterations.where(ds.feasible).mean())
@@ -188,11 +188,11 @@ def main() -> None:
             results["numpy_vs_jax_max_rel_diff_batch_eff"] = float(check)
 
     # End to end into a compressed store.
-    for method in ("damped", "exact"):
+    for solver in ("damped", "exact"):
         with tempfile.TemporaryDirectory() as tmp:
             start = time.perf_counter()
-            jp.sweep_to_zarr(Path(tmp) / "b.zarr", progress=False, method=method, **grid)
-            results[f"sweep_to_zarr_{method}_configs_per_s"] = points / (time.perf_counter() - start)
+            jp.sweep_to_zarr(Path(tmp) / "b.zarr", progress=False, solver=solver, **grid)
+            results[f"sweep_to_zarr_{solver}_configs_per_s"] = points / (time.perf_counter() - start)
 
     # Pareto on 1e7 points (1e6 with --quick) in 1e4 groups of 1,000 configurations.
     n = 1_000_000 if args.quick else 10_000_000

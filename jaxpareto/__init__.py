@@ -6,57 +6,83 @@ Public API::
     ds = jp.sweep(gpu="h100-sxm", model="llama-3.1-70b", tp=[1, 2, 4, 8], concurrency=[1, 32, 256],
                   think_time_s=2.0, context_tokens=32768, hit_rate=0.9)
     front = jp.pareto_front(ds)
+
+The implementation lives in layer packages (``definitions``, ``physics``, ``mapper``,
+``dataset``, ``search``, ``measure``, ``plot``, ``cli``); this module only re-exports.
 """
 
-from jaxpareto.definitions import catalog
-from jaxpareto.measure.calibrate import CalibrationResult, calibrate
 from jaxpareto.dataset.costs import add_costs
-from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.definitions.hardware import Hardware
 from jaxpareto.dataset.mapping import agent_from_standard
-from jaxpareto.measure.metrics import metrics, read_records
-from jaxpareto.definitions.model import Model
-from jaxpareto.dataset.pareto import frontier_table, pareto_front
-from jaxpareto.plot.draw import plot_cache_comparison, plot_frontier, plot_memory_wall, save_plots  # lazy matplotlib
-from jaxpareto.search.optimize import OptimizeResult, optimize
-from jaxpareto.definitions.options import ModelOptions
-from jaxpareto.definitions.settings import Efficiency
-from jaxpareto.definitions.version import __version__
+from jaxpareto.dataset.pareto import frontier_table
+from jaxpareto.dataset.pareto import pareto_front
+from jaxpareto.dataset.plan import SweepPlan
+from jaxpareto.dataset.plan import plan_sweep
 from jaxpareto.dataset.reduce import pareto_sweep
 from jaxpareto.dataset.session import session_sweep
-from jaxpareto.search.sizing import SizingResult, size_deployment
-from jaxpareto.dataset.store import sweep_to_zarr, to_zarr
+from jaxpareto.dataset.store import sweep_to_zarr
+from jaxpareto.dataset.store import to_zarr
 from jaxpareto.dataset.sweep import sweep
-from jaxpareto.measure.validate import predict, validate
+from jaxpareto.definitions import catalog
+from jaxpareto.definitions.axes import GridPoint
+from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.definitions.hardware import Hardware
+from jaxpareto.definitions.model import Model
+from jaxpareto.definitions.options import ModelOptions
+from jaxpareto.definitions.settings import Efficiency
+from jaxpareto.definitions.settings import Solver
+from jaxpareto.definitions.settings import Workload
+from jaxpareto.definitions.version import __version__
+from jaxpareto.measure.calibrate import CalibrationResult
+from jaxpareto.measure.calibrate import calibrate
+from jaxpareto.measure.metrics import metrics
+from jaxpareto.measure.predict import predict
+from jaxpareto.measure.records import read_records
+from jaxpareto.measure.validate import validate
 from jaxpareto.measure.validation_set import load_validation_set
-
+from jaxpareto.plot import plot_cache_comparison  # matplotlib is imported only when a plot is drawn
+from jaxpareto.plot import plot_frontier
+from jaxpareto.plot import plot_memory_wall
+from jaxpareto.plot import save_plots
+from jaxpareto.search.optimize import OptimizeResult
+from jaxpareto.search.optimize import optimize
+from jaxpareto.search.sizing import SizingResult
+from jaxpareto.search.sizing import size_deployment
 
 __all__ = [
     "CalibrationResult",
     "Efficiency",
-    "ModelOptions",
-    "add_costs",
-    "calibrate",
-    "load_validation_set",
-    "predict",
-    "validate",
-    "agent_from_standard",
+    "GridPoint",
     "Hardware",
     "JaxparetoError",
     "Model",
+    "ModelOptions",
     "OptimizeResult",
     "SizingResult",
+    "Solver",
+    "SweepPlan",
+    "Workload",
+    "__version__",
+    "add_costs",
+    "agent_from_standard",
+    "calibrate",
     "catalog",
     "frontier_table",
-    "metrics", "read_records",
-    "pareto_front",
-    "plot_cache_comparison", "plot_frontier", "plot_memory_wall", "save_plots",
+    "load_validation_set",
+    "metrics",
     "optimize",
+    "pareto_front",
     "pareto_sweep",
+    "plan_sweep",
+    "plot_cache_comparison",
+    "plot_frontier",
+    "plot_memory_wall",
+    "predict",
+    "read_records",
+    "save_plots",
     "session_sweep",
     "size_deployment",
     "sweep",
     "sweep_to_zarr",
     "to_zarr",
-    "__version__",
+    "validate",
 ]

@@ -2,8 +2,10 @@
 
 `evaluate_points` vmaps `evaluate_point` over a list of unrelated points; `evaluate_block`
 expands a block of the grid (the outer product of its axis values) into points and evaluates
-them the same way. Both are jitted: one compilation per block shape, dtype, method, output
-selection and device count.
+them the same way, through `map_points`, the one batching of scalar code (the search and the
+validation batch through it too). Both are jitted: one compilation per block shape, dtype,
+solver, output selection and device count. The block's dimensions are the axis table's
+(`jaxpareto.definitions.axes`): a new axis needs no change here.
 
 `iter_blocks` cuts a grid into hyper-rectangular blocks of one fixed shape (edge blocks are
 padded by repeating the last axis value and cropped afterwards), dispatches each block before
@@ -18,6 +20,7 @@ not depend on the device count.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -28,16 +31,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
-from jaxpareto.definitions.hardware import HardwareParams
-from jaxpareto.definitions.model import ModelParams
+from jaxpareto.definitions.axes import AXIS_TABLE, Axis, GridPoint
 from jaxpareto.definitions.options import ModelOptions
+from jaxpareto.definitions.settings import DEFAULT_CHUNK_POINTS, Efficiency, Solver, Workload
 from jaxpareto.physics.point import PointOutputs, evaluate_point
-from jaxpareto.definitions.settings import Efficiency, Solver, Workload
 
-DEFAULT_CHUNK_POINTS = 1 << 18  # points per block and zarr chunk (1 MB per float32 output)
 SUB_BATCH = 1 << 15  # points vmapped at once inside a block: the solver's state stays in cache
 _LANES = 64
-NUMERIC_AXES = ("tp", "concurrency", "think_time_s", "context_tokens", "hit_rate")
 OUTPUT_NAMES = PointOutputs._fields
 
 
@@ -53,115 +53,111 @@ def shared_scalars(workload: Workload, efficiency: Efficiency, solver: Solver, d
     return (
         jax.tree_util.tree_map(as_float, workload),
         jax.tree_util.tree_map(as_float, efficiency),
-        Solver(as_float(solver.damping), as_float(solver.tol), np.asarray(solver.max_iter, np.int32)),
+        dataclasses.replace(solver, damping=as_float(solver.damping), tol=as_float(solver.tol),
+                            max_iter=np.asarray(solver.max_iter, np.int32)),
     )
 
 
-def _evaluate_flat(hw, model, tp, concurrency, think_time_s, context_tokens, hit_rate, workload, efficiency,
-                   solver, method, outputs, options=ModelOptions()):
-    """The scalar model over flat per-point arrays, keeping only ``outputs``.
+def map_points(fn, per_point, shared: tuple = (), n_points: int | None = None):
+    """The one batching of scalar code: ``fn(point, *shared)`` over the leading axis of ``per_point``.
 
-    Points are vmapped in sub-batches of `SUB_BATCH` run one after the other (`lax.map`), so
-    the solver's working set stays in cache however large the block (and zarr chunk) is.
+    Call it inside a jitted function. Points are split evenly over all local devices with
+    `jax.shard_map` (one device included), padded to whole vector lanes on every device by
+    repeating the last point (the padding is cut off), and vmapped in sub-batches of
+    `SUB_BATCH` run one after the other (`lax.map`), so the working set stays in cache however
+    many points there are.
+
+    Args:
+        fn: scalar function of one point and the shared arguments, returning a pytree.
+        per_point: pytree whose leaves all have the leading point axis (e.g. a `GridPoint`).
+        shared: arguments every point receives whole (scalars, tables).
+        n_points: the number of points (default: the leading extent of the first leaf).
+
+    Returns:
+        ``fn``'s pytree with a leading axis of ``n_points``.
     """
-
-    def point(args):
-        out = evaluate_point(*args, workload, efficiency, solver, method=method, options=options)
-        return {name: getattr(out, name) for name in outputs}
-
-    args = (hw, model, tp, concurrency, think_time_s, context_tokens, hit_rate)
-    return jax.lax.map(point, args, batch_size=min(SUB_BATCH, tp.shape[0]))
-
-
-def _on_devices(fn, args: tuple, n_points: int) -> dict[str, jax.Array]:
-    """Run ``fn`` on the flat per-point ``args`` (the first 7; the rest are shared scalars),
-    split evenly over all local devices with `jax.shard_map` (one device included). The points
-    are padded to whole vector lanes on every device by repeating the last one, and the padding
-    is cut off."""
+    n_points = jax.tree_util.tree_leaves(per_point)[0].shape[0] if n_points is None else n_points
     devices = jax.devices()
     # Every device gets a multiple of _LANES points, so that every point runs through the
     # same vectorised loop body: a remainder loop may round differently (e.g. without FMA),
     # which would make results depend on the block size or the device count.
     pad = -n_points % (len(devices) * _LANES)
-    per_point = [jax.tree_util.tree_map(lambda a: jnp.concatenate([a, jnp.repeat(a[-1:], pad)]) if pad else a, arg)
-                 for arg in args[:7]]
+    padded = jax.tree_util.tree_map(
+        lambda a: jnp.concatenate([a, jnp.repeat(a[-1:], pad, axis=0)]) if pad else a, per_point)
+
+    def local(points, *args):
+        batch = min(SUB_BATCH, jax.tree_util.tree_leaves(points)[0].shape[0])
+        return jax.lax.map(lambda p: fn(p, *args), points, batch_size=batch)
+
     mesh = Mesh(np.asarray(devices), ("points",))
-    in_specs = (PartitionSpec("points"),) * 7 + (PartitionSpec(),) * (len(args) - 7)
-    sharded = jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=PartitionSpec("points"), check_vma=False)
-    out = sharded(*per_point, *args[7:])
-    return {name: value[:n_points] for name, value in out.items()}
+    in_specs = (PartitionSpec("points"),) + (PartitionSpec(),) * len(shared)
+    sharded = jax.shard_map(local, mesh=mesh, in_specs=in_specs, out_specs=PartitionSpec("points"), check_vma=False)
+    return jax.tree_util.tree_map(lambda v: v[:n_points], sharded(padded, *shared))
 
 
-@functools.partial(jax.jit, static_argnames=("method", "outputs", "options"))
+@functools.lru_cache(maxsize=None)
+def _kept(point_fn, outputs: tuple[str, ...], options: ModelOptions):
+    """``point_fn`` keeping only ``outputs`` as a dict (one object per arguments: jit keys on it)."""
+
+    def point(p: GridPoint, workload, efficiency, solver):
+        out = point_fn(p, workload, efficiency, solver, options=options)
+        return {name: getattr(out, name) for name in outputs}
+
+    return point
+
+
+@functools.partial(jax.jit, static_argnames=("outputs", "options", "point_fn"))
 def evaluate_points(
-    hw: HardwareParams,
-    model: ModelParams,
-    tp: jax.Array,
-    concurrency: jax.Array,
-    think_time_s: jax.Array,
-    context_tokens: jax.Array,
-    hit_rate: jax.Array,
+    points: GridPoint,
     workload: Workload,
     efficiency: Efficiency,
     solver: Solver,
-    method: str = "damped",
     outputs: tuple[str, ...] = OUTPUT_NAMES,
     options: ModelOptions = ModelOptions(),
+    point_fn=evaluate_point,
 ) -> dict[str, jax.Array]:
     """Evaluate a list of unrelated points (the batched form of `evaluate_point`).
 
     Args:
-        hw, model: per-point GPU and model fields, each of shape (n,).
-        tp, concurrency, think_time_s, context_tokens, hit_rate: shape (n,).
-        workload, efficiency, solver: shared scalars (traced: new values do not recompile).
-        method: "damped" or "exact" closed-loop solver (static).
+        points: a `GridPoint` whose every leaf has shape (n,) (``gpu`` and ``model`` hold
+            per-point parameter pytrees).
+        workload, efficiency, solver: shared scalars (traced: new values do not recompile;
+            ``solver.name`` is static).
         outputs: names of `PointOutputs` fields to return (static).
         options: which equations (`jaxpareto.definitions.options.ModelOptions`, static).
+        point_fn: the scalar model (static; default `evaluate_point`).
 
     Returns:
         Output name -> array of shape (n,).
     """
-    fn = functools.partial(_evaluate_flat, method=method, outputs=outputs, options=options)
-    args = (hw, model, tp, concurrency, think_time_s, context_tokens, hit_rate, workload, efficiency, solver)
-    return _on_devices(fn, args, tp.shape[0])
+    return map_points(_kept(point_fn, outputs, options), points, (workload, efficiency, solver))
 
 
-@functools.partial(jax.jit, static_argnames=("method", "outputs", "options"))
-def evaluate_block(
-    hw_table: HardwareParams,
-    model_table: ModelParams,
-    tp: jax.Array,
-    concurrency: jax.Array,
-    think_time_s: jax.Array,
-    context_tokens: jax.Array,
-    hit_rate: jax.Array,
-    workload: Workload,
-    efficiency: Efficiency,
-    solver: Solver,
-    method: str = "damped",
-    outputs: tuple[str, ...] = OUTPUT_NAMES,
-    options: ModelOptions = ModelOptions(),
-) -> dict[str, jax.Array]:
+@functools.partial(jax.jit, static_argnames=("outputs", "options", "point_fn", "table"))
+def evaluate_block(tables: dict[str, object], values: dict[str, jax.Array], scalars: tuple, *,
+                   outputs: tuple[str, ...], options: ModelOptions, point_fn, table: tuple[Axis, ...]
+                   ) -> dict[str, jax.Array]:
     """Evaluate the outer product of the given axis values.
 
     Args:
-        hw_table: GPUs, fields of shape (n_gpu,).
-        model_table: models, fields of shape (n_model,).
-        tp, concurrency, think_time_s, context_tokens, hit_rate: 1-D axis values.
-        workload, efficiency, solver, method, outputs, options: as in `evaluate_points`.
+        tables: categorical axis -> the block's definitions' parameters stacked (e.g. ``"gpu"``: a
+            `HardwareParams` with fields of shape (n_gpu,)); every row is a value of the axis.
+        values: numeric axis -> 1-D values.
+        scalars: (workload, efficiency, solver), as in `evaluate_points`.
+        outputs, options, point_fn: as in `evaluate_points`.
+        table: the axis table (static): the block's dimensions, in order.
 
     Returns:
-        Output name -> array of shape (n_gpu, n_model, n_tp, n_c, n_z, n_l, n_h).
+        Output name -> array of shape (n_axis0, n_axis1, ...) in the table's order.
     """
-    n_gpu = hw_table.memory_gb.shape[0]
-    n_model = model_table.params_total_b.shape[0]
-    axes = (jnp.arange(n_gpu), jnp.arange(n_model), tp, concurrency, think_time_s, context_tokens, hit_rate)
+    axes = [jnp.arange(jax.tree_util.tree_leaves(tables[axis.name])[0].shape[0]) if axis.categorical
+            else values[axis.name] for axis in table]
     shape = tuple(a.shape[0] for a in axes)
     flat = [g.reshape(-1) for g in jnp.meshgrid(*axes, indexing="ij")]
-    hw = jax.tree_util.tree_map(lambda a: a[flat[0]], hw_table)
-    model = jax.tree_util.tree_map(lambda a: a[flat[1]], model_table)
-    fn = functools.partial(_evaluate_flat, method=method, outputs=outputs, options=options)
-    out = _on_devices(fn, (hw, model, *flat[2:], workload, efficiency, solver), math.prod(shape))
+    point = {}
+    for axis, index in zip(table, flat):
+        point[axis.name] = jax.tree_util.tree_map(lambda a: a[index], tables[axis.name]) if axis.categorical else index
+    out = map_points(_kept(point_fn, outputs, options), GridPoint(**point), scalars, math.prod(shape))
     return {name: value.reshape(shape) for name, value in out.items()}
 
 
@@ -212,29 +208,31 @@ class GridProblem:
     """Everything a block needs, in the compute dtype: tables, axis values and scalars.
 
     Args:
-        hardware: one `HardwareParams` per ``gpu`` coordinate.
-        models: one `ModelParams` per ``model`` coordinate.
-        axes: 1-D values of tp, concurrency, think_time_s, context_tokens, hit_rate.
-        workload, efficiency, solver: shared scalars.
+        definitions: categorical axis -> the parameters of each of its values
+            (`HardwareParams` per ``gpu`` coordinate, `ModelParams` per ``model`` coordinate).
+        axes: numeric axis -> 1-D values.
+        workload, efficiency, solver: shared scalars (``solver.name`` picks the solver).
         dtype: "float32" (default) or "float64".
-        method: "damped" or "exact".
         outputs: which outputs to compute and return (default all).
         options: `jaxpareto.definitions.options.ModelOptions`.
         chunk_points: target points per block.
         whole_axes: axes every block must hold in full (e.g. a Pareto front's dims).
+        table: the axis table (default the model's; a test may add a toy axis).
+        point_fn: the scalar model (default `evaluate_point`).
     """
 
-    def __init__(self, hardware, models, axes, workload, efficiency, solver, *, dtype="float32", method="damped",
+    def __init__(self, definitions, axes, workload, efficiency, solver, *, dtype="float32",
                  outputs: Sequence[str] = OUTPUT_NAMES, chunk_points: int = DEFAULT_CHUNK_POINTS,
-                 whole_axes: Sequence[int] = (), options: ModelOptions = ModelOptions()):
+                 whole_axes: Sequence[int] = (), options: ModelOptions = ModelOptions(),
+                 table: tuple[Axis, ...] = AXIS_TABLE, point_fn=evaluate_point):
         self.dtype = np.dtype(dtype)
-        self.method = method
         self.options = options
         self.outputs = tuple(outputs)
-        self.hw_table = stack_params(hardware, self.dtype)
-        self.model_table = stack_params(models, self.dtype)
-        self.values = [np.arange(len(hardware)), np.arange(len(models))]
-        self.values += [np.asarray(axes[name], dtype=self.dtype) for name in NUMERIC_AXES]
+        self.table = tuple(table)
+        self.point_fn = point_fn
+        self.tables = {a.name: stack_params(definitions[a.name], self.dtype) for a in self.table if a.categorical}
+        self.values = [np.arange(len(definitions[a.name])) if a.categorical else np.asarray(axes[a.name], self.dtype)
+                       for a in self.table]
         self.shape = tuple(v.shape[0] for v in self.values)
         self.block = chunk_shape(self.shape, chunk_points, whole_axes)
         self.scalars = shared_scalars(workload, efficiency, solver, self.dtype)
@@ -251,11 +249,15 @@ class GridProblem:
 
     def launch(self, origin) -> dict[str, jax.Array]:
         """Dispatch one block (asynchronously) and return its device arrays."""
-        pieces = [_padded(v, o, b) for v, o, b in zip(self.values, origin, self.block)]
-        hw = jax.tree_util.tree_map(lambda a: a[pieces[0]], self.hw_table)
-        model = jax.tree_util.tree_map(lambda a: a[pieces[1]], self.model_table)
-        return evaluate_block(hw, model, *pieces[2:], *self.scalars, method=self.method, outputs=self.outputs,
-                              options=self.options)
+        tables, values = {}, {}
+        for axis, v, o, b in zip(self.table, self.values, origin, self.block):
+            piece = _padded(v, o, b)
+            if axis.categorical:
+                tables[axis.name] = jax.tree_util.tree_map(lambda a: a[piece], self.tables[axis.name])
+            else:
+                values[axis.name] = piece
+        return evaluate_block(tables, values, self.scalars, outputs=self.outputs, options=self.options,
+                              point_fn=self.point_fn, table=self.table)
 
     def crop(self, origin, out: dict[str, jax.Array]) -> dict[str, np.ndarray]:
         """Host copies of a block's results, cropped to the grid."""

@@ -72,6 +72,6 @@ def test_uniform_routing_option():
     dense = dict(model="llama-3.1-70b")
     np.testing.assert_allclose(uniform.t_weight_ms.sel(**dense), seed.t_weight_ms.sel(**dense))
     with pytest.raises(jp.JaxparetoError, match="expert_routing"):
-        jp.sweep(**kwargs, expert_routing="uniform", method="exact")
+        jp.sweep(**kwargs, expert_routing="uniform", solver="exact")
     with pytest.raises(jp.JaxparetoError, match="expert_routing"):
         jp.sweep(**kwargs, expert_routing="zipf")

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 import jaxpareto as jp
-from jaxpareto.measure.calibrate import DEFAULT_FIELDS, calibrate, split_rows
 from jaxpareto.cli.main import main
 from jaxpareto.definitions.options import ModelOptions
+from jaxpareto.measure.calibrate import DEFAULT_FIELDS, calibrate, split_rows
 from jaxpareto.measure.validation_set import load_validation_set
 
 CELL = dict(gpu="h100-sxm", model="llama-3.1-70b", tp=8, concurrency=[1, 16], think_time_s=0.0,
@@ -40,7 +40,7 @@ def test_allreduce_term_matches_the_ring_formula():
     # the exact solver's linear pieces carry the terms too
     kwargs = dict(CELL, concurrency=[1, 8, 64, 512], decode_overhead_ms=2.0, allreduce_scale=1.0,
                   allreduce_latency_us=latency_us)
-    np.testing.assert_allclose(jp.sweep(**kwargs, method="exact").latency_ms, jp.sweep(**kwargs).latency_ms,
+    np.testing.assert_allclose(jp.sweep(**kwargs, solver="exact").latency_ms, jp.sweep(**kwargs).latency_ms,
                                rtol=1e-5)
 
 
@@ -92,16 +92,24 @@ def test_calibrate_cli(tmp_path, capsys):
     assert main(["sweep", "--calibration", str(out), "--variables", "tpot_ms"]) == 0
 
 
-def test_calibration_file_review_regressions(tmp_path, capsys):
+def test_split_holds_out_nothing_at_0_and_never_a_lone_row():
     rows = load_validation_set()
     assert not split_rows(rows, 0.0).any()  # 0 holds out nothing
     assert not split_rows(rows, 0.9)[rows["metric"].eq("kv_capacity_tokens").to_numpy()].any()  # a lone row trains
+
+
+def test_a_factor_named_twice_is_refused():
     with pytest.raises(jp.JaxparetoError, match="each factor once"):
         calibrate(fields=("eta_decode", "eta_decode"), steps=1)
-    # --out is checked before the fit
+
+
+def test_cli_checks_out_before_the_fit(tmp_path, capsys):
     assert main(["calibrate", "--out", str(tmp_path / "missing" / "c.toml")]) == 2
     assert "does not exist" in capsys.readouterr().err
-    # the file carries the model it was fitted with; a sweep adopts it, and refuses another
+
+
+def test_calibration_file_carries_the_model_it_was_fitted_with(tmp_path, capsys):
+    # a sweep adopts it, and refuses another; validate adopts it too
     shared = tmp_path / "shared.toml"
     shared.write_text('[efficiency]\neta_decode = 0.8\n\n[model]\nprefill_model = "shared"\n')
     ds = jp.sweep(**CELL, calibration=shared)
@@ -112,7 +120,9 @@ def test_calibration_file_review_regressions(tmp_path, capsys):
         jp.sweep(**CELL, calibration=isolated, prefill_model="shared")
     assert main(["validate", "--calibration", str(shared)]) == 0
     assert "prefill_model: shared" in capsys.readouterr().out
-    # a spec names its calibration relative to itself, and session specs apply it too
+
+
+def test_spec_names_its_calibration_relative_to_itself_and_sessions_apply_it(tmp_path, capsys):
     folder = tmp_path / "specs"
     folder.mkdir()
     (folder / "cal.toml").write_text("[efficiency]\neta_decode = 0.2\n")

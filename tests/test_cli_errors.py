@@ -8,7 +8,7 @@ import pytest
 import jaxpareto as jp
 from jaxpareto.cli.main import main
 from jaxpareto.mapper import evaluate_block
-from jaxpareto.definitions.spec import parse_spec
+from jaxpareto.definitions.spec import parse_spec, presets
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = """
@@ -96,6 +96,29 @@ def test_pareto_errors_and_selection(capsys, spec, tmp_path):
         assert code == 2 and message in err and "Traceback" not in err, (argv, err)
 
 
+def test_sweep_method_is_renamed_solver(capsys, spec):
+    s = spec(SMALL)
+    for argv in (("sweep", s, "--method", "exact"), ("sweep", "--method=damped"), ("sweep", s, "--method")):
+        code, out, err = run(capsys, *argv)
+        assert code == 2 and out == ""
+        assert err == "jaxpareto: error: --method: renamed: the fixed-point solver is --solver (damped, exact)\n"
+    code, out, err = run(capsys, "sweep", s, "--solver", "exact")
+    assert code == 0 and "solver exact" in out, err
+    with pytest.raises(SystemExit) as exit_:
+        main(["sweep", str(s), "--solver", "newton"])
+    assert exit_.value.code == 2 and "invalid choice: 'newton'" in capsys.readouterr().err
+
+
+def test_unknown_preset_names_field_and_lists_presets(capsys):
+    code, out, err = run(capsys, "presets", "--show", "chatt")
+    assert code == 2 and out == ""
+    assert err.startswith("jaxpareto: error: --show: no preset named 'chatt' (allowed: ") and err.count("\n") == 1
+    shipped = presets()
+    assert {"chat", "code_agent", "tracelab_claude_code"} <= set(shipped)
+    for name in shipped:
+        assert name in err
+
+
 def test_non_utf8_spec(capsys, tmp_path):
     path = tmp_path / "bin.toml"
     path.write_bytes(b"\xff\xfe\x00grid")
@@ -110,7 +133,7 @@ def test_readme_spec_example_is_valid():
 
     spec = parse_spec(tomllib.loads(block))
     plan_kwargs = spec.sweep_kwargs()
-    from jaxpareto.cli.main import Report
+    from jaxpareto.cli._common import Report
     from jaxpareto.dataset.sweep import plan_sweep
 
     plan = plan_sweep(**plan_kwargs)

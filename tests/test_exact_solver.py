@@ -4,6 +4,7 @@ import jax
 import numpy as np
 
 import jaxpareto as jp
+from jaxpareto.definitions.axes import GridPoint
 from jaxpareto.mapper import evaluate_points, shared_scalars, stack_params
 from jaxpareto.definitions.settings import Efficiency, Solver, Workload
 
@@ -17,7 +18,7 @@ def _random_points(n, seed):
     gpus, models = list(jp.catalog.gpus().values()), list(jp.catalog.models().values())
     m = rng.integers(len(models), size=n)
     points = dict(
-        hw=[gpus[i].to_params() for i in rng.integers(len(gpus), size=n)],
+        gpu=[gpus[i].to_params() for i in rng.integers(len(gpus), size=n)],
         model=[models[i].to_params() for i in m],
         tp=rng.choice([1, 2, 4, 8, 16, 32], size=n),
         concurrency=np.round(np.exp(rng.uniform(0, np.log(4096), size=n))),
@@ -29,10 +30,10 @@ def _random_points(n, seed):
 
 
 def _evaluate(points, method, dtype="float32", tol=1e-6):
-    args = {k: stack_params(v, dtype) if k in ("hw", "model") else np.asarray(v, dtype) for k, v in points.items()}
-    scalars = shared_scalars(Workload(), Efficiency(), Solver(tol=tol), dtype)
+    args = {k: stack_params(v, dtype) if k in ("gpu", "model") else np.asarray(v, dtype) for k, v in points.items()}
+    scalars = shared_scalars(Workload(), Efficiency(), Solver(tol=tol, name=method), dtype)
     with jax.enable_x64(dtype == "float64"):
-        out = evaluate_points(**args, workload=scalars[0], efficiency=scalars[1], solver=scalars[2], method=method)
+        out = evaluate_points(GridPoint(**args), *scalars)
         return {k: np.asarray(v) for k, v in out.items()}
 
 
@@ -72,7 +73,7 @@ def test_exact_root_solves_the_fixed_point_in_float64():
 def test_exact_sweep_through_public_api():
     kwargs = dict(gpu=["h100-sxm", "mi355x"], model=["kimi-k2.5", "llama-3.1-70b"], tp=[4, 8, 16],
                   concurrency=[1, 10, 100, 1000], think_time_s=[0.0, 3.0], context_tokens=[8192, 65536], hit_rate=0.9)
-    a, b = jp.sweep(**kwargs), jp.sweep(**kwargs, method="exact")
+    a, b = jp.sweep(**kwargs), jp.sweep(**kwargs, solver="exact")
     assert b.attrs["solver"] == "exact"
     ok = (a.converged & b.converged).values
     np.testing.assert_allclose(a.batch_eff.values[ok], b.batch_eff.values[ok], rtol=1e-4)

@@ -86,6 +86,38 @@ def test_cli_catalog_and_bad_spec(tmp_path):
     assert "grid.hit_rat" in result.stderr and "allowed keys" in result.stderr and "hit_rate" in result.stderr
 
 
-def test_default_spec_ships_inside_package():
-    shipped = (REPO / "jaxpareto" / "data" / "code_agent.toml").read_text()
-    assert shipped == (REPO / "sweeps" / "code_agent.toml").read_text()
+def test_cli_version():
+    from jaxpareto.definitions.version import __version__
+
+    result = _cli("--version", cwd=REPO)
+    assert result.returncode == 0 and result.stdout == f"jaxpareto {__version__}\n"
+
+
+def test_presets_listed_shown_verbatim_and_shipped_only_as_package_data(tmp_path, capsys):
+    from jaxpareto.cli.main import main
+    from jaxpareto.definitions.spec import load_spec, presets
+
+    assert main(["presets"]) == 0
+    listed = capsys.readouterr().out
+    names = presets()
+    for name, description in names.items():
+        assert f"{name:24s} {description}\n" in listed
+    last = listed.splitlines()[-1]
+    assert "jaxpareto sweep NAME" in last and "jaxpareto presets --show NAME" in last and "sweeps/" not in last
+    for name in names:
+        assert main(["presets", "--show", name]) == 0
+        shown = capsys.readouterr().out
+        assert shown == (REPO / "jaxpareto" / "data" / "presets" / f"{name}.toml").read_text()
+        copy = tmp_path / f"{name}.toml"  # the printed text is a spec as it is: copy it, sweep the copy
+        copy.write_text(shown)
+        assert load_spec(copy) == load_spec(name)
+    assert not (REPO / "sweeps" / "presets").exists()  # one copy: the package data
+
+
+def test_default_spec_ships_inside_package_and_sweeps_holds_only_unshipped_examples():
+    from jaxpareto.definitions.spec import load_spec
+
+    assert load_spec().description == load_spec(REPO / "jaxpareto" / "data" / "code_agent.toml").description
+    shipped = {p.read_text() for p in (REPO / "jaxpareto" / "data").rglob("*.toml")}
+    examples = sorted((REPO / "sweeps").rglob("*.toml"))
+    assert examples and not [p.name for p in examples if p.read_text() in shipped]

@@ -1,4 +1,5 @@
-"""Benchmark-log metrics (jaxpareto.measure.metrics): seed 002's definitions, vLLM's names and files, the CLI.
+"""Benchmark-log metrics (jaxpareto.measure.metrics, .records): seed 002's definitions, vLLM's names and files,
+the CLI.
 
 Fixtures in tests/fixtures/metrics: ``seed002_appendix_a.csv`` is seed 002 appendix A's three
 samples; ``vllm_serve_result.json`` follows the result layout of vllm-project/vllm
@@ -19,7 +20,8 @@ import xarray as xr
 
 import jaxpareto as jp
 from jaxpareto.cli.main import main
-from jaxpareto.measure.metrics import percentile, read_records
+from jaxpareto.measure.metrics import percentile
+from jaxpareto.measure.records import read_records
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "metrics"
 SEED = FIXTURES / "seed002_appendix_a.csv"
@@ -320,15 +322,7 @@ def test_cli_missing_or_unknown_file_exits_2(capsys, tmp_path):
     assert code == 2 and "already exists" in err
 
 
-# ----------------------------------------------------------------------------- review fixes
-
-
-def _vllm_file(tmp_path, name="r.json", **changes):
-    saved = json.loads(VLLM.read_text())
-    saved.update(changes)
-    path = tmp_path / name
-    path.write_text(json.dumps(saved))
-    return path
+# ----------------------------------------------------------------------------- file encodings
 
 
 @pytest.mark.parametrize("name, content", [
@@ -366,6 +360,17 @@ def test_utf8_byte_order_mark_accepted_everywhere(tmp_path):
         bom = tmp_path / fixture.name
         bom.write_text(fixture.read_text(), encoding="utf-8-sig")
         xr.testing.assert_identical(jp.metrics(bom).drop_attrs(), jp.metrics(fixture).drop_attrs())
+
+
+# ----------------------------------------------------------------------------- malformed vLLM result files
+
+
+def _vllm_file(tmp_path, name="r.json", **changes):
+    saved = json.loads(VLLM.read_text())
+    saved.update(changes)
+    path = tmp_path / name
+    path.write_text(json.dumps(saved))
+    return path
 
 
 @pytest.mark.parametrize("changes, field, message", [
@@ -408,6 +413,9 @@ def test_vllm_failure_with_an_empty_error_is_a_failure(tmp_path):
     assert error.value.field == "vllm.errors"
 
 
+# ----------------------------------------------------------------------------- option types
+
+
 @pytest.mark.parametrize("kwargs, field", [
     ({"duration_s": "5"}, "duration_s"),
     ({"duration_s": float("nan")}, "duration_s"),
@@ -435,6 +443,9 @@ def test_option_types_accepted():
     assert one.attrs["percentiles"] == [50.0] and "p50_ttft_ms" in one and "p90_ttft_ms" not in one
     assert jp.metrics(_table(), percentiles=np.array([50, 99])).attrs["percentiles"] == [50.0, 99.0]
     assert jp.metrics(_table(), duration_s=np.float32(4)).duration_s == 4.0
+
+
+def test_a_source_neither_path_nor_dataframe_is_refused():
     with pytest.raises(jp.JaxparetoError) as error:
         jp.metrics(123)
     assert error.value.field == "source"
@@ -452,22 +463,37 @@ def test_percentile_argument_errors(args, field):
     with pytest.raises(jp.JaxparetoError) as error:
         percentile(*args)
     assert error.value.field == field
+
+
+def test_nearest_rank_at_0_and_100_is_the_minimum_and_maximum():
     assert percentile([1, 2], 100, "nearest_rank") == 2 and percentile([1, 2], 0, "nearest_rank") == 1
 
 
-def test_vectorised_reading_keeps_each_values_meaning(tmp_path, monkeypatch):
-    # numbers as text are read as float() reads them (exactly, spaces and 1_000 included); only an
-    # empty or blank value is missing; bools, infinities, "nan" and words are refused at their row
-    text = ["0.1", " 0.30000000000000004 ", "1_0", "2.2250738585072011e-308", "+9E70", "7"]
-    df = records(start=text, first_token=[t for t in text], end=[t for t in text], output_tokens=["1"] * 6,
-                 success=["true", " TRUE ", "1", 1, True, "False"], last_token=["", "  ", None, np.nan, "", ""])
+# ----------------------------------------------------------------------------- reading values
+
+# numbers as text, and true/false in any of its spellings, with blank values among them
+TEXT = ["0.1", " 0.30000000000000004 ", "1_0", "2.2250738585072011e-308", "+9E70", "7"]
+
+
+def _text_records():
+    return records(start=TEXT, first_token=list(TEXT), end=list(TEXT), output_tokens=["1"] * 6,
+                   success=["true", " TRUE ", "1", 1, True, "False"], last_token=["", "  ", None, np.nan, "", ""])
+
+
+def test_numbers_as_text_are_read_as_float_reads_them(tmp_path):
+    # exactly, spaces and 1_000 included; only an empty or blank value is missing
+    df = _text_records()
     rec = read_records(df)
-    assert rec["start"].tolist() == [float(t) for t in text]
+    assert rec["start"].tolist() == [float(t) for t in TEXT]
     assert rec["success"].tolist() == [True, True, True, True, True, False]
     assert rec["last_token"].isna().all()
     csv = tmp_path / "t.csv"
     df.to_csv(csv, index=False)
-    assert read_records(csv)["start"].tolist() == [float(t) for t in text]
+    assert read_records(csv)["start"].tolist() == [float(t) for t in TEXT]
+
+
+def test_bools_infinities_nan_and_words_are_refused_at_their_row():
+    df = _text_records()
     for bad, row in ((True, 2), ("inf", 1), ("nan", 3), ("abc", 0), (float("inf"), 4), ([1.0], 5)):
         values = [0.0] * 6
         values[row] = bad
@@ -479,6 +505,9 @@ def test_vectorised_reading_keeps_each_values_meaning(tmp_path, monkeypatch):
         read_records(df.assign(success=[1, 0, 2, 1, 1, 1]))
     with pytest.raises(jp.JaxparetoError, match="success: row 3: None is not true or false"):
         read_records(df.assign(success=[True, False, True, None, True, True]))
+
+
+def test_jsonl_read_a_chunk_at_a_time_reads_the_same(tmp_path, monkeypatch):
     # JSONL is turned into frames a chunk at a time: chunks of other types read the same
     jsonl = tmp_path / "t.jsonl"
     rows = [{"start": float(i), "first_token": None if i % 3 == 0 else i + 0.5, "end": i + 1.0,
@@ -486,6 +515,6 @@ def test_vectorised_reading_keeps_each_values_meaning(tmp_path, monkeypatch):
             for i in range(10)]
     jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
     whole = read_records(jsonl)
-    monkeypatch.setattr(sys.modules["jaxpareto.measure.metrics"], "_JSONL_CHUNK", 3)
+    monkeypatch.setattr(sys.modules["jaxpareto.measure.text_files"], "_JSONL_CHUNK", 3)
     pd.testing.assert_frame_equal(read_records(jsonl), whole)
     assert jp.metrics(jsonl).mean_itl_ms == pytest.approx(150)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import jaxpareto as jp
+from jaxpareto.definitions.axes import GridPoint
 from jaxpareto.physics.point import evaluate_point
 from jaxpareto.definitions.settings import Efficiency, Solver, Workload
 
@@ -97,6 +98,26 @@ def test_bad_optimize_inputs():
         jp.optimize(**SCENARIO, method="newton")
 
 
+def test_method_names_the_search_and_solver_the_fixed_point():
+    # a fixed-point solver's name given as method= (the old spelling) names solver=
+    for name in ("damped", "exact"):
+        with pytest.raises(jp.JaxparetoError, match=f"solver='{name}'"):
+            jp.optimize(**SCENARIO, method=name)
+        with pytest.raises(jp.JaxparetoError, match="solver="):
+            jp.size_deployment("h100-sxm", "llama-3.1-70b", sessions=5, method=name)
+    # solver= reaches the sweep plan of every search: "exact" is refused where R(B) is not
+    # piecewise linear, before anything is computed
+    with pytest.raises(jp.JaxparetoError, match="solver"):
+        jp.optimize(**SCENARIO, constraints=SLO, solver="exact", cache_model="lru")
+    with pytest.raises(jp.JaxparetoError, match="solver"):
+        jp.optimize(**SCENARIO, tp=8, concurrency=40, constraints=SLO, variables=("bandwidth_gbs",), solver="exact",
+                    cache_model="lru")
+    with pytest.raises(jp.JaxparetoError, match="solver"):
+        jp.size_deployment("h100-sxm", "llama-3.1-70b", sessions=5, solver="exact", cache_model="lru")
+    with pytest.raises(jp.JaxparetoError, match="solver"):
+        jp.optimize(**SCENARIO, constraints=SLO, solver="newton")
+
+
 # -- implicit gradients -----------------------------------------------------------------------
 
 OUTPUTS = ("ttft_ms", "tpot_ms", "latency_ms", "turns_per_s", "output_tokens_per_s_per_gpu")
@@ -108,9 +129,10 @@ def _outputs(x, hw, model, method):
     """The five outputs at the inputs ``x`` (a vector ordered as INPUTS), TP 8."""
     v = dict(zip(INPUTS, x))
     hw = type(hw)(**{**hw.__dict__, "bandwidth_gbs": v["bandwidth_gbs"], "tflops_fp16": v["tflops_fp16"]})
-    out = evaluate_point(hw, model, 8.0, v["concurrency"], v["think_time_s"], v["context_tokens"], v["hit_rate"],
-                         Workload(), Efficiency(v["eta_prefill"], v["eta_decode"], v["elementwise_overhead"]),
-                         Solver(tol=1e-12, max_iter=100_000), method=method)
+    point = GridPoint(gpu=hw, model=model, tp=8.0, concurrency=v["concurrency"], think_time_s=v["think_time_s"],
+                      context_tokens=v["context_tokens"], hit_rate=v["hit_rate"])
+    out = evaluate_point(point, Workload(), Efficiency(v["eta_prefill"], v["eta_decode"], v["elementwise_overhead"]),
+                         Solver(tol=1e-12, max_iter=100_000, name=method))
     return jnp.stack([getattr(out, name) for name in OUTPUTS])
 
 
@@ -222,8 +244,8 @@ def test_cli_optimize_and_size(tmp_path, capsys):
     assert "constraints.ttft_ms" in capsys.readouterr().err
 
 
-def test_regressions_found_in_review():
-    # an even split must meet the SLOs itself (a lower bound on tokens/s per GPU fails below capacity)
+def test_sizing_splits_sessions_evenly_only_where_the_split_meets_the_slos():
+    # a lower bound on tokens/s per GPU fails below capacity: the even split must meet it itself
     split = jp.size_deployment("h100-sxm", "llama-3.1-70b", 2.0, 16384, 0.9, sessions=100,
                                constraints={"output_tokens_per_s_per_user": (">=", 20.0),
                                             "output_tokens_per_s_per_gpu": (">=", 150.0)})
@@ -232,20 +254,36 @@ def test_regressions_found_in_review():
         assert row.output_tokens_per_s_per_gpu >= 150.0 and row.output_tokens_per_s_per_user >= 20.0
     else:
         assert "even split" in split.reason
-    # no constraints at all: memory only
+
+
+def test_without_constraints_memory_alone_bounds_the_concurrency():
     free = jp.optimize(gpu="h100-sxm", model="llama-3.1-70b")
     assert free.feasible and free.concurrency == free.metrics["concurrency_max"]
-    # the gradient search honours expert_routing
+
+
+def test_gradient_search_honours_expert_routing():
     kw = dict(gpu="h200-sxm", model="deepseek-v3", think_time_s=2.0, context_tokens=16384, hit_rate=0.9,
               constraints={"output_tokens_per_s_per_user": (">=", 30.0)}, tp=(8,), concurrency=(1, 512),
               expert_routing="uniform")
     exact, grad = jp.optimize(**kw, method="exhaustive"), jp.optimize(**kw, method="gradient")
     assert (grad.tp, grad.concurrency) == (exact.tp, exact.concurrency)
     assert grad.metrics["output_tokens_per_s_per_user"] == pytest.approx(exact.metrics["output_tokens_per_s_per_user"])
-    # a bandwidth what-if that memory forbids says so
+
+
+def test_what_if_that_memory_forbids_says_memory():
     memory_bound = jp.optimize(**SCENARIO, tp=8, concurrency=60, constraints={"output_tokens_per_s_per_user": (">=", 20.0)},
                                variables=("bandwidth_gbs",))
     assert not memory_bound.feasible and "memory" in memory_bound.reason
+
+
+def test_what_if_certifies_with_the_solver_given():
+    kw = dict(**SCENARIO, tp=8, concurrency=40, constraints={"output_tokens_per_s_per_user": (">=", 20.0)},
+              variables=("bandwidth_gbs",))
+    # the default certifies with the search's own solver, exact where R(B) is piecewise linear
+    assert jp.optimize(**kw, solver="exact") == jp.optimize(**kw)
+    damped = jp.optimize(**kw, solver="damped", tol=1e-12)
+    assert damped.feasible and damped.metrics["output_tokens_per_s_per_user"] >= 20.0
+    assert damped.hardware.bandwidth_gbs == pytest.approx(jp.optimize(**kw).hardware.bandwidth_gbs, rel=1e-6)
 
 
 def test_hf_quantisation_formats(tmp_path):

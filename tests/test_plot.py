@@ -1,15 +1,19 @@
-"""Plots (jaxpareto.plot.draw and `jaxpareto plot`): files, pixel sizes, plotted data, CLI errors."""
+"""Plots (jaxpareto.plot and `jaxpareto plot`): files, pixel sizes, plotted data, CLI errors."""
 
+import ast
 import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import jaxpareto as jp
+import jaxpareto.plot
 from jaxpareto.cli.main import main
-from jaxpareto.plot.draw import unsupported
+from jaxpareto.dataset.comparison import cache_comparison_sweep
+from jaxpareto.plot import unsupported
 
 X, Y = "output_tokens_per_s_per_user", "output_tokens_per_s_per_gpu"
 GPU, MODEL = "h100-sxm", "llama-3.1-70b"
@@ -88,30 +92,92 @@ def test_frontier_defaults_and_selection_errors(grid):
         jp.plot_frontier(grid, size=(0, 3))
 
 
+def assert_cache_curves(fig, cell, z, h):
+    """The three curves are the fronts of standard serving, the agent (Z, h) and the agent without cache."""
+    curves = lines(fig, "frontier")
+    for gid, zz, hh in (("standard", 0.0, 0.0), ("agent cache", z, h), ("agent no-cache", z, 0.0)):
+        got = np.stack(curves[f"frontier {gid}"].get_data(), 1).astype(float)
+        np.testing.assert_allclose(got, front_points(cell.sel(think_time_s=zz, hit_rate=hh)), rtol=1e-6)
+
+
 def test_cache_comparison_three_frontiers(grid, tmp_path):
     fig = jp.plot_cache_comparison(grid, GPU, MODEL, context_tokens=16384, size=SIZE, dpi=DPI)
     assert save(fig, tmp_path / "c.png") == (180, 120)
-    curves = lines(fig, "frontier")
-    cell = grid.sel(gpu=GPU, model=MODEL, context_tokens=16384)
     # default agent: the first positive think time (2 s) and the highest hit rate (0.9)
-    for gid, z, h in (("standard", 0.0, 0.0), ("agent cache", 2.0, 0.9), ("agent no-cache", 2.0, 0.0)):
-        got = np.stack(curves[f"frontier {gid}"].get_data(), 1).astype(float)
-        np.testing.assert_allclose(got, front_points(cell.sel(think_time_s=z, hit_rate=h)), rtol=1e-6)
+    assert_cache_curves(fig, grid.sel(gpu=GPU, model=MODEL, context_tokens=16384), 2.0, 0.9)
     with pytest.raises(jp.JaxparetoError, match="think_time_s: the agent's value must be > 0"):
         jp.plot_cache_comparison(grid, think_time_s=0.0)
     assert "think_time_s = 0" in unsupported(grid.sel(think_time_s=[2.0]), "cache")
     assert "hit_rate = 0" in unsupported(grid.sel(hit_rate=[0.9]), "cache")
 
 
-def test_cache_comparison_runs_its_own_sweep(tmp_path):
-    fig = jp.plot_cache_comparison(gpu=GPU, model=MODEL, think_time_s=5.0, hit_rate=0.8, size=SIZE, dpi=DPI,
-                                   tp=[2, 4, 8], concurrency=list(range(1, 301, 10)))  # 360 points
+@pytest.fixture
+def no_sweep(monkeypatch):
+    """Every function that computes a dataset raises: what runs under it draws only given datasets."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("the plot package computed a sweep")
+
+    for module, name in (("jaxpareto.dataset.sweep", "sweep"), ("jaxpareto.dataset.session", "session_sweep"),
+                         ("jaxpareto.dataset.reduce", "pareto_sweep"),
+                         ("jaxpareto.dataset.comparison", "cache_comparison_sweep"), ("jaxpareto", "sweep"),
+                         ("jaxpareto", "session_sweep"), ("jaxpareto", "pareto_sweep")):
+        monkeypatch.setattr(f"{module}.{name}", refuse)
+
+
+def test_cache_comparison_of_a_computed_comparison_sweep(tmp_path):
+    ds = cache_comparison_sweep(GPU, MODEL, think_time_s=5.0, hit_rate=0.8, tp=[2, 4, 8],
+                                concurrency=list(range(1, 301, 10)))  # 360 points
+    np.testing.assert_allclose(ds.think_time_s.values, [0.0, 5.0])
+    np.testing.assert_allclose(ds.hit_rate.values, [0.0, 0.8], rtol=1e-6)
+    fig = jp.plot_cache_comparison(ds, size=SIZE, dpi=DPI)
     assert save(fig, tmp_path / "c.png") == (180, 120)
     curves = lines(fig, "frontier")
     assert len(curves) == 3 and all(len(line.get_xdata()) >= 3 for line in curves.values())
     assert "Z = 5 s" in curves["frontier agent cache"].get_label()
+    assert_cache_curves(fig, ds.sel(gpu=GPU, model=MODEL).isel(context_tokens=0), *ds.think_time_s.values[1:],
+                        *ds.hit_rate.values[1:])
     with pytest.raises(jp.JaxparetoError, match="gpu/model"):
-        jp.plot_cache_comparison(gpu=GPU)
+        cache_comparison_sweep(GPU, None)
+    with pytest.raises(jp.JaxparetoError, match="think_time_s: the agent's value must be > 0"):
+        cache_comparison_sweep(GPU, MODEL, think_time_s=0.0)
+    with pytest.raises(jp.JaxparetoError, match="hit_rate: the agent's value must be > 0"):
+        cache_comparison_sweep(GPU, MODEL, hit_rate=0.0)
+
+
+def test_cache_comparison_draws_given_datasets_without_a_sweep(grid, no_sweep, tmp_path):
+    fig = jp.plot_cache_comparison(grid, GPU, MODEL, think_time_s=10.0, context_tokens=65536, size=SIZE, dpi=DPI)
+    assert_cache_curves(fig, grid.sel(gpu=GPU, model=MODEL, context_tokens=65536), 10.0, 0.9)
+    with pytest.raises(jp.JaxparetoError, match="ds: expected an xarray.Dataset"):
+        jp.plot_cache_comparison(None, GPU, MODEL)
+    written, skipped = jp.save_plots(grid.sel(gpu=[GPU]), tmp_path / "p", size=SIZE, dpi=DPI)
+    assert sorted(p.name for p in written) == sorted(f"{kind}_{GPU}_{MODEL}.png"
+                                                     for kind in ("cache", "frontier", "memory_wall"))
+    assert skipped == []
+
+
+def test_plot_package_imports_nothing_that_computes_a_sweep():
+    """The plot package draws given datasets: no import, lazy ones included, reaches a sweep."""
+    allowed = ("jaxpareto.plot", "jaxpareto.definitions", "jaxpareto.dataset.pareto", "jaxpareto.dataset.selection")
+    folder = Path(jaxpareto.plot.__file__).parent
+    imported = set()
+    for path in folder.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                assert node.level == 0, f"{path.name}: relative import"
+                imported.add(node.module)
+            elif isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+    ours = {name for name in imported if name.split(".")[0] == "jaxpareto"}
+    assert ours and all(name.startswith(allowed) for name in ours), sorted(ours)
+    assert "argparse" not in imported
+
+
+def test_plot_package_does_not_print():
+    folder = Path(jaxpareto.plot.__file__).parent
+    for path in folder.glob("*.py"):
+        calls = [node for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print"]
+        assert not calls, f"{path.name} prints"
 
 
 def test_memory_wall_per_turn_is_the_seed_wall(sessions, tmp_path):
@@ -206,7 +272,7 @@ def test_import_jaxpareto_does_not_import_matplotlib():
     assert result.stdout.split() == ["False", "True"], result.stderr
 
 
-# ----------------------------------------------------------------------------- review fixes
+# ----------------------------------------------------------------------------- reduced stores and pixel sizes
 
 
 @pytest.fixture(scope="module")

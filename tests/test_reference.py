@@ -54,15 +54,15 @@ def _evaluate(points, dtype):
     """All points in one vmapped call of the batched model (no grid structure)."""
     import jax
 
+    from jaxpareto.definitions.axes import GridPoint
     from jaxpareto.mapper import evaluate_points, shared_scalars, stack_params
     from jaxpareto.definitions.settings import Efficiency, Solver, Workload
 
-    hw = stack_params([p["gpu"].to_params() for p in points], dtype)
-    model = stack_params([p["model"].to_params() for p in points], dtype)
-    axes = [np.asarray([p[k] for p in points], dtype=dtype)
-            for k in ("tp", "concurrency", "think_time_s", "context_tokens", "hit_rate")]
+    tables = {k: stack_params([p[k].to_params() for p in points], dtype) for k in ("gpu", "model")}
+    axes = {k: np.asarray([p[k] for p in points], dtype=dtype)
+            for k in ("tp", "concurrency", "think_time_s", "context_tokens", "hit_rate")}
     with jax.enable_x64(dtype == "float64"):
-        out = evaluate_points(hw, model, *axes, *shared_scalars(Workload(), Efficiency(), Solver(), dtype))
+        out = evaluate_points(GridPoint(**tables, **axes), *shared_scalars(Workload(), Efficiency(), Solver(), dtype))
         host = {k: np.asarray(v) for k, v in out.items()}
     return [{k: v[i].item() for k, v in host.items()} for i in range(len(points))]
 

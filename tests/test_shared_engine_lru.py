@@ -14,6 +14,7 @@ import pytest
 
 import jaxpareto as jp
 from jaxpareto.physics.cache import lru_survival
+from jaxpareto.definitions.axes import GridPoint
 from jaxpareto.mapper import shared_scalars, stack_params
 from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.physics.point import evaluate_point
@@ -149,8 +150,8 @@ def test_options_are_checked():
         jp.sweep(**CODE_AGENT, concurrency=4, prefill_model="disaggregated")
     with pytest.raises(jp.JaxparetoError, match="cache_model"):
         jp.sweep(**CODE_AGENT, concurrency=4, cache_model="fifo")
-    with pytest.raises(jp.JaxparetoError, match="method"):
-        jp.sweep(**CODE_AGENT, concurrency=4, cache_model="lru", method="exact")
+    with pytest.raises(jp.JaxparetoError, match="solver"):
+        jp.sweep(**CODE_AGENT, concurrency=4, cache_model="lru", solver="exact")
     with pytest.raises(jp.JaxparetoError, match="tier_capacity_gb"):
         jp.sweep(**CODE_AGENT, concurrency=4, tier_capacity_gb=100.0)
     with pytest.raises(jp.JaxparetoError, match="cache_ttl_s"):
@@ -176,8 +177,9 @@ def test_implicit_gradients_match_finite_differences(distribution):
 
         def throughput(x):
             concurrency, think_time_s = x
-            out = evaluate_point(hw, model, 8.0, concurrency, think_time_s, 34_000.0, 0.9, workload, efficiency,
-                                 solver, options=options)
+            point = GridPoint(gpu=hw, model=model, tp=8.0, concurrency=concurrency, think_time_s=think_time_s,
+                              context_tokens=34_000.0, hit_rate=0.9)
+            out = evaluate_point(point, workload, efficiency, solver, options=options)
             return out.turns_per_s
 
         gradient = jax.jit(jax.grad(throughput))
@@ -208,8 +210,8 @@ def test_spec_and_sessions_take_the_options():
     assert tasks.hit_rate_eff.values[0].min() == pytest.approx(0.9) and tasks.hit_rate_eff.values[1].max() < 0.9
 
 
-def test_lru_regressions_from_review():
-    # the optimiser admits sessions beyond the KV memory under LRU (memory acts through h)
+def test_optimiser_admits_sessions_beyond_kv_memory_under_lru():
+    # memory acts through the hit rate, not as a cap on concurrency
     kw = dict(gpu="h100-sxm", model="llama-3.1-70b", think_time_s=60.0, context_tokens=35000, hit_rate=0.9,
               objective="turns_per_s", tp=(8,), concurrency=(1, 400), prefill_model="shared", cache_model="lru")
     best = jp.optimize(**kw, method="exhaustive")
@@ -218,8 +220,11 @@ def test_lru_regressions_from_review():
                     context_tokens=35000, hit_rate=0.9, prefill_model="shared", cache_model="lru")
     assert best.value == pytest.approx(float(grid.turns_per_s.where(grid.converged).max()), rel=1e-6)
     assert jp.optimize(**kw, method="gradient").concurrency == best.concurrency
-    # sessions waiting for memory compete for the host tier too: its hit rate falls with
-    # congestion, never above the tier's share of the sessions not running, and every point converges
+
+
+def test_sessions_waiting_for_memory_compete_for_the_host_tier():
+    # its hit rate falls with congestion, never above the tier's share of the sessions not
+    # running, and every point converges
     c = np.asarray([60, 100, 200, 400, 1000])
     ds = jp.sweep(gpu="h100-sxm", model="llama-3.1-70b", tp=8, concurrency=c, think_time_s=2.0, context_tokens=35000,
                   hit_rate=1.0, prefill_model="shared", cache_model="lru", tier_capacity_gb=100.0,
@@ -228,10 +233,12 @@ def test_lru_regressions_from_review():
     tier_slots = 100.0 / ds.kv_per_session_gb.values[0]
     assert (ds.tier_hit_rate.values <= np.minimum(tier_slots / (c - ds.batch_eff.values), 1.0) + 1e-6).all()
     assert (np.diff(ds.tier_hit_rate.values) < 0).all()
-    # the memory wait delays the first token
+    # the memory wait delays the first token and is part of the turn latency
     assert (ds.ttft_ms.values >= ds.memory_wait_ms.values).all() and ds.memory_wait_ms.values[-1] > 0
     np.testing.assert_allclose(ds.latency_ms.values, ds.ttft_ms.values + 128 * ds.tpot_ms.values, rtol=1e-5)
-    # float32 rounding inside the engine's roots no longer cycles to max_iter
+
+
+def test_float32_rounding_in_the_engine_roots_does_not_cycle_the_fixed_point():
     one = jp.sweep(gpu="b200", model="llama-3.1-8b", tp=8, concurrency=365, think_time_s=10.0, context_tokens=32768,
                    hit_rate=0.0, prefill_model="shared")
     assert bool(one.converged.all()) and int(one.iterations.max()) < 200

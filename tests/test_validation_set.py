@@ -10,8 +10,11 @@ import pytest
 
 from jaxpareto.cli.main import main
 from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.definitions.settings import Efficiency
-from jaxpareto.measure.validate import BISECTION_STEPS, _jitted_predict, load_calibration, predict, prediction_fn, validate
+from jaxpareto.definitions.calibration_file import calibration_efficiency
+from jaxpareto.measure.predict import BISECTION_STEPS, _jitted_predict, predict, prediction_fn
+from jaxpareto.measure.validate import validate
 from jaxpareto.measure.validation_set import COLUMNS, LLAMA_2_70B, default_path, load_validation_set
 
 SOURCES = {
@@ -167,7 +170,7 @@ def test_gradient_wrt_eta_decode_matches_central_difference(rows):
 def test_float32_agrees_with_float64_and_does_not_recompile(rows, table):
     single = predict(rows, dtype="float32")
     np.testing.assert_allclose(single, table["predicted"], rtol=1e-4)
-    jitted = _jitted_predict("exact", BISECTION_STEPS)
+    jitted = _jitted_predict(ModelOptions(), BISECTION_STEPS)
     compiled = jitted._cache_size()
     # a new Predictor with other efficiencies reuses the compiled program
     again = prediction_fn(rows, dtype="float32")(Efficiency(eta_decode=0.5))
@@ -180,15 +183,18 @@ def test_float64_prediction_needs_x64(rows):
         prediction_fn(rows)(Efficiency())
 
 
-def test_cli_prints_mape_per_source_and_metric(capsys, tmp_path):
+def test_cli_prints_mape_per_source_and_metric(capsys):
     assert main(["validate"]) == 0
     out = capsys.readouterr().out
     assert "MAPE per source" in out and "MAPE per metric" in out
     for name in (*SOURCES, "output_tokens_per_s_total", "ttft_ms", "tpot_ms", "itl_ms", "kv_capacity_tokens"):
         assert name in out
+
+
+def test_calibration_file_sets_the_efficiency(capsys, tmp_path):
     calibration = tmp_path / "cal.toml"
     calibration.write_text("[efficiency]\neta_decode = 0.8\n\n[fit]\nrows = 106\n")  # other tables are ignored
-    assert load_calibration(calibration) == Efficiency(eta_decode=0.8)
+    assert calibration_efficiency(calibration) == Efficiency(eta_decode=0.8)
     assert main(["validate", "--calibration", str(calibration)]) == 0
     assert "cal.toml" in capsys.readouterr().out
 
@@ -197,12 +203,16 @@ def test_calibration_with_unknown_field_is_refused(capsys, tmp_path):
     calibration = tmp_path / "bad.toml"
     calibration.write_text("[efficiency]\neta_decod = 0.8\n")
     with pytest.raises(JaxparetoError, match="eta_decod.*allowed: eta_prefill, eta_decode"):
-        load_calibration(calibration)
+        calibration_efficiency(calibration)
     assert main(["validate", "--calibration", str(calibration)]) == 2
     assert "calibration.efficiency.eta_decod: unknown field" in capsys.readouterr().err
+
+
+def test_calibration_with_a_value_out_of_bounds_is_refused(tmp_path):
+    calibration = tmp_path / "bad.toml"
     calibration.write_text("[efficiency]\neta_decode = 1.5\n")
     with pytest.raises(JaxparetoError, match="eta_decode"):
-        load_calibration(calibration)
+        calibration_efficiency(calibration)
 
 
 @pytest.mark.parametrize(("field", "value", "match"), [

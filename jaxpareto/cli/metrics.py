@@ -1,3 +1,74 @@
-"""``jaxpareto metrics`` (moved here from the measure package by the restructuring)."""
+"""``jaxpareto metrics FILE``: the summary of a benchmark log (`jaxpareto.measure.metrics`)."""
 
-from jaxpareto.measure.metrics import add_metrics_parser as register  # noqa: F401
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.measure.metrics import PERCENTILE_METHODS, SLO_NAMES, check_summary_path, metrics, write_summary
+from jaxpareto.measure.records import FORMATS
+from jaxpareto.measure.values import finite_number
+
+
+def summary_table(ds: xr.Dataset) -> str:
+    """The summary as a readable table: metric, value, units, definition."""
+    def show(v: object) -> str:
+        v = np.asarray(v).item()
+        return "-" if isinstance(v, float) and math.isnan(v) else f"{v:,}" if isinstance(v, int) else f"{v:,.6g}"
+    rows = [("metric", "value", "units", "definition")] + [
+        (name, show(ds[name].values), ds[name].attrs["units"], ds[name].attrs["long_name"]) for name in ds.data_vars]
+    width = [max(len(row[k]) for row in rows) for k in range(3)]
+    return "\n".join(f"{m:<{width[0]}}  {v:>{width[1]}}  {u:<{width[2]}}  {d}" for m, v, u, d in rows)
+
+
+def _parse_slo(items: Sequence[str] | None) -> dict[str, float]:
+    limits = {}
+    for item in items or []:
+        name, sep, limit = item.partition("<=") if "<=" in item else item.partition("=")
+        if not sep or finite_number(limit) is None:
+            raise JaxparetoError("--slo", f"expected NAME=LIMIT_MS such as ttft_ms=2000, got {item!r}", SLO_NAMES)
+        limits[name.strip()] = float(limit)
+    return limits
+
+
+def _cmd_metrics(args: argparse.Namespace) -> int:
+    try:
+        qs = [float(q) for q in args.percentiles.split(",")]
+    except ValueError:
+        raise JaxparetoError("--percentiles", f"expected comma-separated numbers, got {args.percentiles!r}") from None
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        check_summary_path(out, "--out")
+    ds = metrics(args.file, args.format, percentiles=qs, percentile_method=args.percentile_method,
+                 slo=_parse_slo(args.slo), benchmark=args.benchmark)
+    slo = ", ".join(f"{k} <= {v:g}" for k, v in json.loads(ds.attrs["slo_ms"]).items()) or "none"
+    print(f"{args.file}: {ds.attrs['format']}, {ds.attrs['requests']:,} requests; percentiles {ds.attrs['percentile_method']};"
+          f" SLO {slo}; ITL {ds.attrs['itl_source']}\n")
+    print(summary_table(ds))
+    if out is not None:
+        write_summary(ds, out)
+        print(f"\nwrote {out}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``jaxpareto metrics FILE`` to the CLI's subcommands."""
+    p = subparsers.add_parser("metrics", help="TTFT/TPOT/ITL/E2EL percentiles, throughput and goodput of a benchmark log")
+    p.add_argument("file", help="per-request CSV or JSONL, vLLM --save-result --save-detailed JSON, or GuideLLM report")
+    p.add_argument("--format", choices=FORMATS, help="input format (default: from the extension and keys)")
+    p.add_argument("--percentiles", default="50,90,95,99", help="comma-separated percentiles (default 50,90,95,99)")
+    p.add_argument("--percentile-method", choices=PERCENTILE_METHODS, default="linear",
+                   help="linear (numpy's default, seed 002 appendix A) or nearest_rank")
+    p.add_argument("--slo", action="append", metavar="NAME=LIMIT_MS",
+                   help=f"goodput SLO in ms, one of {', '.join(SLO_NAMES)} (repeatable)")
+    p.add_argument("--benchmark", type=int, help="GuideLLM report: index of the benchmark to summarise")
+    p.add_argument("--out", help="also write the summary: .json, .nc (netCDF3) or .zarr")
+    p.set_defaults(func=_cmd_metrics)
+    return p

@@ -15,11 +15,8 @@ import pandas as pd
 import xarray as xr
 
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.definitions.schema import DECODE_BOUND_LABELS
+from jaxpareto.definitions.schema import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y, DECODE_BOUND_LABELS
 
-DEFAULT_X = "output_tokens_per_s_per_user"
-DEFAULT_Y = "output_tokens_per_s_per_gpu"
-DEFAULT_DIMS = ("tp", "concurrency")
 TABLE_METRICS = (
     "ttft_ms", "tpot_ms", "latency_ms", "batch_eff", "concurrency_eff", "turns_per_s", "kv_per_session_gb",
     "decode_bound",

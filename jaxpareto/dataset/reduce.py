@@ -16,8 +16,9 @@ import xarray as xr
 
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.dataset.pareto import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y, front_mask
-from jaxpareto.definitions.schema import AXES, AXIS_INFO, OUTPUTS
-from jaxpareto.dataset.sweep import plan_sweep
+from jaxpareto.definitions.axes import AXES, coordinate_attrs
+from jaxpareto.definitions.schema import OUTPUTS
+from jaxpareto.dataset.plan import as_plan
 from jaxpareto.definitions.checks import check_number
 
 
@@ -32,7 +33,8 @@ def pareto_sweep(
 ) -> xr.Dataset:
     """Run a sweep keeping, per cell, only its Pareto front and its best configurations.
 
-    Takes every argument of `jaxpareto.dataset.sweep` (``variables`` excepted), plus:
+    Takes every argument of `jaxpareto.dataset.sweep` (``variables`` excepted), or a `SweepPlan`
+    (whose ``variables`` are ignored: the reduction computes what it needs), plus:
 
     Args:
         x, y: objectives (output names); ``maximize`` says which are maximised.
@@ -63,7 +65,7 @@ def pareto_sweep(
     keep = check_number("max_front_points", max_front_points, low=1, integer=True)
     if "variables" in kwargs:
         raise JaxparetoError("variables", "pareto_sweep computes exactly what the reduction needs")
-    plan = plan_sweep(*args, **kwargs)
+    plan = as_plan(*args, **kwargs)
     dim_axes = [AXES.index(d) for d in dims]
     problem = plan.problem(outputs=sorted({x, y, "feasible", "converged"}), whole_axes=dim_axes)
     cell_axes = [a for a in range(len(AXES)) if a not in dim_axes]
@@ -122,7 +124,7 @@ def pareto_sweep(
     coords = {}
     for name in cell_dims:
         values = np.asarray(plan.coords[name], dtype=str) if name in ("gpu", "model") else np.asarray(plan.coords[name])
-        coords[name] = xr.Variable(name, values, {"units": AXIS_INFO[name].units, "long_name": AXIS_INFO[name].long_name})
+        coords[name] = xr.Variable(name, values, coordinate_attrs(name))
     data = {}
     for name, values in out.items():
         var_dims = (*cell_dims, "front_point") if values.ndim > len(cell_dims) else tuple(cell_dims)
@@ -140,10 +142,10 @@ def _reduced_attrs(name: str, x: str, y: str, dims: Sequence[str]) -> dict:
             rest = name[len(prefix):]
             for d in dims:
                 if rest == d:
-                    return {"units": AXIS_INFO[d].units, "long_name": f"{d} of the front points ({what})"}
+                    return {"units": coordinate_attrs(d)["units"], "long_name": f"{d} of the front points ({what})"}
                 if rest.endswith(f"_{d}"):
                     objective = rest[: -len(d) - 1]
-                    return {"units": AXIS_INFO[d].units, "long_name": f"{d} {what} {objective}"}
+                    return {"units": coordinate_attrs(d)["units"], "long_name": f"{d} {what} {objective}"}
             info = OUTPUTS[rest]
             return {"units": info.units, "long_name": f"{info.long_name} ({'front' if prefix == 'front_' else 'best'})"}
     raise KeyError(name)

@@ -29,13 +29,15 @@ the sum of the per-turn ``latency_ms``.
 
 from __future__ import annotations
 
+import dataclasses
 
 import numpy as np
 import xarray as xr
 
 from jaxpareto.dataset.costs import add_costs
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.dataset.sweep import sweep
+from jaxpareto.dataset.plan import plan_sweep
+from jaxpareto.dataset.sweep import sweep_plan
 from jaxpareto.definitions.checks import check_number
 
 KV_DEMANDS = ("staggered", "synchronised", "synchronized")
@@ -46,6 +48,14 @@ TASK_VARIABLES = ("task_time_s", "tasks_per_s", "task_concurrency_eff", "output_
 def context_per_turn(initial_context_tokens: float, turns: int, osl: float, tool_tokens: float) -> np.ndarray:
     """L(j) = L0 + (j - 1)(osl + tool_tokens) for j = 1..N [tokens]."""
     return initial_context_tokens + np.arange(turns) * (osl + tool_tokens)
+
+
+def _per_turn(ds: xr.Dataset, contexts: np.ndarray) -> xr.Dataset:
+    """A sweep over the turns' contexts with ``turn`` as its dimension (``context_tokens`` along it)."""
+    return ds.rename({"context_tokens": "turn"}).assign_coords(
+        turn=("turn", np.arange(1, len(contexts) + 1), {"units": "1", "long_name": "turn of the session j"}),
+        context_tokens=("turn", contexts.astype(np.int64), {"units": "tokens", "long_name": "context of turn j, L(j)"}),
+    )
 
 
 def session_sweep(
@@ -100,19 +110,15 @@ def session_sweep(
     if not np.all(contexts == np.round(contexts)):
         raise JaxparetoError("osl/tool_tokens", "must be whole numbers of tokens")
     staggered = kv_demand == "staggered"
-    ds = sweep(gpu, model, tp, concurrency, think_time_s, contexts.astype(np.int64).tolist(), hit_rate, osl=osl,
-               delta_tokens=osl + tool, kv_context_tokens=float(contexts.mean()) if staggered else None, **kwargs)
-    ds = ds.rename({"context_tokens": "turn"}).assign_coords(
-        turn=("turn", np.arange(1, n + 1), {"units": "1", "long_name": "turn of the session j"}),
-        context_tokens=("turn", contexts.astype(np.int64), {"units": "tokens", "long_name": "context of turn j, L(j)"}),
-    )
+    plan = plan_sweep(gpu, model, tp, concurrency, think_time_s, contexts.astype(np.int64).tolist(), hit_rate,
+                      osl=osl, delta_tokens=osl + tool, kv_context_tokens=float(contexts.mean()) if staggered else None,
+                      **kwargs)
+    ds = _per_turn(sweep_plan(plan), contexts)
     # Task level (seed eq. 6). Under "synchronised" a task keeps its sessions only if the KV
     # memory holds them at its longest context, so every turn of a task runs with the last
     # turn's C_eff: evaluate the turns again with that KV demand.
-    tasks = ds if staggered else sweep(
-        gpu, model, tp, concurrency, think_time_s, contexts.astype(np.int64).tolist(), hit_rate, osl=osl,
-        delta_tokens=osl + tool, kv_context_tokens=float(contexts[-1]), **kwargs,
-    ).rename({"context_tokens": "turn"}).assign_coords(turn=ds.turn, context_tokens=ds.context_tokens)
+    tasks = ds if staggered else _per_turn(sweep_plan(plan.replace(
+        workload=dataclasses.replace(plan.workload, kv_context_tokens=float(contexts[-1])))), contexts)
     c_task = tasks.concurrency_eff.min("turn")
     task_time = ((tasks.latency_ms / 1e3) + tasks.think_time_s).sum("turn", skipna=False)
     feasible = tasks.feasible.all("turn") & (c_task >= 1)

@@ -31,8 +31,10 @@ from zarr.codecs import BloscCodec
 
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.mapper import GridProblem
-from jaxpareto.definitions.schema import AXES, AXIS_INFO, DECODE_BOUND_FLAGS, OUTPUTS
-from jaxpareto.dataset.sweep import SweepPlan, plan_sweep, with_ridge_points
+from jaxpareto.definitions.axes import AXES, AXIS_BY_NAME, coordinate_attrs
+from jaxpareto.definitions.schema import DECODE_BOUND_FLAGS, OUTPUTS
+from jaxpareto.dataset.plan import SweepPlan, as_plan
+from jaxpareto.dataset.sweep import with_ridge_points
 
 DONE_GROUP = "_jaxpareto"
 COMPRESSOR = BloscCodec(cname="lz4", clevel=5, shuffle="bitshuffle")  # fast enough not to bound a sweep
@@ -85,8 +87,8 @@ def _create_template(path: Path, plan: SweepPlan, problem: GridProblem, key: str
 
 def _write_template(path: Path, plan: SweepPlan, problem: GridProblem, key: str) -> None:
     coords = xr.Dataset(coords={
-        name: xr.Variable(name, np.asarray(values, dtype=str) if name in ("gpu", "model") else np.asarray(values),
-                          {"units": AXIS_INFO[name].units, "long_name": AXIS_INFO[name].long_name})
+        name: xr.Variable(name, np.asarray(values, dtype=str) if AXIS_BY_NAME[name].categorical else np.asarray(values),
+                          coordinate_attrs(name))
         for name, values in plan.coords.items()
     })
     coords = with_ridge_points(coords, plan)
@@ -232,8 +234,9 @@ def sweep_to_zarr(
 ) -> xr.Dataset:
     """Run a sweep straight into a zarr store, block by block, and return it opened lazily.
 
-    Takes every argument of `jaxpareto.dataset.sweep`. Peak memory is set by ``chunk_points`` (and
-    the number of ``variables`` kept), not by the grid; zarr chunks equal the compute blocks.
+    Takes every argument of `jaxpareto.dataset.sweep`, or a `SweepPlan`. Peak memory is set by
+    ``chunk_points`` (and the number of ``variables`` kept), not by the grid; zarr chunks equal
+    the compute blocks.
 
     Args:
         path: the store (a directory). If it exists: a partial store of the same sweep is
@@ -250,7 +253,7 @@ def sweep_to_zarr(
     Raises:
         JaxparetoError: invalid inputs (before anything is written), or a refused ``path``.
     """
-    plan = plan_sweep(*args, **kwargs)
+    plan = as_plan(*args, **kwargs)
     path = Path(path)
     problem = plan.problem()
     key = fingerprint(plan, problem.block)

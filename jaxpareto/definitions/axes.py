@@ -1,23 +1,115 @@
-"""Validation of the grid axes (SPEC.md section 2), before anything compiles."""
+"""The grid's axes: one table that the validation, the spec reader, the dataset schema and the
+mapper all read (SPEC.md sections 2 and 4), and `GridPoint`, one configuration of it.
+
+A new axis is one `Axis` row here plus the physics that reads ``point.<name>``: the mapper
+builds every `GridPoint` from the table, so nothing between the two needs to change.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
+import jax
 import numpy as np
 
 from jaxpareto.definitions.catalog import resolve_gpu, resolve_model
+from jaxpareto.definitions.checks import check_number
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.hardware import Hardware
 from jaxpareto.definitions.model import Model
-from jaxpareto.definitions.checks import check_number
 
 # Integer axes are carried as floats in the float32 path: exact below 2**24.
-_MAX_INTEGER = 2**24
+MAX_INTEGER = 2**24
 
 
-def _as_list(field: str, value) -> list:
+@dataclasses.dataclass(frozen=True)
+class Axis:
+    """One axis of the grid.
+
+    Attributes:
+        name: dimension name in the dataset and keyword of `jaxpareto.sweep`.
+        units: the ``units`` attribute of the coordinate.
+        long_name: the ``long_name`` attribute of the coordinate.
+        integer: values must be whole numbers (stored as int64 coordinates).
+        low, high: inclusive bounds of a numeric axis.
+        default: the value `jaxpareto.sweep` uses when the axis is not given; None: required.
+        resolve: for an axis of named definitions (GPU, model): ``resolve(item, custom)`` turns a
+            name or definition into the definition; None for a numeric axis.
+    """
+
+    name: str
+    units: str
+    long_name: str
+    integer: bool = False
+    low: float = -math.inf
+    high: float = math.inf
+    default: object = None
+    resolve: Callable | None = None
+
+    @property
+    def categorical(self) -> bool:
+        """Values are named definitions (carried into the model as their parameter pytrees)."""
+        return self.resolve is not None
+
+    @property
+    def dtype(self) -> str:
+        """The coordinate's dtype in the dataset."""
+        return "str" if self.categorical else "int64" if self.integer else "float64"
+
+    def numbers(self, value) -> np.ndarray:
+        """Validate numeric axis values into a 1-D array (int64 or float64).
+
+        Raises:
+            JaxparetoError: non-numeric, NaN/inf, non-integer where an integer is needed, out of
+                range, empty, or duplicated values; the message names the axis.
+        """
+        out = [check_number(self.name, v, low=self.low, high=self.high, integer=self.integer)
+               for v in as_list(self.name, value)]
+        unique(self.name, out)
+        return np.asarray(out, dtype=np.int64 if self.integer else np.float64)
+
+    def definitions(self, value, custom: Mapping | None = None) -> list:
+        """Resolve a categorical axis' names or definitions.
+
+        Raises:
+            JaxparetoError: unknown names (listing the known ones) or duplicates.
+        """
+        items = [self.resolve(item, custom) for item in as_list(self.name, value)]
+        unique(self.name, [item.name for item in items])
+        return items
+
+
+AXIS_TABLE: tuple[Axis, ...] = (
+    Axis("gpu", "1", "GPU type", resolve=resolve_gpu),
+    Axis("model", "1", "model", resolve=resolve_model),
+    Axis("tp", "GPUs", "tensor-parallel degree G", integer=True, low=1, high=MAX_INTEGER),
+    Axis("concurrency", "sessions", "concurrent agent sessions offered C", integer=True, low=1, high=MAX_INTEGER),
+    Axis("think_time_s", "s", "pause between turns Z (tool calls, user)", low=0, default=0.0),
+    Axis("context_tokens", "tokens", "context length of the turn L", integer=True, low=1, high=MAX_INTEGER,
+         default=16384),
+    Axis("hit_rate", "1", "prefix-cache hit rate h", low=0, high=1, default=0.0),
+)
+AXIS_BY_NAME: dict[str, Axis] = {axis.name: axis for axis in AXIS_TABLE}
+# The grid's dimensions, in the dataset's order (SPEC.md section 2).
+AXES: tuple[str, ...] = tuple(axis.name for axis in AXIS_TABLE)
+NUMERIC_AXES: tuple[str, ...] = tuple(axis.name for axis in AXIS_TABLE if not axis.categorical)
+INTEGER_AXES: tuple[str, ...] = tuple(axis.name for axis in AXIS_TABLE if axis.integer)
+
+
+def coordinate_attrs(name: str, table: Sequence[Axis] = AXIS_TABLE) -> dict[str, str]:
+    """The ``units`` and ``long_name`` attributes of an axis' coordinate."""
+    axis = {a.name: a for a in table}[name]
+    return {"units": axis.units, "long_name": axis.long_name}
+
+
+def as_list(field: str, value) -> list:
+    """A scalar as a one-element list, a sequence as a list.
+
+    Raises:
+        JaxparetoError: an empty sequence.
+    """
     if isinstance(value, (str, bytes, Hardware, Model)) or np.ndim(value) == 0:
         return [value]
     values = list(value)
@@ -26,7 +118,8 @@ def _as_list(field: str, value) -> list:
     return values
 
 
-def _unique(field: str, keys: Sequence) -> None:
+def unique(field: str, keys: Sequence) -> None:
+    """Raises JaxparetoError naming ``field`` when a key repeats."""
     seen = set()
     for key in keys:
         if key in seen:
@@ -35,45 +128,85 @@ def _unique(field: str, keys: Sequence) -> None:
 
 
 def numeric_axis(field: str, value, *, integer: bool, low: float, high: float = math.inf) -> np.ndarray:
-    """Validate one numeric axis into a 1-D array (int64 or float64).
+    """Validate numbers that are not one of the table's axes (e.g. a search's TP choices).
 
     Raises:
-        JaxparetoError: non-numeric, NaN/inf, non-integer where an integer is needed, out of
-            range, empty, or duplicated values; the message names the field.
+        JaxparetoError: as `Axis.numbers`, naming ``field``.
     """
-    out = [check_number(field, v, low=low, high=high, integer=integer) for v in _as_list(field, value)]
-    _unique(field, out)
-    return np.asarray(out, dtype=np.int64 if integer else np.float64)
+    return Axis(field, "1", field, integer=integer, low=low, high=high).numbers(value)
 
 
-def grid_axes(
-    gpu,
-    model,
-    tp,
-    concurrency,
-    think_time_s,
-    context_tokens,
-    hit_rate,
-    custom_gpus: Mapping[str, Hardware] | None = None,
-    custom_models: Mapping[str, Model] | None = None,
-) -> tuple[list[Hardware], list[Model], dict[str, np.ndarray]]:
-    """Resolve names and validate every axis of the grid.
+def grid_axes(values: Mapping[str, object], custom: Mapping[str, Mapping] | None = None,
+              table: Sequence[Axis] = AXIS_TABLE) -> tuple[dict[str, list], dict[str, np.ndarray]]:
+    """Resolve names and validate every axis of the table.
+
+    Args:
+        values: axis name -> a scalar or a sequence; a missing axis takes its ``default``.
+        custom: categorical axis name -> {name: definition} that the names may refer to.
+        table: the axis table.
 
     Returns:
-        (GPU definitions, model definitions, {axis name: 1-D values} for the numeric axes).
+        ({categorical axis: definitions}, {numeric axis: 1-D values}).
 
     Raises:
-        JaxparetoError: naming the field; unknown names list the known ones.
+        JaxparetoError: naming the axis; unknown names list the known ones; a required axis missing.
     """
-    gpus = [resolve_gpu(g, custom_gpus) for g in _as_list("gpu", gpu)]
-    models = [resolve_model(m, custom_models) for m in _as_list("model", model)]
-    _unique("gpu", [g.name for g in gpus])
-    _unique("model", [m.name for m in models])
-    axes = {
-        "tp": numeric_axis("tp", tp, integer=True, low=1, high=_MAX_INTEGER),
-        "concurrency": numeric_axis("concurrency", concurrency, integer=True, low=1, high=_MAX_INTEGER),
-        "think_time_s": numeric_axis("think_time_s", think_time_s, integer=False, low=0),
-        "context_tokens": numeric_axis("context_tokens", context_tokens, integer=True, low=1, high=_MAX_INTEGER),
-        "hit_rate": numeric_axis("hit_rate", hit_rate, integer=False, low=0, high=1),
-    }
-    return gpus, models, axes
+    custom = custom or {}
+    definitions, numbers = {}, {}
+    for axis in table:
+        value = values.get(axis.name, axis.default)
+        if value is None:
+            raise JaxparetoError(axis.name, "is required")
+        if axis.categorical:
+            definitions[axis.name] = axis.definitions(value, custom.get(axis.name))
+        else:
+            numbers[axis.name] = axis.numbers(value)
+    return definitions, numbers
+
+
+class GridPoint(Mapping):
+    """One configuration: a value per axis, in the table's order (a pytree).
+
+    Categorical axes hold their definition's parameters (``point.gpu`` a `HardwareParams`,
+    ``point.model`` a `ModelParams`); numeric axes a scalar (``point.tp``, ``point.hit_rate``,
+    ...). Stacked along a leading axis it is a batch of points, which is how the mapper
+    carries them.
+    """
+
+    __slots__ = ("_values",)
+
+    def __init__(self, **values):
+        object.__setattr__(self, "_values", dict(values))
+
+    def __getattr__(self, name: str):
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(f"GridPoint has no axis {name!r} (axes: {', '.join(self._values)})") from None
+
+    def __setattr__(self, name, value):
+        raise AttributeError("GridPoint is immutable; use replace()")
+
+    def __getitem__(self, name: str):
+        return self._values[name]
+
+    def __iter__(self):
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"GridPoint({', '.join(f'{k}={v!r}' for k, v in self._values.items())})"
+
+    def replace(self, **values) -> "GridPoint":
+        """A copy with the given axes replaced."""
+        return GridPoint(**{**self._values, **values})
+
+
+jax.tree_util.register_pytree_with_keys(
+    GridPoint,
+    lambda p: (tuple((jax.tree_util.GetAttrKey(k), v) for k, v in p._values.items()), tuple(p._values)),
+    lambda keys, leaves: GridPoint(**dict(zip(keys, leaves))),
+    lambda p: (tuple(p._values.values()), tuple(p._values)),
+)

@@ -1,4 +1,4 @@
-"""Build a `Model` from a Hugging Face ``config.json``.
+"""Read a `Model`'s fields from a Hugging Face ``config.json``.
 
 Parameter counts follow the formulas of ``shared/data/hardware_models_measured.md`` (section
 A), which reproduce the published totals within about 1 %:
@@ -97,14 +97,15 @@ def _attention_params(cfg: dict, hidden: int, heads: int) -> tuple[int, dict]:
     return params, {"attention": "gqa", "kv_heads": kv_heads, "head_dim": head_dim}
 
 
-def model_from_hf_config(
+def hf_config_fields(
     path: str | Path | dict,
     *,
     name: str | None = None,
     weight_dtype: str | None = None,
     kv_dtype: str = "fp16",
-):
-    """Read a Hugging Face ``config.json`` into a `jaxpareto.Model`.
+) -> dict:
+    """Read a Hugging Face ``config.json`` into the fields of a `jaxpareto.Model` (what
+    `Model.from_hf_config` builds the model from).
 
     Handles dense GQA (with or without an explicit ``head_dim``), MoE (``n_routed_experts`` /
     ``num_experts`` / ``num_local_experts``, ``moe_intermediate_size``, shared experts,
@@ -120,14 +121,13 @@ def model_from_hf_config(
         kv_dtype: KV-cache dtype (fp16, bf16, fp8).
 
     Returns:
-        A `Model` with computed ``params_total_b``, ``params_active_b`` and, for MoE,
+        The `Model` fields, with computed ``params_total_b``, ``params_active_b`` and, for MoE,
         ``expert_params_b`` / ``nonmoe_params_b``.
 
     Raises:
-        JaxparetoError: a required key is missing (named in the message).
+        JaxparetoError: a missing or unreadable file, or a required key missing (named in the
+            message).
     """
-    from jaxpareto.definitions.model import Model
-
     if isinstance(path, dict):
         cfg, default_name = dict(path), path.get("_name_or_path", "hf-model")
     else:
@@ -206,7 +206,7 @@ def model_from_hf_config(
     sliding = sum(1 for t in types if "sliding" in str(t))
     window = {"sliding_window": cfg["sliding_window"], "sliding_layers": sliding} \
         if sliding and cfg.get("sliding_window") else {}
-    return Model(
+    return dict(
         name=name or str(default_name).split("/")[-1].lower(),
         params_total_b=total / 1e9,
         params_active_b=active / 1e9,

@@ -16,6 +16,7 @@ from typing import Literal
 import jax
 import pydantic
 
+from jaxpareto.definitions.hf_config import hf_config_fields
 from jaxpareto.definitions.base import Definition, finite_positive
 from jaxpareto.definitions.units import COMPUTE_BITS, KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES
 
@@ -247,12 +248,13 @@ class Model(Definition):
     ) -> "Model":
         """Build a model from a Hugging Face ``config.json`` (a path or the parsed dict).
 
-        See `jaxpareto.definitions.hf_config.model_from_hf_config` for what is read and how parameters
+        See `jaxpareto.definitions.hf_config.hf_config_fields` for what is read and how parameters
         are counted.
-        """
-        from jaxpareto.definitions.hf_config import model_from_hf_config
 
-        return model_from_hf_config(path, name=name, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+        Raises:
+            JaxparetoError: a missing or unreadable file, or a required key missing (named).
+        """
+        return cls(**hf_config_fields(path, name=name, weight_dtype=weight_dtype, kv_dtype=kv_dtype))
 
 
 @jax.tree_util.register_dataclass

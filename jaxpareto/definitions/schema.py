@@ -1,27 +1,21 @@
-"""Names, units and descriptions of the dataset's axes and variables (SPEC.md section 4)."""
+"""Names, units and descriptions of the dataset's output variables (SPEC.md section 4); the axes
+are in `jaxpareto.definitions.axes`."""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-# Grid axes, in the dataset's dimension order (SPEC.md section 2).
-AXES: tuple[str, ...] = ("gpu", "model", "tp", "concurrency", "think_time_s", "context_tokens", "hit_rate")
-
+from jaxpareto.definitions.axes import AXES  # noqa: F401  (re-exported while modules move)
 
 class VariableInfo(NamedTuple):
     units: str
     long_name: str
 
 
-AXIS_INFO: dict[str, VariableInfo] = {
-    "gpu": VariableInfo("1", "GPU type"),
-    "model": VariableInfo("1", "model"),
-    "tp": VariableInfo("GPUs", "tensor-parallel degree G"),
-    "concurrency": VariableInfo("sessions", "concurrent agent sessions offered C"),
-    "think_time_s": VariableInfo("s", "pause between turns Z (tool calls, user)"),
-    "context_tokens": VariableInfo("tokens", "context length of the turn L"),
-    "hit_rate": VariableInfo("1", "prefix-cache hit rate h"),
-}
+# The Pareto front's default objectives (both maximised) and the dimensions it is taken over.
+DEFAULT_X = "output_tokens_per_s_per_user"
+DEFAULT_Y = "output_tokens_per_s_per_gpu"
+DEFAULT_DIMS = ("tp", "concurrency")
 
 OUTPUTS: dict[str, VariableInfo] = {
     "ttft_ms": VariableInfo("ms", "time to first token: prefill, seed eq. 2 (plus its waits under the shared "

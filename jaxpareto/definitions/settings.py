@@ -1,20 +1,72 @@
 """Scalar inputs shared by every grid point: workload, efficiency factors, solver controls.
 
-Each is a frozen pytree dataclass whose fields are all leaves, so changing a value re-uses the
-compiled sweep instead of recompiling it.
+Each is a frozen pytree dataclass. Every number is a leaf, so changing a value re-uses the
+compiled sweep instead of recompiling it; only `Solver.name`, which selects code, is static.
+Each field declares its default, bounds and unit once, as field metadata (`setting`); one
+generic `validated` checks any of them, and the spec reader and `jaxpareto.sweep`'s flat
+keywords are derived from the same fields.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+
 import jax
 
 from jaxpareto.definitions.checks import check_number
+from jaxpareto.definitions.errors import JaxparetoError
+
+SOLVERS = ("damped", "exact")
+DTYPES = ("float32", "float64")
+DEFAULT_CHUNK_POINTS = 1 << 18  # points per compute block and zarr chunk (1 MB per float32 output)
+
+
+def setting(default, *, low: float = -math.inf, high: float = math.inf, low_inclusive: bool = True,
+            high_inclusive: bool = True, integer: bool = False, units: str = "1", unset: bool = False):
+    """A dataclass field with its bounds and unit as metadata.
+
+    Args:
+        default: the default value (the seed's, where the seed has one).
+        low, high, low_inclusive, high_inclusive, integer: the allowed values (`check_number`).
+        units: the unit of the value.
+        unset: the flat keyword of `jaxpareto.sweep` defaults to None ("not set"), which the
+            pytree carries as ``default``.
+    """
+    bounds = dict(low=low, high=high, low_inclusive=low_inclusive, high_inclusive=high_inclusive, integer=integer)
+    return dataclasses.field(default=default, metadata={"bounds": bounds, "units": units, "unset": unset})
+
+
+def numeric_fields(cls) -> tuple[dataclasses.Field, ...]:
+    """The fields of a settings class that carry bounds."""
+    return tuple(f for f in dataclasses.fields(cls) if "bounds" in f.metadata)
+
+
+def flat_default(field: dataclasses.Field):
+    """The default of a field's flat keyword (None for the fields marked ``unset``)."""
+    return None if field.metadata.get("unset") else field.default
+
+
+def validated(settings):
+    """A copy of a settings object with Python numbers, every bounded field checked.
+
+    Raises:
+        JaxparetoError: naming the first bad field and its allowed range.
+    """
+    values = {f.name: check_number(f.name, getattr(settings, f.name), **f.metadata["bounds"])
+              for f in numeric_fields(type(settings))}
+    return dataclasses.replace(settings, **values)
+
+
+class _Validated:
+    def validate(self):
+        """A copy with Python numbers; raises JaxparetoError naming a bad field."""
+        return validated(self)
 
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
-class Workload:
+class Workload(_Validated):
     """Per-turn workload scalars (SPEC.md section 2).
 
     Attributes:
@@ -32,32 +84,19 @@ class Workload:
             64, NVLink-C2C 450) [GB/s]; 0 means no link (the tier is never used).
     """
 
-    osl: float = 128.0
-    delta_tokens: float = 2128.0
-    kv_context_tokens: float = 0.0
-    cache_ttl_s: float = 0.0
-    pause_sigma: float = 1.0
-    prefill_chunk_tokens: float = 8192.0
-    tier_capacity_gb: float = 0.0
-    tier_bandwidth_gbs: float = 0.0
-
-    def validate(self) -> "Workload":
-        """A copy with Python floats; raises JaxparetoError naming a bad field."""
-        return Workload(
-            osl=check_number("osl", self.osl, low=0, low_inclusive=False),
-            delta_tokens=check_number("delta_tokens", self.delta_tokens, low=0),
-            kv_context_tokens=check_number("kv_context_tokens", self.kv_context_tokens, low=0),
-            cache_ttl_s=check_number("cache_ttl_s", self.cache_ttl_s, low=0),
-            pause_sigma=check_number("pause_sigma", self.pause_sigma, low=0, low_inclusive=False),
-            prefill_chunk_tokens=check_number("prefill_chunk_tokens", self.prefill_chunk_tokens, low=1),
-            tier_capacity_gb=check_number("tier_capacity_gb", self.tier_capacity_gb, low=0),
-            tier_bandwidth_gbs=check_number("tier_bandwidth_gbs", self.tier_bandwidth_gbs, low=0),
-        )
+    osl: float = setting(128.0, low=0, low_inclusive=False, units="tokens")
+    delta_tokens: float = setting(2128.0, low=0, units="tokens")
+    kv_context_tokens: float = setting(0.0, low=0, units="tokens", unset=True)
+    cache_ttl_s: float = setting(0.0, low=0, units="s", unset=True)
+    pause_sigma: float = setting(1.0, low=0, low_inclusive=False)
+    prefill_chunk_tokens: float = setting(8192.0, low=1, units="tokens")
+    tier_capacity_gb: float = setting(0.0, low=0, units="GB")
+    tier_bandwidth_gbs: float = setting(0.0, low=0, units="GB/s")
 
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
-class Efficiency:
+class Efficiency(_Validated):
     """Achieved fractions of the roofline (seed section 3, steps 6-7).
 
     Attributes:
@@ -75,46 +114,51 @@ class Efficiency:
         allreduce_latency_us: fixed latency of one all-reduce [µs], >= 0; 0 in the seed.
     """
 
-    eta_prefill: float = 0.65
-    eta_decode: float = 0.40
-    elementwise_overhead: float = 1.10
-    decode_overhead_ms: float = 0.0
-    ttft_overhead_ms: float = 0.0
-    allreduce_scale: float = 0.0
-    allreduce_latency_us: float = 0.0
-
-    def validate(self) -> "Efficiency":
-        """A copy with Python floats; raises JaxparetoError naming a bad field."""
-        return Efficiency(
-            eta_prefill=check_number("eta_prefill", self.eta_prefill, low=0, low_inclusive=False, high=1),
-            eta_decode=check_number("eta_decode", self.eta_decode, low=0, low_inclusive=False, high=1),
-            elementwise_overhead=check_number("elementwise_overhead", self.elementwise_overhead, low=1),
-            decode_overhead_ms=check_number("decode_overhead_ms", self.decode_overhead_ms, low=0),
-            ttft_overhead_ms=check_number("ttft_overhead_ms", self.ttft_overhead_ms, low=0),
-            allreduce_scale=check_number("allreduce_scale", self.allreduce_scale, low=0),
-            allreduce_latency_us=check_number("allreduce_latency_us", self.allreduce_latency_us, low=0),
-        )
+    eta_prefill: float = setting(0.65, low=0, low_inclusive=False, high=1)
+    eta_decode: float = setting(0.40, low=0, low_inclusive=False, high=1)
+    elementwise_overhead: float = setting(1.10, low=1)
+    decode_overhead_ms: float = setting(0.0, low=0, units="ms")
+    ttft_overhead_ms: float = setting(0.0, low=0, units="ms")
+    allreduce_scale: float = setting(0.0, low=0)
+    allreduce_latency_us: float = setting(0.0, low=0, units="us")
 
 
-@jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
-class Solver:
-    """Controls of the damped fixed-point iteration (SPEC.md section 3, eq. 4).
+class Solver(_Validated):
+    """The closed-loop fixed-point solver (SPEC.md section 3, eq. 4): which one and its controls.
 
     Attributes:
         damping: weight of the new iterate in (0, 1] (seed 0.4).
         tol: relative residual |B_target - B| <= tol x B that stops the iteration.
         max_iter: damped updates before giving up (point flagged unconverged).
+        name: "damped" (the seed's iteration, the reference) or "exact" (closed form per linear
+            piece of R(B); needs a piecewise-linear R(B)). Static: it selects code.
     """
 
-    damping: float = 0.4
-    tol: float = 1e-6
-    max_iter: int = 10_000
+    damping: float = setting(0.4, low=0, low_inclusive=False, high=1)
+    tol: float = setting(1e-6, low=0, low_inclusive=False, high=1, high_inclusive=False)
+    max_iter: int = setting(10_000, low=1, high=2**31 - 1, integer=True)
+    name: str = "damped"
 
     def validate(self) -> "Solver":
-        """A copy with Python numbers; raises JaxparetoError naming a bad field."""
-        return Solver(
-            damping=check_number("damping", self.damping, low=0, low_inclusive=False, high=1),
-            tol=check_number("tol", self.tol, low=0, low_inclusive=False, high=1, high_inclusive=False),
-            max_iter=check_number("max_iter", self.max_iter, low=1, high=2**31 - 1, integer=True),
-        )
+        """A copy with Python numbers; raises JaxparetoError naming a bad field or solver."""
+        if self.name not in SOLVERS:
+            raise JaxparetoError("solver", f"unknown solver {self.name!r}", SOLVERS)
+        return validated(self)
+
+
+jax.tree_util.register_dataclass(Solver, data_fields=["damping", "tol", "max_iter"], meta_fields=["name"])
+
+
+def solver_of(value) -> Solver:
+    """A `Solver` from a name or a `Solver`.
+
+    Raises:
+        JaxparetoError: an unknown name or another type, naming ``solver``.
+    """
+    if isinstance(value, Solver):
+        return value
+    if isinstance(value, str):
+        return Solver(name=value).validate()
+    raise JaxparetoError("solver", f"expected a solver name or a jaxpareto Solver, got {type(value).__name__}",
+                         SOLVERS)

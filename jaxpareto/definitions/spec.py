@@ -18,11 +18,13 @@ import numpy as np
 import pydantic
 
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.mapper import DEFAULT_CHUNK_POINTS
+from jaxpareto.definitions.options import CACHE_MODELS, EXPERT_ROUTINGS, PAUSE_DISTRIBUTIONS, PREFILL_MODELS, \
+    ModelOptions
+from jaxpareto.definitions.settings import DEFAULT_CHUNK_POINTS, DTYPES, SOLVERS, Efficiency, Solver, Workload, numeric_fields
 from jaxpareto.definitions.hardware import Hardware
 from jaxpareto.definitions.model import Model
-from jaxpareto.dataset.pareto import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y
-from jaxpareto.definitions.schema import AXES
+from jaxpareto.definitions.axes import AXES, AXIS_BY_NAME, AXIS_TABLE, INTEGER_AXES
+from jaxpareto.definitions.schema import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y
 
 DEFAULT_SPEC = "code_agent.toml"
 
@@ -60,14 +62,11 @@ Names = str | list[str]
 Numbers = float | list[float] | AxisRange
 
 
-class GridSpec(_Table):
-    gpu: Names
-    model: Names
-    tp: Numbers | None = None  # required for a sweep; an [optimize] table searches its own
-    concurrency: Numbers | None = None
-    think_time_s: Numbers = 0.0
-    context_tokens: Numbers | None = None  # required unless a [session] sets the context per turn
-    hit_rate: Numbers = 0.0
+# ``[grid]``: one key per axis of the table. A numeric axis left out takes the axis' default
+# (`AXIS_TABLE`); tp and concurrency have none: a sweep needs them, an [optimize] table searches
+# its own; a [session] sets the context of every turn.
+GridSpec = pydantic.create_model("GridSpec", __base__=_Table, **{
+    axis.name: (Names, ...) if axis.categorical else (Numbers | None, None) for axis in AXIS_TABLE})
 
 
 class SessionSpec(_Table):
@@ -108,37 +107,35 @@ class OptimizeSpec(_Table):
         return self
 
 
-class WorkloadSpec(_Table):
-    osl: float = 128
-    delta_tokens: float = 2128
-    kv_context_tokens: float | None = None
-    cache_ttl_s: float | None = None
-    pause_distribution: Literal["deterministic", "exponential", "lognormal"] = "exponential"
-    pause_sigma: float = 1.0
-    prefill_model: Literal["isolated", "shared"] = "isolated"
-    cache_model: Literal["given", "ttl", "lru"] | None = None
-    prefill_chunk_tokens: float = 8192
-    tier_capacity_gb: float = 0.0
-    tier_bandwidth_gbs: float = 0.0
+def _table_of(name: str, doc: str, settings_cls, extra: dict) -> type[_Table]:
+    """A spec table whose keys are a settings class' fields (with the defaults of their flat
+    keywords, declared once on the class) plus ``extra`` ({key: (type, default)})."""
+    fields = {}
+    for f in numeric_fields(settings_cls):
+        kind = int if f.metadata["bounds"]["integer"] else float
+        fields[f.name] = (kind | None, None) if f.metadata["unset"] else (kind, f.default)
+    return pydantic.create_model(name, __base__=_Table, __doc__=doc, **fields, **extra)
 
 
-class EfficiencySpec(_Table):
-    eta_prefill: float = 0.65
-    eta_decode: float = 0.40
-    elementwise_overhead: float = 1.10
-    decode_overhead_ms: float = 0.0
-    ttft_overhead_ms: float = 0.0
-    allreduce_scale: float = 0.0
-    allreduce_latency_us: float = 0.0
-    calibration: str | None = None
+_OPTION_KEYS = {"expert_routing": (Literal[EXPERT_ROUTINGS], ModelOptions().expert_routing),
+                "pause_distribution": (Literal[PAUSE_DISTRIBUTIONS], ModelOptions().pause_distribution),
+                "prefill_model": (Literal[PREFILL_MODELS], ModelOptions().prefill_model),
+                "cache_model": (Literal[CACHE_MODELS] | None, None)}
+WorkloadSpec = _table_of("WorkloadSpec", "``[workload]``: `Workload` fields and the model options.", Workload,
+                         _OPTION_KEYS)
+EfficiencySpec = _table_of("EfficiencySpec", "``[efficiency]``: `Efficiency` fields and a calibration file.",
+                           Efficiency, {"calibration": (str | None, None)})
+_SolverTable = _table_of("_SolverTable", "``[solver]``: the fixed-point solver, its controls and the dtype.",
+                         Solver, {"name": (Literal[SOLVERS], Solver().name), "dtype": (Literal[DTYPES], "float32")})
 
 
-class SolverSpec(_Table):
-    damping: float = 0.4
-    tol: float = 1e-6
-    max_iter: int = 10_000
-    dtype: Literal["float32", "float64"] = "float32"
-    method: Literal["damped", "exact"] = "damped"
+class SolverSpec(_SolverTable):
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data):
+        if isinstance(data, dict) and "method" in data:
+            raise ValueError("[solver] method is renamed: the fixed-point solver is [solver] name (damped, exact)")
+        return data
 
 
 class OutputSpec(_Table):
@@ -178,9 +175,12 @@ class SweepSpec(_Table):
     model: list[Model] = pydantic.Field(default_factory=list)
 
     def _axis_values(self, axis: str):
+        """The axis' values as given, a range expanded, or the axis' default (None: none)."""
         value = getattr(self.grid, axis)
+        if value is None:
+            return AXIS_BY_NAME[axis].default
         if isinstance(value, AxisRange):
-            return value.values(integer=axis in ("tp", "concurrency", "context_tokens"))
+            return value.values(integer=axis in INTEGER_AXES)
         return value
 
     def optimize_kwargs(self) -> dict:
@@ -202,15 +202,18 @@ class SweepSpec(_Table):
             concurrency = (int(min(grid_c)), int(max(grid_c)))
         scenario = {axis: self._axis_values(axis) for axis in ("gpu", "model", "think_time_s", "context_tokens", "hit_rate")}
         scenario = {k: v if isinstance(v, list) else [v] for k, v in scenario.items()}  # always a Dataset
-        solver = self.solver.model_dump()
         return {
-            **scenario, **self.workload.model_dump(), **self.efficiency.model_dump(),
-            "damping": solver["damping"], "tol": solver["tol"], "max_iter": solver["max_iter"],
-            "dtype": solver["dtype"], "solver": solver["method"], "hardware": self.hardware, "models": self.model,
+            **scenario, **self._settings(),  "hardware": self.hardware, "models": self.model,
             "objective": opt.objective, "sense": opt.sense,
             "constraints": {k: tuple(v) for k, v in opt.constraints.items()}, "tp": tp,
             "concurrency": tuple(concurrency), "method": opt.method,
         }
+
+    def _settings(self) -> dict:
+        """The [workload], [efficiency] and [solver] tables as the sweep's keywords."""
+        solver = self.solver.model_dump()
+        name = solver.pop("name")
+        return {**self.workload.model_dump(), **self.efficiency.model_dump(), **solver, "solver": name}
 
     def session_kwargs(self) -> dict:
         """Keyword arguments of `jaxpareto.session_sweep` for this spec's [session] table."""
@@ -229,18 +232,12 @@ class SweepSpec(_Table):
         """Keyword arguments of `jaxpareto.dataset.sweep` for this spec."""
         grid = {}
         for axis in axes:
-            value = getattr(self.grid, axis)
-            if value is None:
+            grid[axis] = self._axis_values(axis)
+            if grid[axis] is None:
                 raise JaxparetoError(f"grid.{axis}", "is required for a sweep")
-            if isinstance(value, AxisRange):
-                value = value.values(integer=axis in ("tp", "concurrency", "context_tokens"))
-            grid[axis] = value
-        solver = self.solver.model_dump()
         return {
             **grid,
-            **self.workload.model_dump(),
-            **self.efficiency.model_dump(),
-            **solver,
+            **self._settings(),
             **self.output.model_dump(),
             "hardware": self.hardware,
             "models": self.model,
@@ -311,7 +308,7 @@ def parse_spec(data: dict, source: str = "spec") -> SweepSpec:
 
 
 def presets() -> dict[str, str]:
-    """The shipped presets (``jaxpareto/data/presets/*.toml``, copies in ``sweeps/``): name ->
+    """The shipped presets (package data ``jaxpareto/data/presets/*.toml``): name ->
     the preset's one-line description."""
     folder = importlib.resources.files("jaxpareto").joinpath("data/presets")
     out = {}

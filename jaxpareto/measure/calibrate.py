@@ -19,17 +19,15 @@ and after.
 - **Parameters.** Each fitted field is low + (high - low) sigmoid(u) of an unconstrained u, with
   the physically plausible bounds of `BOUNDS`, so every step stays valid and a factor cannot
   absorb a missing piece of physics by taking an absurd value.
-  The gradient comes from `jaxpareto.measure.validate.Predictor` (implicit differentiation through the
+  The gradient comes from `jaxpareto.measure.predict.Predictor` (implicit differentiation through the
   closed loop and the Little's-law matching of server rows).
 - **Optimiser.** Adam with a cosine-decayed step size (Kingma and Ba 2015; optax).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -37,11 +35,13 @@ import numpy as np
 import optax
 import pandas as pd
 
-from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.definitions.options import PREFILL_MODELS, ModelOptions
-from jaxpareto.definitions.settings import Efficiency
-from jaxpareto.measure.validate import _rows, comparison_table, mape_summary, prediction_fn
 from jaxpareto.definitions.checks import check_number
+from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.definitions.options import ModelOptions
+from jaxpareto.definitions.settings import Efficiency
+from jaxpareto.definitions.version import __version__
+from jaxpareto.measure.predict import prediction_fn, validation_rows
+from jaxpareto.measure.validate import comparison_table, mape_summary
 
 #: Fitted by default: the seed's two efficiencies and the opt-in terms.
 DEFAULT_FIELDS = ("eta_prefill", "eta_decode", "decode_overhead_ms", "ttft_overhead_ms", "allreduce_scale",
@@ -137,8 +137,6 @@ class CalibrationResult:
     def to_toml(self) -> str:
         """The calibration file: ``[efficiency]`` (read by ``--calibration`` / ``calibration=``)
         and ``[fit]`` (provenance and held-out errors; ignored when read)."""
-        from jaxpareto.definitions.version import __version__
-
         lines = [f"# jaxpareto calibrate ({__version__}), "
                  f"{datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}",
                  "", "[efficiency]"]
@@ -175,7 +173,10 @@ def calibrate(rows=None, *, fields=DEFAULT_FIELDS, start: Efficiency = Efficienc
         `CalibrationResult`.
 
     Raises:
-        JaxparetoError: an unknown field, or a bad number.
+        JaxparetoError: a field not in `BOUNDS`, one named twice, or none;
+            ``test_fraction``, ``steps`` or ``learning_rate`` out of range; a bad
+            ``start`` or ``options`` field; ``rows`` refused as by
+            `jaxpareto.measure.predict.prediction_fn`.
     """
     fields = tuple(fields)
     if len(set(fields)) != len(fields):
@@ -189,7 +190,7 @@ def calibrate(rows=None, *, fields=DEFAULT_FIELDS, start: Efficiency = Efficienc
     steps = check_number("steps", steps, low=1, high=100_000, integer=True)
     learning_rate = check_number("learning_rate", learning_rate, low=0, low_inclusive=False)
     start = start.validate()
-    rows = _rows(rows).reset_index(drop=True)
+    rows = validation_rows(rows).reset_index(drop=True)
     test = split_rows(rows, test_fraction, seed)
 
     predictor = prediction_fn(rows, options=options)
@@ -257,46 +258,3 @@ def at_bounds(result: CalibrationResult, tolerance: float = 0.05) -> list[str]:
         elif share < tolerance:
             hits.append(f"{field} = {value:.4g} is at its lower bound {low:g}")
     return hits
-
-
-def _cmd_calibrate(args: argparse.Namespace) -> int:
-    fields = tuple(f for f in args.fit.split(",") if f) if args.fit else DEFAULT_FIELDS
-    out = Path(args.out)
-    if out.exists() and not args.overwrite:
-        raise JaxparetoError("--out", f"{out} exists; pass --overwrite to replace it")
-    if out.is_dir() or not out.parent.is_dir():  # checked before the fit, not after it
-        raise JaxparetoError("--out", f"{out} is a folder, or its folder {out.parent} does not exist")
-    result = calibrate(args.data, fields=fields, test_fraction=args.test_fraction, seed=args.seed, steps=args.steps,
-                       options=ModelOptions(prefill_model=args.prefill_model))
-    out.write_text(result.to_toml())
-    print(f"fitted {', '.join(fields)} on {int((~result.test).sum())} rows, {int(result.test.sum())} held out "
-          f"(prefill_model {args.prefill_model}); training loss {result.loss[0]:.4g} -> {result.loss[-1]:.4g}")
-    for field in fields:
-        print(f"  {field:22s} {float(getattr(result.start, field)):>10.4g} -> {float(getattr(result.efficiency, field)):.4g}")
-    for hit in at_bounds(result):
-        print(f"  {hit}")
-    with pd.option_context("display.width", 200, "display.float_format", "{:,.1f}".format):
-        print("\nMAPE (%) before and after:")
-        print(result.summary().to_string(index=False))
-    print(f"\nwritten to {out}; use it with `jaxpareto sweep --calibration {out}` (which adopts "
-          f"prefill_model = \"{args.prefill_model}\", the model it was fitted with)")
-    return 0
-
-
-def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
-    """Register ``jaxpareto calibrate`` on an argparse sub-parser set."""
-    p = subparsers.add_parser("calibrate", help="fit efficiency factors to the validation set (optax) and write "
-                                                "them to a TOML that sweep/optimize accept")
-    p.add_argument("--out", default="calibration.toml", help="calibration TOML to write (default calibration.toml)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
-    p.add_argument("--data", metavar="FILE.csv", help="validation set (default: the shipped one)")
-    p.add_argument("--fit", help=f"comma-separated Efficiency fields to fit (default: {','.join(DEFAULT_FIELDS)})")
-    p.add_argument("--steps", type=int, default=400, help="Adam steps (default 400)")
-    p.add_argument("--test-fraction", type=float, default=0.3,
-                   help="held-out share of each source x metric group (0.3; at least one row of a group of two or "
-                        "more unless 0; 0 fits on every row)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the train/test split")
-    p.add_argument("--prefill-model", choices=PREFILL_MODELS, default="shared",
-                   help="model the factors are fitted with (default shared: TTFT includes prefill queueing)")
-    p.set_defaults(func=_cmd_calibrate)
-    return p

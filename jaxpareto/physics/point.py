@@ -25,11 +25,11 @@ from jaxpareto.physics.memory import kv_bytes, kv_replication, memory_budget
 from jaxpareto.definitions.model import ModelParams
 from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.physics.prefill import PrefillWork, prefill_tokens, prefill_work, ttft_ms
-from jaxpareto.definitions.settings import Efficiency, Solver, Workload
+from jaxpareto.definitions.axes import GridPoint
+from jaxpareto.definitions.settings import SOLVERS, Efficiency, Solver, Workload
 from jaxpareto.definitions.units import BYTES_PER_GB, MS_PER_S
 
 DECODE_MEMORY, DECODE_COMPUTE, DECODE_NONE = 0, 1, -1
-METHODS = ("damped", "exact")
 # The fixed point's tolerance floor, in units of the dtype's eps, with the shared engine or LRU.
 _INNER_ROOT_EPS = 64
 
@@ -68,7 +68,7 @@ class TurnLatency(NamedTuple):
     pause_sigma: jax.Array = 1.0
     tier_slots: jax.Array = 0.0
     tier_load_ms: jax.Array = 0.0
-    chunk_tokens: jax.Array = 8192.0
+    chunk_tokens: jax.Array = Workload.prefill_chunk_tokens  # the field's default
     ttft_fixed_ms: jax.Array = 0.0
     ttft_overhead_ms: jax.Array = 0.0
 
@@ -185,33 +185,24 @@ class PointOutputs(NamedTuple):
 
 
 def evaluate_point(
-    hw: HardwareParams,
-    model: ModelParams,
-    tp: jax.Array,
-    concurrency: jax.Array,
-    think_time_s: jax.Array,
-    context_tokens: jax.Array,
-    hit_rate: jax.Array,
+    point: GridPoint,
     workload: Workload,
     efficiency: Efficiency,
     solver: Solver,
-    method: str = "damped",
     options: ModelOptions = ModelOptions(),
 ) -> PointOutputs:
     """Evaluate seed eqs. 1-5 at one configuration (SPEC.md section 3).
 
     Args:
-        hw: one GPU (scalars).
-        model: one model (scalars).
-        tp: G, tensor-parallel GPUs.
-        concurrency: C, sessions offered.
-        think_time_s: Z, pause between turns [s].
-        context_tokens: L, context of the turn [tokens].
-        hit_rate: h, prefix-cache hit rate in [0, 1] (of a warm cache, under the TTL and LRU models).
-        workload, efficiency, solver: shared scalars.
-        method: closed-loop solver, static: "damped" (the seed's iteration, the reference) or
-            "exact" (closed form per linear piece of R(B), `solve_effective_batch_exact`; needs
-            ``options.piecewise_linear``).
+        point: one configuration (`GridPoint`, scalars): ``gpu`` (`HardwareParams`), ``model``
+            (`ModelParams`), ``tp`` G (tensor-parallel GPUs), ``concurrency`` C (sessions offered),
+            ``think_time_s`` Z (pause between turns) [s], ``context_tokens`` L (context of the
+            turn) [tokens], ``hit_rate`` h (prefix-cache hit rate in [0, 1]; of a warm cache
+            under the TTL and LRU models).
+        workload, efficiency: shared scalars.
+        solver: the closed-loop solver and its controls; ``solver.name`` (static) is "damped"
+            (the seed's iteration, the reference) or "exact" (closed form per linear piece of
+            R(B), `solve_effective_batch_exact`; needs ``options.piecewise_linear``).
         options: which equations (`jaxpareto.definitions.options.ModelOptions`, static); the defaults are
             the seed's. With the shared engine or the LRU model the fixed point's tolerance is at
             least 64 eps of the dtype (7.6e-6 in float32): R(B) then contains inner roots.
@@ -223,11 +214,14 @@ def evaluate_point(
         are still reported, as they explain the infeasibility.
 
     Raises:
-        ValueError: an unknown ``method`` or option, or "exact" with a non-linear R(B).
+        ValueError: an unknown solver or option, or "exact" with a non-linear R(B).
     """
     options.validate()
-    if method not in METHODS or (method == "exact" and not options.piecewise_linear):
-        raise ValueError(f"method {method!r} not in {METHODS}, or 'exact' with {options} (not piecewise linear)")
+    method = solver.name
+    if method not in SOLVERS or (method == "exact" and not options.piecewise_linear):
+        raise ValueError(f"solver {method!r} not in {SOLVERS}, or 'exact' with {options} (not piecewise linear)")
+    hw, model, tp, concurrency = point.gpu, point.model, point.tp, point.concurrency
+    think_time_s, context_tokens, hit_rate = point.think_time_s, point.context_tokens, point.hit_rate
     lru = options.cache_model == "lru"
     kv_context = jnp.where(workload.kv_context_tokens > 0, workload.kv_context_tokens, context_tokens)
     memory = memory_budget(hw, model, tp, concurrency, kv_context)

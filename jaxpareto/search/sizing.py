@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.search.optimize import _concurrency_range, parse_constraints
+from jaxpareto.search.constraints import concurrency_range, parse_constraints
 from jaxpareto.dataset.sweep import plan_sweep, sweep
 from jaxpareto.definitions.checks import check_number
 
@@ -67,17 +67,19 @@ def size_deployment(
         turns_per_s: target turn rate [turns/s].
         constraints: SLOs ``{output: ("<=" | ">=", limit)}``.
         tp: TP choices per replica. concurrency: sessions per replica searched, (lo, hi).
-        **settings: scalars of `jaxpareto.dataset.sweep`.
+        **settings: the other keywords of `jaxpareto.dataset.plan.plan_sweep` (``workload=``,
+            ``efficiency=``, ``options=``, flat scalars, ``dtype``, and ``solver``, the closed-loop
+            solver: "damped" (default), "exact" or a `Solver`).
 
     Raises:
-        JaxparetoError: invalid inputs, named.
+        JaxparetoError: invalid inputs, named; ``method`` (the solver's old name) names ``solver``.
     """
     if (sessions is None) == (turns_per_s is None):
         raise JaxparetoError("sessions/turns_per_s", "give exactly one target")
     target_sessions = None if sessions is None else check_number("sessions", sessions, low=1, integer=True)
     target_rate = None if turns_per_s is None else check_number("turns_per_s", turns_per_s, low=0, low_inclusive=False)
     cons = parse_constraints(constraints)
-    lo, hi = _concurrency_range(concurrency)
+    lo, hi = concurrency_range(concurrency)
     kwargs = dict(gpu=gpu, model=model, tp=tp, concurrency=list(range(lo, hi + 1)), think_time_s=think_time_s,
                   context_tokens=context_tokens, hit_rate=hit_rate, **settings)
     plan = plan_sweep(**kwargs)

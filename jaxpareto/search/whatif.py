@@ -2,7 +2,8 @@
 SLOs, found with gradients through the closed loop and certified by bisection.
 
 The GPU numbers named in ``variables`` become free (in log space); the search minimises the sum
-of their logs plus a hardening quadratic penalty on the relative SLO and memory violations, over
+of their logs plus a hardening quadratic penalty on the relative SLO and memory violations (the
+penalised descent of `jaxpareto.search.penalty`, shared with the optimiser), over
 every scenario at once (a joint search: one GPU for all of them), at a fixed TP and concurrency.
 Gradients are what make several variables tractable: they find the mix. The mix found is then
 scaled up or down by bisection to the least multiple that still meets every constraint, which
@@ -12,20 +13,21 @@ certifies the answer with the exact model (and, for one variable, is the answer)
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
+from jaxpareto.dataset.plan import plan_sweep
+from jaxpareto.definitions.axes import GridPoint
 from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.definitions.settings import Solver
 from jaxpareto.mapper import stack_params
-from jaxpareto.physics.memory import memory_budget
-from jaxpareto.search.optimize import HARDWARE_VARIABLES, REPORTED, OptimizeResult, _penalties, parse_constraints, solver_for
-from jaxpareto.physics.point import evaluate_point
-from jaxpareto.dataset.sweep import plan_sweep
+from jaxpareto.search.constraints import HARDWARE_VARIABLES, REPORTED, OptimizeResult, parse_constraints, solver_for
+from jaxpareto.search.penalty import evaluate_with_memory, penalised_descent, relative_violations, squared_excess
 
 _BISECTION_STEPS = 60  # relative precision 2**-60 of the scale's log bracket
 _MAX_DOUBLINGS = 40
@@ -43,6 +45,7 @@ def least_hardware(
     tp=8,
     concurrency=64,
     steps: int = 300,
+    solver: str | Solver | None = None,
     **settings,
 ) -> OptimizeResult:
     """The least values of ``variables`` for which every scenario meets the SLOs.
@@ -57,7 +60,12 @@ def least_hardware(
             ``cache_model="lru"``: one session's KV must fit).
         tp, concurrency: the fixed configuration (one TP, one integer concurrency).
         steps: optax steps of the gradient search.
-        **settings: scalars of `jaxpareto.dataset.sweep`.
+        solver: the closed-loop solver that certifies the answer (the bisection and the
+            metrics): "damped", "exact" or a `Solver`. Default (None): the gradient search's own,
+            `solver_for` the options (exact where R(B) is piecewise linear, else damped). The
+            gradient search always uses `solver_for`, with this solver's damping, tol and
+            max_iter.
+        **settings: the other keywords of `jaxpareto.dataset.plan.plan_sweep`.
 
     Returns:
         `OptimizeResult` whose ``hardware`` is the GPU with the values found and whose
@@ -73,9 +81,9 @@ def least_hardware(
     cons = parse_constraints(constraints)
     if not cons:
         raise JaxparetoError("constraints", "a hardware what-if needs at least one SLO to meet")
-    settings.pop("solver", None)
     plan = plan_sweep(gpu=gpu, model=model, tp=tp, concurrency=concurrency, think_time_s=think_time_s,
-                      context_tokens=context_tokens, hit_rate=hit_rate, **settings)
+                      context_tokens=context_tokens, hit_rate=hit_rate,
+                      solver="damped" if solver is None else solver, **settings)
     if len(plan.gpus) != 1 or len(plan.axes["tp"]) != 1 or len(plan.axes["concurrency"]) != 1:
         raise JaxparetoError("gpu/tp/concurrency", "a hardware what-if takes one GPU, one TP and one concurrency")
     base = plan.gpus[0]
@@ -84,7 +92,7 @@ def least_hardware(
             raise JaxparetoError("variables", f"unknown GPU field {name!r}", HARDWARE_VARIABLES)
         if getattr(base, name) is None:
             raise JaxparetoError("variables", f"{base.name} has no {name} to scale")
-    search = _Search(plan, variables, cons)
+    search = _Search(plan, variables, cons, certify=solver is not None)
     u0 = np.log([getattr(base, v) for v in variables])
     u = search.descend(u0, steps)
     shift = search.least_shift(u, np.ones(len(variables), bool))
@@ -111,59 +119,61 @@ def least_hardware(
 
 
 class _Search:
-    """The scenarios of a plan as arrays, evaluated at candidate hardware numbers (internal)."""
+    """The scenarios of a plan, evaluated at candidate hardware numbers (internal).
 
-    def __init__(self, plan, variables, constraints):
+    ``certify``: the plan's solver certifies (else the search's own, `solver_for` the options).
+    """
+
+    def __init__(self, plan, variables, constraints, certify: bool):
         self.variables, self.constraints = variables, constraints
-        self.dtype = np.float64
         self.hw = plan.gpus[0].to_params()
         z, ctx, h = np.meshgrid(plan.axes["think_time_s"], plan.axes["context_tokens"], plan.axes["hit_rate"],
                                 indexing="ij")
         n_models = len(plan.models)
-        # the scenarios' model rows, stacked once
-        self.model = stack_params([plan.models[i].to_params() for i in np.repeat(np.arange(n_models), z.size)],
-                                  self.dtype)
-        self.z = np.tile(z.reshape(-1), n_models)
-        self.ctx = np.tile(ctx.reshape(-1), n_models)
-        self.h = np.tile(h.reshape(-1), n_models)
+        # the scenarios (every model with every workload), stacked once
+        self.scenarios = GridPoint(
+            model=stack_params([plan.models[i].to_params() for i in np.repeat(np.arange(n_models), z.size)],
+                               np.float64),
+            think_time_s=np.tile(z.reshape(-1), n_models), context_tokens=np.tile(ctx.reshape(-1), n_models),
+            hit_rate=np.tile(h.reshape(-1), n_models))
         self.tp = float(plan.axes["tp"][0])
         self.c = float(plan.axes["concurrency"][0])
-        self.workload, self.efficiency, self.solver = plan.workload, plan.efficiency, plan.solver
-        self.method, self.options = solver_for(plan.options), plan.options
+        self.workload, self.efficiency, self.options = plan.workload, plan.efficiency, plan.options
+        self.search_solver = dataclasses.replace(plan.solver, name=solver_for(plan.options))
+        self.solver = plan.solver if certify else self.search_solver
         self.spec = tuple((c.name, c.op, c.limit) for c in constraints)
+        self._violations = jax.jit(self._certified_violations)
 
-    def _penalty_terms(self, out, memory):
-        return _penalties(out, memory, self.c, self.spec, capped=self.options.memory_caps_concurrency)
+    def _point(self, scenario, hw, solver):
+        """One scenario's outputs and relative violations on the GPU ``hw``."""
+        point = scenario.replace(gpu=hw, tp=self.tp, concurrency=self.c)
+        out, memory = evaluate_with_memory(point, self.workload, self.efficiency, solver, self.options)
+        return out, relative_violations(out, memory, self.c, self.spec, capped=self.options.memory_caps_concurrency)
 
-    def _hw(self, u):
-        values = dict(zip(self.variables, jnp.exp(u)))
-        return dataclasses.replace(self.hw, **values)
+    def _evaluate(self, u, solver):
+        """(outputs, violations) of every scenario at the GPU numbers exp(u).
 
-    def _evaluate(self, u):
-        hw = jax.tree_util.tree_map(jnp.asarray, self._hw(u))  # jnp, not NumPy, constants under tracing
-        model = jax.tree_util.tree_map(jnp.asarray, self.model)
+        Batched with `jax.vmap`, not `jaxpareto.mapper.map_points`: the mapper pads the points
+        to whole vector lanes, and that width changes the float rounding of these float64
+        searches (measured: a two-variable LRU what-if's answer moved by 3e-4), so the
+        what-if keeps the batching its results were recorded with.
+        """
+        hw = dataclasses.replace(self.hw, **dict(zip(self.variables, jnp.exp(u))))
+        hw = jax.tree_util.tree_map(jnp.asarray, hw)  # jnp, not NumPy, constants under tracing
+        scenarios = jax.tree_util.tree_map(jnp.asarray, self.scenarios)
+        return jax.vmap(functools.partial(self._point, hw=hw, solver=solver))(scenarios)
 
-        def point(m, z, ctx, h):
-            out = evaluate_point(hw, m, self.tp, self.c, z, ctx, h, self.workload, self.efficiency, self.solver,
-                                 method=self.method, options=self.options)
-            kv_context = jnp.where(self.workload.kv_context_tokens > 0, self.workload.kv_context_tokens, ctx)
-            return out, memory_budget(hw, m, self.tp, self.c, kv_context)
-
-        return jax.vmap(point)(model, jnp.asarray(self.z), jnp.asarray(self.ctx), jnp.asarray(self.h))
+    def _certified_violations(self, u):
+        out, found = self._evaluate(u, self.solver)
+        return found, out.feasible & out.converged
 
     def outputs(self, u):
+        """The scenarios' outputs at exp(u) (evaluated op by op, as recorded)."""
         with jax.enable_x64(True):
-            return self._evaluate(jnp.asarray(u))[0]
+            return self._evaluate(jnp.asarray(u), self.solver)[0]
 
     def violations(self, u) -> np.ndarray:
         """(scenarios, constraints + memory) relative violations, > 0 when violated."""
-        if not hasattr(self, "_violations"):
-            def terms(u):
-                out, memory = self._evaluate(u)
-                found = jax.vmap(self._penalty_terms)(out, memory)
-                return found, out.feasible & out.converged
-
-            self._violations = jax.jit(terms)
         with jax.enable_x64(True):
             found, ok = self._violations(jnp.asarray(u, jnp.float64))
             return np.where(np.asarray(ok)[:, None], np.asarray(found), np.inf)
@@ -179,25 +189,13 @@ class _Search:
 
     def descend(self, u0, steps):
         """Gradient search: minimise sum(log v) + w x penalties (w hardening)."""
-        optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(optax.cosine_decay_schedule(0.1, steps, alpha=0.01)))
 
-        def loss(u, weight):
-            out, memory = self._evaluate(u)
-            terms = jax.vmap(self._penalty_terms)(out, memory)
-            terms = jnp.where(out.feasible[:, None], terms, 1.0)  # double where: no NaN in gradients
-            return jnp.sum(u) + weight * jnp.sum(jnp.maximum(terms, 0.0) ** 2)
+        def terms(u):
+            out, violations = self._evaluate(u, self.search_solver)
+            violations = jnp.where(out.feasible[:, None], violations, 1.0)  # double where: no NaN in gradients
+            return jnp.sum(u), squared_excess(violations)
 
-        @jax.jit
-        def run(u):
-            def step(k, state):
-                u, opt = state
-                g = jax.grad(loss)(u, 10.0 * (1e4 ** (k / steps)))
-                g = jnp.where(jnp.isfinite(g), g, 0.0)
-                updates, opt = optimizer.update(g, opt, u)
-                return optax.apply_updates(u, updates), opt
-
-            return jax.lax.fori_loop(0, steps, step, (u, optimizer.init(u)))[0]
-
+        run = jax.jit(lambda u: penalised_descent(terms, u, steps, learning_rate=0.1, final_fraction=0.01))
         with jax.enable_x64(True):
             return np.asarray(run(jnp.asarray(u0, jnp.float64)))
 

@@ -36,8 +36,8 @@ def load_calibration(source: str | Path | Mapping) -> dict[str, float]:
     """The ``[efficiency]`` values of a calibration file (or of a mapping holding that table).
 
     Raises:
-        JaxparetoError: the file is missing or not TOML, has no ``[efficiency]`` table, or names
-            a field `Efficiency` does not have (the allowed ones are listed).
+        JaxparetoError: the file is missing, unreadable or not TOML, has no ``[efficiency]``
+            table, or names a field `Efficiency` does not have (the allowed ones are listed).
     """
     data, where = _read(source)
     table = data.get("efficiency")
@@ -49,11 +49,22 @@ def load_calibration(source: str | Path | Mapping) -> dict[str, float]:
     return dict(table)
 
 
+def calibration_efficiency(source: str | Path | Mapping, base: Efficiency = Efficiency()) -> Efficiency:
+    """The `Efficiency` of a calibration file: its ``[efficiency]`` values over ``base`` (default
+    the seed's factors), checked.
+
+    Raises:
+        JaxparetoError: as `load_calibration`, or a value out of its field's bounds.
+    """
+    return dataclasses.replace(base, **load_calibration(source)).validate()
+
+
 def calibration_options(source: str | Path | Mapping) -> dict[str, str]:
     """The ``[model]`` table of a calibration file: the options its factors were fitted with.
 
     Raises:
-        JaxparetoError: an unreadable file, or an unknown key or value in ``[model]``.
+        JaxparetoError: the file is missing, unreadable or not TOML; ``[model]`` is not a table,
+            or has an unknown key or value.
     """
     data, where = _read(source)
     table = data.get("model", {})

@@ -1,0 +1,93 @@
+"""What several commands share: the report (objectives, front dims, headline cell) and its
+frontier printer, the --out check, the table format, and the error for a renamed option."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pandas as pd
+import xarray as xr
+
+from jaxpareto.dataset.pareto import frontier_table, pareto_front
+from jaxpareto.dataset.selection import headline_cell
+from jaxpareto.dataset.store import check_new_output
+from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.definitions.schema import AXES
+
+FLOAT_FORMAT = "{:,.4g}".format
+
+
+class Report:
+    """What to print: objectives, their directions, the front's dims and one headline cell."""
+
+    def __init__(self, x: str, y: str, dims: Sequence[str], minimize: Sequence[str], available: Sequence[str],
+                 axes: Sequence[str] = AXES):
+        for field, name in (("x", x), ("y", y)):
+            if name not in available:
+                raise JaxparetoError(f"report {field}", f"unknown or unselected variable {name!r}", available)
+        dims = tuple(dims)
+        self.axes = tuple(axes)
+        for d in dims:
+            if d not in self.axes:
+                raise JaxparetoError("report dims", f"unknown dimension {d!r}", self.axes)
+        if len(set(dims)) != len(dims) or not dims:
+            raise JaxparetoError("report dims", f"need one or more distinct dimensions, got {list(dims)}")
+        for name in minimize:
+            if name not in (x, y):
+                raise JaxparetoError("minimize", f"{name!r} is neither objective", (x, y))
+        self.x, self.y, self.dims = x, y, dims
+        self.maximize = (x not in minimize, y not in minimize)
+
+    def cell(self, coords: Mapping[str, Sequence], headline: Mapping, source: str) -> dict:
+        """The headline cell (`jaxpareto.dataset.selection.headline_cell`) outside the front's dims."""
+        return headline_cell(coords, headline, self.dims, self.axes, source)
+
+    def print_frontier(self, ds: xr.Dataset, selection: dict) -> None:
+        cell = ds.sel(selection)
+        front = pareto_front(cell, x=self.x, y=self.y, dims=self.dims, maximize=self.maximize)
+        table = frontier_table(cell, front, x=self.x, y=self.y, dims=self.dims, drop_ties=True)
+        where = ", ".join(f"{k}={v}" for k, v in selection.items())
+        senses = " and ".join(f"{'max' if m else 'min'} {n}" for n, m in zip((self.x, self.y), self.maximize))
+        print(f"\nPareto frontier ({senses}) over {', '.join(self.dims)} at {where}:")
+        if table.empty:
+            print("  (no feasible, converged point in this cell)")
+            return
+        with pd.option_context("display.width", 250, "display.max_columns", 30, "display.float_format", FLOAT_FORMAT):
+            print(table.to_string(index=False))
+        ties = int(front.sum()) - len(table)
+        if ties:
+            print(f"({ties} more frontier configurations tie exactly with a row above, e.g. concurrency beyond "
+                  "what KV memory admits; `jaxpareto pareto --csv` lists them all)")
+
+
+def new_output(args: argparse.Namespace) -> Path | None:
+    """--out as a path, refused now (before computing) when it exists without --overwrite."""
+    if not args.out:
+        return None
+    out = Path(args.out)
+    check_new_output(out, args.overwrite)
+    return out
+
+
+def add_output_options(p: argparse.ArgumentParser, help: str) -> None:
+    """--out (a zarr store) and --overwrite."""
+    p.add_argument("--out", help=help)
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out zarr store")
+
+
+def add_calibration_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--calibration", help="TOML of fitted efficiency factors (`jaxpareto calibrate`) to use")
+
+
+class Renamed(argparse.Action):
+    """An option that was renamed: using it is an error (exit status 2) saying the new spelling.
+    Raised while parsing, so `jaxpareto.cli.main.main` prints it as one line."""
+
+    def __init__(self, option_strings, dest, renamed_to: str, **kwargs):
+        self.renamed_to = renamed_to
+        super().__init__(option_strings, dest, nargs="?", help=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        raise JaxparetoError(option_string or self.option_strings[0], f"renamed: {self.renamed_to}")

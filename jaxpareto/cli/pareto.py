@@ -1,0 +1,84 @@
+"""``jaxpareto pareto STORE``: the Pareto frontier of a stored sweep (one cell printed, every
+cell's front optionally written to a CSV)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from jaxpareto.cli._common import Report
+from jaxpareto.dataset.pareto import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y, frontier_table, pareto_front
+from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.definitions.schema import AXES
+
+
+def _open_sweep(path: Path) -> tuple[xr.Dataset, list[str]]:
+    """A stored sweep or session sweep, and its axes (``turn`` in place of ``context_tokens``)."""
+    if not (path / "zarr.json").is_file():
+        raise JaxparetoError("store", f"{path} is not a zarr store (written by `jaxpareto sweep --out`)")
+    ds = xr.open_zarr(path)
+    if ds.attrs.get("reduction") == "pareto":
+        raise JaxparetoError("store", f"{path} holds reduced fronts already (`sweep --reduce`): read its front_* "
+                                      "and best_* variables")
+    axes = [a if a != "context_tokens" or "turn" not in ds.dims else "turn" for a in AXES]
+    missing = [a for a in axes if a not in ds.dims]
+    if missing:
+        raise JaxparetoError("store", f"{path} is not a jaxpareto sweep: no dimension {missing[0]!r}")
+    return ds, axes
+
+
+def _parse_selection(items: Sequence[str], ds: xr.Dataset) -> dict:
+    selection = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or key not in ds.dims:
+            raise JaxparetoError("--sel", f"expected AXIS=VALUE, got {item!r}", [str(d) for d in ds.dims])
+        if ds[key].dtype.kind in "US":
+            selection[key] = raw
+            continue
+        try:
+            selection[key] = float(raw)
+        except ValueError:
+            raise JaxparetoError(f"--sel {key}", f"not a number: {raw!r}") from None
+    return selection
+
+
+def _cmd_pareto(args: argparse.Namespace) -> int:
+    ds, axes = _open_sweep(Path(args.store))
+    stored = json.loads(ds.attrs.get("report", "{}"))
+    x = args.x or (stored.get("x", DEFAULT_X) if not args.y else DEFAULT_X)
+    y = args.y or (stored.get("y", DEFAULT_Y) if not args.x else DEFAULT_Y)
+    dims = args.dims.split(",") if args.dims else stored.get("dims", list(DEFAULT_DIMS))
+    minimize = args.minimize or ([] if (args.x or args.y) else stored.get("minimize", []))
+    report = Report(x, y, dims, minimize, [str(v) for v in ds.data_vars], axes)
+    headline = {k: v for k, v in stored.get("headline", {}).items() if k not in report.dims}
+    requested = _parse_selection(args.sel or [], ds)
+    selection = report.cell(ds.coords, {**headline, **requested}, "--sel")
+    if args.csv:
+        csv = Path(args.csv)
+        if not csv.resolve().parent.is_dir():
+            raise JaxparetoError("--csv", f"the folder {csv.resolve().parent} does not exist")
+        front = pareto_front(ds, x=report.x, y=report.y, dims=report.dims, maximize=report.maximize)
+        table = frontier_table(ds, front, x=report.x, y=report.y, dims=report.dims)
+        table.to_csv(csv, index=False)
+        print(f"wrote {len(table):,} frontier points of {int(np.prod(front.shape)):,} to {csv}")
+    report.print_frontier(ds, selection)
+    return 0
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("pareto", help="print (and export) the Pareto frontier of a stored sweep")
+    p.add_argument("store", help="zarr store written by `jaxpareto sweep --out`")
+    p.add_argument("--x", help=f"x objective (default: the sweep's report, else {DEFAULT_X})")
+    p.add_argument("--y", help=f"y objective (default: the sweep's report, else {DEFAULT_Y})")
+    p.add_argument("--minimize", action="append", metavar="NAME", help="minimise this objective (repeatable)")
+    p.add_argument("--dims", help=f"comma-separated front dimensions (default {','.join(DEFAULT_DIMS)})")
+    p.add_argument("--sel", action="append", metavar="AXIS=VALUE", help="cell to print (repeatable)")
+    p.add_argument("--csv", help="write the frontier of every cell to this CSV file")
+    p.set_defaults(func=_cmd_pareto)
+    return p

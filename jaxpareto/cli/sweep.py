@@ -1,0 +1,185 @@
+"""``jaxpareto sweep [SPEC]``: a grid sweep (streamed, distributed or ``--reduce``d to its fronts)
+or, for a spec with a ``[session]`` table, a session sweep; prints its size, speed and the
+frontier of the spec's headline cell."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from jaxpareto.cli._common import FLOAT_FORMAT, Renamed, Report, add_calibration_option, add_output_options, new_output
+from jaxpareto.dataset.costs import add_costs
+from jaxpareto.dataset.reduce import pareto_sweep
+from jaxpareto.dataset.selection import best_task_configuration, session_axes, session_coords
+from jaxpareto.dataset.session import TASK_VARIABLES, session_sweep
+from jaxpareto.dataset.store import sweep_to_zarr, to_zarr
+from jaxpareto.dataset.plan import plan_sweep
+from jaxpareto.dataset.sweep import sweep
+from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.definitions.settings import DTYPES, SOLVERS
+from jaxpareto.definitions.schema import AXES, OUTPUTS
+from jaxpareto.definitions.spec import load_spec
+
+
+def _overrides(args: argparse.Namespace, kwargs: dict, options: tuple[str, ...]) -> None:
+    """Command-line options given override the spec's keywords of the same name (in place):
+    --solver is the library's ``solver=``, as the spec's [solver] name is."""
+    for option in options:
+        if getattr(args, option) is not None:
+            kwargs[option] = getattr(args, option)
+
+
+def _cmd_session(args: argparse.Namespace, spec) -> int:
+    """A spec with a [session] table: whole sessions, in memory (then written to --out)."""
+    kwargs = spec.session_kwargs()
+    _overrides(args, kwargs, ("dtype", "solver", "calibration"))
+    if args.scheduler or args.reduce or args.variables or args.chunk_points or args.progress:
+        raise JaxparetoError("--scheduler/--reduce/--variables/--chunk-points/--progress",
+                             "apply to grid sweeps, not to [session] specs")
+    axes = session_axes()
+    # the report and the output path are checked before anything runs
+    report = Report(spec.report.x, spec.report.y, spec.report.dims, spec.report.minimize,
+                    [*OUTPUTS, *TASK_VARIABLES], axes)
+    selection = report.cell(session_coords(kwargs, spec.session.turns), spec.report.headline, "report.headline")
+    out = new_output(args)
+    start = time.perf_counter()
+    ds = session_sweep(**kwargs)
+    if spec.prices is not None:
+        ds = add_costs(ds, **spec.prices.model_dump(exclude_none=True))
+    elapsed = time.perf_counter() - start
+    selection = report.cell(ds.coords, {**spec.report.headline, **selection}, "report.headline")
+    ds.attrs["report"] = json.dumps(spec.report.model_dump(mode="json"))
+    if out is not None:
+        to_zarr(ds, out, overwrite=args.overwrite)
+    points = int(np.prod([ds.sizes[a] for a in axes]))
+    print(f"spec: {args.spec}")
+    if spec.description:
+        print(f"  {spec.description}")
+    print(f"sessions: {points:,} configurations x turns ({' x '.join(f'{a} {ds.sizes[a]}' for a in axes)})"
+          f"{f', written to {out}' if out else ''}")
+    print(f"wall time: {elapsed:.2f} s, {points / elapsed:,.0f} configs/s; KV demand {ds.attrs['kv_demand']}")
+    where = {k: v for k, v in selection.items() if k != "turn"}
+    top = best_task_configuration(ds.sel(where))
+    if top is not None:
+        print(f"most tasks/s at {', '.join(f'{k}={v}' for k, v in where.items())}: "
+              f"tp {int(top.tp)}, concurrency {int(top.concurrency)}: {float(top.tasks_per_s):.3g} tasks/s, "
+              f"task time {float(top.task_time_s):,.1f} s, operational intensity at turn {selection.get('turn')} "
+              f"{float(top.operational_intensity.sel(turn=selection['turn'])):,.0f} FLOP/byte "
+              f"(ridge {float(top.ridge_point):,.0f})")
+    report.print_frontier(ds, selection)
+    return 0
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    spec = load_spec(args.spec)
+    if spec.session is not None:
+        return _cmd_session(args, spec)
+    kwargs = spec.sweep_kwargs()
+    _overrides(args, kwargs, ("dtype", "solver", "chunk_points", "calibration"))
+    if args.variables is not None:
+        names = [v for v in args.variables.split(",") if v]
+        if not names:
+            raise JaxparetoError("--variables", "name at least one output", list(OUTPUTS))
+        kwargs["variables"] = sorted({*names, spec.report.x, spec.report.y}, key=list(OUTPUTS).index) \
+            if spec.report.x in OUTPUTS and spec.report.y in OUTPUTS else names  # the report needs its x and y
+    kwargs["attrs"] = {"spec": json.dumps(spec.model_dump(mode="json")),
+                       "report": json.dumps(spec.report.model_dump(mode="json"))}
+    # Every input is checked before anything runs or is written.
+    plan = plan_sweep(**kwargs)
+    report = Report(spec.report.x, spec.report.y, spec.report.dims, spec.report.minimize, plan.variables)
+    selection = report.cell(plan.coords, spec.report.headline, "report.headline")
+    if args.reduce:
+        if args.scheduler:
+            raise JaxparetoError("--reduce", "runs locally; it cannot be combined with --scheduler")
+        out = new_output(args)  # a reduced store is written whole at the end: never resumed
+        return _reduced_sweep(args, plan, report, selection, out, time.perf_counter())
+    out = Path(args.out) if args.out else None  # sweep_to_zarr refuses a bad store before computing
+    if out is None and args.scheduler:
+        raise JaxparetoError("--scheduler", "needs --out: dask workers write their blocks into the store")
+
+    start = time.perf_counter()
+    if out is None:
+        ds = sweep(plan)
+        infeasible = int((~ds.feasible).sum())
+        unconverged = int((ds.feasible & ~ds.converged).sum())
+    else:
+        client = _dask_client(args.scheduler) if args.scheduler else None
+        try:
+            ds = sweep_to_zarr(out, plan, overwrite=args.overwrite, progress=args.progress, client=client)
+        finally:
+            if client is not None:
+                client.close()
+        infeasible, unconverged = ds.attrs["infeasible_points"], ds.attrs["unconverged_points"]
+    elapsed = time.perf_counter() - start
+
+    points = int(np.prod(plan.shape))
+    print(f"spec: {args.spec or '(built-in default: seed code agent)'}")
+    if spec.description:
+        print(f"  {spec.description}")
+    print(f"grid: {points:,} configurations ({' x '.join(f'{a} {n}' for a, n in zip(AXES, plan.shape))})")
+    where = f", written to {out}" if out else ""
+    print(f"wall time: {elapsed:.2f} s (compilation included{where}), {points / elapsed:,.0f} configs/s, "
+          f"solver {plan.solver.name}, {plan.dtype}")
+    print(f"infeasible (KV memory): {infeasible:,}; unconverged: {unconverged:,}")
+    report.print_frontier(ds, selection)
+    return 0
+
+
+def _reduced_sweep(args, plan, report: Report, selection: dict, out: Path | None, start: float) -> int:
+    """--reduce: keep each cell's front and best configurations, not every point."""
+    reduced = pareto_sweep(plan, x=report.x, y=report.y, dims=report.dims, maximize=report.maximize,
+                           max_front_points=args.max_front_points)
+    elapsed = time.perf_counter() - start
+    if out is not None:
+        to_zarr(reduced, out, overwrite=args.overwrite)
+    points = int(np.prod(plan.shape))
+    cells = int(reduced.front_size.size)
+    print(f"spec: {args.spec or '(built-in default: seed code agent)'}")
+    print(f"grid: {points:,} configurations reduced to the Pareto fronts of {cells:,} cells"
+          f"{f', written to {out}' if out else ''}")
+    print(f"wall time: {elapsed:.2f} s, {points / elapsed:,.0f} configs/s")
+    cell = reduced.sel(selection)
+    k = int(cell.front_size)
+    print(f"\nPareto front at {', '.join(f'{a}={v}' for a, v in selection.items())}: {k} configurations")
+    table = pd.DataFrame({name.removeprefix("front_"): cell[name].values[: min(k, cell.sizes['front_point'])]
+                          for name in cell.data_vars if name.startswith("front_") and name != "front_size"})
+    table = table.drop_duplicates(subset=[report.x, report.y], keep="first")
+    with pd.option_context("display.width", 250, "display.float_format", FLOAT_FORMAT):
+        print(table.to_string(index=False))
+    return 0
+
+
+def _dask_client(address: str):
+    try:
+        from distributed import Client
+    except ImportError:
+        raise JaxparetoError("--scheduler", "needs dask.distributed: pip install 'jaxpareto[dask]'") from None
+    return Client(address)
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("sweep", help="run a sweep spec (default: the seed's code agent) and print its frontier")
+    p.add_argument("spec", nargs="?", help="sweep spec TOML or a preset name (default: built-in code agent)")
+    add_output_options(p, "zarr store to stream into; an unfinished one of the same spec is resumed, "
+                          "anything else existing is refused unless --overwrite")
+    p.add_argument("--dtype", choices=DTYPES, help="override the spec's floating point type")
+    p.add_argument("--solver", choices=SOLVERS,
+                   help="closed-loop fixed-point solver (default: the spec's, damped)")
+    p.add_argument("--method", action=Renamed, default=argparse.SUPPRESS,
+                   renamed_to="the fixed-point solver is --solver (damped, exact)")
+    p.add_argument("--variables", help="comma-separated outputs to keep (default all)")
+    p.add_argument("--chunk-points", type=int, help="points per compute block and zarr chunk")
+    add_calibration_option(p)
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar on stderr (default: only when stderr is a terminal)")
+    p.add_argument("--scheduler", metavar="ADDRESS", help="run the blocks on a dask.distributed scheduler (needs --out)")
+    p.add_argument("--reduce", action="store_true",
+                   help="keep only each cell's Pareto front and best configurations (for grids too large to store)")
+    p.add_argument("--max-front-points", type=int, default=64, help="with --reduce: front points kept per cell")
+    p.set_defaults(func=_cmd_sweep)
+    return p

@@ -1,0 +1,326 @@
+"""`plan_sweep`: every input of a sweep validated into one `SweepPlan`, before anything compiles.
+
+The plan is the object the later stages receive whole: the in-memory sweep, the zarr store,
+the Pareto reduction, sessions, the optimiser and sizing all start from one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+from collections.abc import Mapping, Sequence
+
+import jax
+import numpy as np
+
+from jaxpareto.definitions.axes import AXIS_BY_NAME, AXIS_TABLE, grid_axes
+from jaxpareto.definitions.checks import check_number
+from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.definitions.hardware import Hardware
+from jaxpareto.definitions.model import Model
+from jaxpareto.definitions.options import CACHE_MODELS, ModelOptions
+from jaxpareto.definitions.schema import OUTPUTS
+from jaxpareto.definitions.settings import DTYPES, SOLVERS, Efficiency, Solver, Workload, flat_default, numeric_fields, \
+    solver_of
+from jaxpareto.definitions.version import __version__
+from jaxpareto.definitions.settings import DEFAULT_CHUNK_POINTS
+from jaxpareto.mapper import GridProblem
+from jaxpareto.definitions.calibration_file import calibration_options, load_calibration
+
+# The flat keywords of `plan_sweep`: every settings field, and every option.
+_SETTINGS = {cls: {f.name: f for f in numeric_fields(cls)} for cls in (Workload, Efficiency, Solver)}
+FLAT_KEYWORDS: dict[str, object] = {name: flat_default(f) for fields in _SETTINGS.values() for name, f in fields.items()}
+FLAT_KEYWORDS.update({**ModelOptions()._asdict(), "cache_model": None})
+_RENAMED = {"method": "the fixed-point solver is solver= ('damped', 'exact')"}
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepPlan:
+    """A validated sweep: definitions, axis values, scalars and options, ready to run.
+
+    Attributes:
+        definitions: categorical axis -> its definitions (`Hardware` for ``gpu``, `Model` for
+            ``model``), in coordinate order.
+        axes: numeric axis -> 1-D values.
+        workload, efficiency, solver: the shared scalars (checked); ``solver.name`` is the solver.
+        dtype: "float32" or "float64".
+        variables: the outputs kept, in schema order.
+        chunk_points: points per compute block and zarr chunk.
+        extra_attrs: attributes added to the dataset.
+        options: the model's equations.
+    """
+
+    definitions: dict[str, list]
+    axes: dict[str, np.ndarray]
+    workload: Workload
+    efficiency: Efficiency
+    solver: Solver
+    dtype: str
+    variables: tuple[str, ...]
+    chunk_points: int
+    extra_attrs: dict = dataclasses.field(default_factory=dict)
+    options: ModelOptions = ModelOptions()
+
+    @property
+    def gpus(self) -> list[Hardware]:
+        return self.definitions["gpu"]
+
+    @property
+    def models(self) -> list[Model]:
+        return self.definitions["model"]
+
+    def replace(self, **changes) -> "SweepPlan":
+        """A copy with fields replaced (``axes`` entries merge into the plan's)."""
+        if "axes" in changes:
+            changes["axes"] = {**self.axes, **changes["axes"]}
+        return dataclasses.replace(self, **changes)
+
+    def problem(self, outputs: Sequence[str] | None = None, whole_axes: Sequence[int] = ()) -> GridProblem:
+        return GridProblem(
+            {name: [d.to_params() for d in defs] for name, defs in self.definitions.items()}, self.axes,
+            self.workload, self.efficiency, self.solver, dtype=self.dtype,
+            outputs=self.variables if outputs is None else tuple(outputs), chunk_points=self.chunk_points,
+            whole_axes=whole_axes, options=self.options,
+        )
+
+    @property
+    def coords(self) -> dict[str, Sequence]:
+        return {a.name: [d.name for d in self.definitions[a.name]] if a.categorical else self.axes[a.name]
+                for a in AXIS_TABLE}
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(len(values) for values in self.coords.values())
+
+    def attrs(self) -> dict:
+        """Provenance attributes (SPEC.md section 4), JSON-serialisable."""
+        workload = self.workload
+        return {
+            "title": "jaxpareto agent-serving sweep",
+            "jaxpareto_version": __version__,
+            "jax_version": jax.__version__,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "model_equations": "seed 000 section 3 eqs. 1-5 as fixed by SPEC.md section 3",
+            "dtype": self.dtype,
+            "solver": self.solver.name,
+            **self.options._asdict(),
+            **{name: float(getattr(workload, name)) for name in workload.__dataclass_fields__},
+            "cache_ttl_s": float(workload.cache_ttl_s) if self.options.cache_model == "ttl" else "none (no expiry)",
+            "kv_context_tokens": "per point (context_tokens)" if workload.kv_context_tokens == 0
+            else float(workload.kv_context_tokens),
+            **{name: float(getattr(self.efficiency, name)) for name in self.efficiency.__dataclass_fields__},
+            **{f.name: getattr(self.solver, f.name) for f in numeric_fields(Solver)},
+            "hardware": json.dumps([g.to_dict() for g in self.gpus]),
+            "models": json.dumps([m.to_dict() for m in self.models]),
+            **self.extra_attrs,
+        }
+
+
+def plan_sweep(
+    gpu: str | Hardware | Sequence[str | Hardware],
+    model: str | Model | Sequence[str | Model],
+    tp: int | Sequence[int],
+    concurrency: int | Sequence[int],
+    think_time_s: float | Sequence[float] = AXIS_BY_NAME["think_time_s"].default,
+    context_tokens: int | Sequence[int] = AXIS_BY_NAME["context_tokens"].default,
+    hit_rate: float | Sequence[float] = AXIS_BY_NAME["hit_rate"].default,
+    *,
+    workload: Workload | None = None,
+    efficiency: Efficiency | None = None,
+    solver: str | Solver = "damped",
+    options: ModelOptions | None = None,
+    dtype: str = "float32",
+    variables: Sequence[str] | None = None,
+    chunk_points: int = DEFAULT_CHUNK_POINTS,
+    hardware: Sequence[Hardware] = (),
+    models: Sequence[Model] = (),
+    attrs: dict | None = None,
+    calibration=None,
+    **settings,
+) -> SweepPlan:
+    """Validate every input of a sweep without computing anything.
+
+    Every axis may be a scalar or a sequence (`jaxpareto.definitions.axes.AXIS_TABLE` gives
+    each one's unit, bounds and default). The shared scalars come as objects, as flat keywords,
+    or both (a keyword replaces that field of the object).
+
+    Args:
+        gpu: catalog names (`jaxpareto.catalog.gpus`), names from ``hardware``, or
+            `Hardware` definitions.
+        model: catalog names, names from ``models``, or `Model` definitions.
+        tp: tensor-parallel degrees G (integers >= 1).
+        concurrency: concurrent sessions C (integers >= 1).
+        think_time_s: pauses between turns Z [s] (>= 0).
+        context_tokens: context length of the turn L [tokens] (integers >= 1).
+        hit_rate: prefix-cache hit rates h in [0, 1].
+        workload: `Workload` (osl, delta_tokens, kv_context_tokens, TTL, pauses, chunk size,
+            host tier); default the seed's code agent.
+        efficiency: `Efficiency` factors and opt-in overheads; default the seed's.
+        solver: "damped" (default: the seed's iteration, the reference), "exact" (closed form
+            per linear piece of R(B); agrees with damped to 1e-5 where it converged, iterations
+            reported as 0), or a `Solver` with its damping, tol and max_iter.
+        options: `ModelOptions`: which equations (expert routing, prefill model, cache model,
+            pause distribution); default the seed's.
+        dtype: "float32" (default, fast) or "float64".
+        variables: outputs to compute and keep (default all; ``feasible`` and ``converged``
+            are always kept).
+        chunk_points: points per compiled block (memory/compile-size trade-off).
+        hardware, models: custom definitions that the name lists may refer to.
+        attrs: extra JSON-serialisable dataset attributes (e.g. the spec that produced it).
+        calibration: a calibration TOML path (``jaxpareto calibrate``), or a mapping, whose
+            ``[efficiency]`` values replace the efficiency factors they name; its ``[model]``
+            table's ``prefill_model`` (the model the factors were fitted with) is adopted, and
+            asking for another prefill model is an error.
+        **settings: flat keywords, each a field of `Workload`, `Efficiency`, `Solver` (damping,
+            tol, max_iter) or `ModelOptions` (`FLAT_KEYWORDS` lists them with their defaults).
+            ``kv_context_tokens=None`` (default) holds each point's own context in KV;
+            ``cache_ttl_s`` given implies ``cache_model="ttl"``.
+
+    Returns:
+        `SweepPlan`.
+
+    Raises:
+        JaxparetoError: naming the field and the allowed values; a renamed keyword names its
+            new spelling.
+    """
+    for name in settings:
+        if name in _RENAMED:
+            raise JaxparetoError(name, f"renamed: {_RENAMED[name]}")
+        if name not in FLAT_KEYWORDS:
+            raise JaxparetoError(name, "unknown argument", sorted(FLAT_KEYWORDS))
+    for field, value, cls in (("workload", workload, Workload), ("efficiency", efficiency, Efficiency),
+                              ("options", options, ModelOptions)):
+        if value is not None and not isinstance(value, cls):
+            raise JaxparetoError(field, f"expected a jaxpareto {cls.__name__}, got {type(value).__name__}")
+    if dtype not in DTYPES:
+        raise JaxparetoError("dtype", f"unknown dtype {dtype!r}", DTYPES)
+    solver = _settings(Solver, solver_of(solver), settings)
+    options = _options(options, settings, workload)
+    if calibration is not None:
+        fitted_with = calibration_options(calibration).get("prefill_model")
+        if fitted_with is not None and options.prefill_model not in ("isolated", fitted_with):
+            raise JaxparetoError("prefill_model", f"the calibration's factors were fitted with {fitted_with!r}; "
+                                                  f"they do not transfer to {options.prefill_model!r}")
+        options = options._replace(prefill_model=fitted_with or options.prefill_model)  # adopt the fit's model
+    if solver.name == "exact" and not options.piecewise_linear:
+        raise JaxparetoError("solver", "'exact' needs a piecewise-linear R(B): expert_routing='seed', "
+                                       "prefill_model='isolated' and cache_model 'given' or 'ttl'; use 'damped'")
+    workload = _settings(Workload, workload or Workload(), settings)
+    _check_used(options, workload)
+    efficiency = _settings(Efficiency, efficiency or Efficiency(), settings)
+    if calibration is not None:
+        efficiency = dataclasses.replace(efficiency, **load_calibration(calibration))
+    efficiency = efficiency.validate()
+    chunk_points = check_number("chunk_points", chunk_points, low=1, integer=True)
+    definitions, axes = grid_axes(
+        dict(gpu=gpu, model=model, tp=tp, concurrency=concurrency, think_time_s=think_time_s,
+             context_tokens=context_tokens, hit_rate=hit_rate),
+        custom={"gpu": _by_name("hardware", hardware, Hardware), "model": _by_name("models", models, Model)},
+    )
+    extra = dict(attrs or {})
+    if calibration is not None and not isinstance(calibration, Mapping):
+        extra.setdefault("calibration", str(calibration))
+    try:
+        json.dumps(extra)
+    except TypeError as error:
+        raise JaxparetoError("attrs", f"must be JSON-serialisable: {error}") from None
+    return SweepPlan(definitions, axes, workload, efficiency, solver, dtype, output_variables(variables),
+                     chunk_points, extra, options)
+
+
+def as_plan(*args, **kwargs) -> SweepPlan:
+    """A `SweepPlan` given whole (the one positional argument), or `plan_sweep` of the arguments:
+    what `sweep`, `sweep_to_zarr` and `pareto_sweep` accept.
+
+    Raises:
+        JaxparetoError: as `plan_sweep`; a plan given with other arguments.
+    """
+    if args and isinstance(args[0], SweepPlan):
+        if len(args) > 1 or kwargs:
+            raise JaxparetoError("plan", "a SweepPlan is complete: pass no other sweep arguments with it")
+        return args[0]
+    return plan_sweep(*args, **kwargs)
+
+
+def _settings(cls, base, settings: Mapping):
+    """``base`` (a `cls`) with the flat keywords that name its fields, checked."""
+    given = {name: value for name, value in settings.items() if name in _SETTINGS[cls] and value is not None}
+    for name, value in given.items():  # a flat keyword that means "set" must be > 0 (0 is "unset")
+        if _SETTINGS[cls][name].metadata.get("unset"):
+            check_number(name, value, low=0, low_inclusive=False)
+    return dataclasses.replace(base, **given).validate()
+
+
+def _options(options: ModelOptions | None, settings: Mapping, workload: Workload | None) -> ModelOptions:
+    """The checked `ModelOptions`: the object's, with the flat keywords that name its fields.
+
+    ``cache_model`` unset means "ttl" when a TTL is given (keyword or `Workload`), else "given".
+
+    Raises:
+        JaxparetoError: naming the field and the allowed values.
+    """
+    options = options or ModelOptions()
+    given = {k: v for k, v in settings.items() if k in ModelOptions._fields and v is not None}
+    ttl = settings.get("cache_ttl_s")
+    has_ttl = ttl is not None or (workload is not None and workload.cache_ttl_s > 0)
+    if "cache_model" not in given and options.cache_model == "given" and has_ttl:
+        given["cache_model"] = "ttl"
+    options = options._replace(**given).validate()
+    if has_ttl != (options.cache_model == "ttl"):
+        raise JaxparetoError("cache_ttl_s", f"the TTL model needs cache_ttl_s and only it takes one "
+                                            f"(cache_model={options.cache_model!r}, cache_ttl_s={ttl!r})",
+                             CACHE_MODELS)
+    return options
+
+
+# Settings that only some equations use: (field, the option that uses it, the values that do).
+_USED_BY = (("tier_capacity_gb", "cache_model", ("lru",)), ("tier_bandwidth_gbs", "cache_model", ("lru",)),
+            ("prefill_chunk_tokens", "prefill_model", ("shared",)),
+            ("pause_distribution", "cache_model", ("ttl", "lru")), ("pause_sigma", "cache_model", ("ttl", "lru")))
+
+
+def _check_used(options: ModelOptions, workload: Workload) -> None:
+    """Refuse a setting that the chosen equations would ignore rather than drop it silently: a
+    host tier needs the LRU model, a chunk size the shared engine, a pause distribution other
+    than the default the TTL or LRU model.
+
+    Raises:
+        JaxparetoError: naming the field and the option it needs.
+    """
+    defaults = {**dataclasses.asdict(Workload()), **ModelOptions()._asdict()}
+    values = {**dataclasses.asdict(workload), **options._asdict()}
+    for field, needs, wanted in _USED_BY:
+        if values[field] != defaults[field] and getattr(options, needs) not in wanted:
+            raise JaxparetoError(field, f"is only used with {needs} {' or '.join(map(repr, wanted))}, "
+                                        f"not {getattr(options, needs)!r}; leave it at {defaults[field]!r}")
+
+
+def output_variables(variables) -> tuple[str, ...]:
+    """The outputs to compute, in schema order; ``feasible`` and ``converged`` always.
+
+    Raises:
+        JaxparetoError: an unknown output, listing the known ones.
+    """
+    if variables is None:
+        return tuple(OUTPUTS)
+    names = [variables] if isinstance(variables, str) else list(variables)
+    for name in names:
+        if name not in OUTPUTS:
+            raise JaxparetoError("variables", f"unknown output {name!r}", list(OUTPUTS))
+    wanted = {*names, "feasible", "converged"}
+    return tuple(name for name in OUTPUTS if name in wanted)
+
+
+def _by_name(field: str, items: Sequence, kind) -> dict:
+    out = {}
+    for item in items:
+        if not isinstance(item, kind):
+            raise JaxparetoError(field, f"expected jaxpareto.{kind.__name__} definitions, got {type(item).__name__}")
+        if item.name in out:
+            raise JaxparetoError(field, f"two definitions named {item.name!r}; names must be unique")
+        out[item.name] = item
+    return out
+
+
+__all__ = ["DTYPES", "FLAT_KEYWORDS", "SOLVERS", "SweepPlan", "as_plan", "output_variables", "plan_sweep"]

@@ -1,0 +1,285 @@
+"""The model's prediction of each validation row, a pure JAX function of the `Efficiency` factors.
+
+The rows are turned into arrays by `jaxpareto.measure.row_inputs` (the standard-serving special
+case of the seed, and how prefill is encoded); this module evaluates them.
+
+Load. Rows are evaluated at what they were measured at:
+
+- ``concurrency``: the row's concurrency C (sessions per TP group).
+- ``offline`` (maximum throughput): as many sessions as KV memory admits (``concurrency_max``),
+  or the row's concurrency if it gives one.
+- ``server`` (a latency logged while serving ``load_tokens_per_s``): Little's-law matching. With
+  Z = 0 the model's closed loop serves X(C) = C x OSL / R(C) output tokens/s per TP group, which
+  rises with C; the continuous C in [1, concurrency_max] with X(C) = the target is found by
+  bisection (`BISECTION_STEPS` halvings) and TTFT / TPOT are evaluated there (C = X R / OSL:
+  Little's law with the model's own turn latency R). The target is the same share of the
+  model's capacity X(concurrency_max) as the measured load is of the system's measured offline
+  throughput (``capacity_tokens_per_s``): a server benchmark runs near its own saturation, and
+  its latencies there depend on how close it is, which the absolute load would misplace
+  whenever the model's capacity is off (the offline rows score the capacity itself). Rows
+  without a capacity are matched to the absolute load per group; a load above X at
+  concurrency_max (or below X(1)) is flagged unreachable and evaluated at that bound.
+- ``static``: ``kv_capacity_tokens`` is concurrency_max at a 1-token context: M_avail / κ r_kv.
+
+Normalisation. A row's system has ``gpus`` GPUs in gpus / tp TP groups (replicas). Whole-system
+throughput (``output_tokens_per_s_total``) is predicted as the per-GPU output tokens/s of one
+group (`evaluate_point`'s ``output_tokens_per_s_per_gpu``) times ``gpus``; a server row's load is
+divided by the number of groups before matching; concurrencies, latencies and KV capacity are
+per group.
+
+Differentiability. `prediction_fn` returns a pure JAX function of the `Efficiency` pytree
+(``jax.vmap`` of `evaluate_point` over the rows, the `Efficiency` passed through unchanged). The
+server rows' C is found by bisection on stopped gradients, then corrected by one Newton step
+C = C0 - (X(C0) - X*) / (dX/dC) whose slope is held fixed: its value is C0 (to the bisection's
+precision) and its derivative is the implicit-function one, dC/dθ = -(∂X/∂θ) / (∂X/∂C), so
+``jax.grad`` of a loss of the predictions equals the finite difference of re-solved predictions.
+"""
+
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+
+from jaxpareto.definitions.axes import GridPoint
+from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.definitions.options import ModelOptions
+from jaxpareto.definitions.settings import Efficiency, Solver
+from jaxpareto.measure.row_inputs import RowInputs, row_inputs
+from jaxpareto.measure.validation_set import load_validation_set
+from jaxpareto.mapper import map_points
+from jaxpareto.physics.point import evaluate_point
+from jaxpareto.search.optimize import solver_for
+
+#: Halvings of [1, concurrency_max] in the Little's-law matching of server rows.
+BISECTION_STEPS = 64
+
+
+# The one place the rows are evaluated: every prediction of this module goes through `_outputs`.
+def _outputs(inputs: RowInputs, efficiency, solver, concurrency, options):
+    """`evaluate_point` vmapped over the rows at per-row ``concurrency`` under the model
+    ``options`` (default the seed's equations; the exact closed-loop solver where R(B) is
+    piecewise linear, else the damped one)."""
+
+    def one(row, efficiency, solver):
+        point, workload = row
+        return evaluate_point(point, workload, efficiency, solver, options=options)
+
+    points = GridPoint(gpu=inputs.hw, model=inputs.model, tp=inputs.tp, concurrency=concurrency,
+                       think_time_s=inputs.think_time_s, context_tokens=inputs.context_tokens, hit_rate=inputs.hit_rate)
+    return map_points(one, (points, inputs.workload),
+                      (efficiency, dataclasses.replace(solver, name=solver_for(options))))
+
+
+def _group_throughput(out, inputs: RowInputs):
+    """Output tokens/s of one TP group: per-GPU output x G."""
+    return out.output_tokens_per_s_per_gpu * inputs.tp
+
+
+def _target(inputs: RowInputs, capacity):
+    """A server row's throughput to match per group: its share of the model's ``capacity``, or
+    the absolute load where no measured capacity is given."""
+    return jnp.where(inputs.load_fraction > 0, inputs.load_fraction * capacity, inputs.target)
+
+
+def _solve_server(inputs: RowInputs, efficiency, solver, options, steps):
+    """Bisection for the server rows' C (no gradients): X(C) = target on [1, concurrency_max]."""
+    throughput = functools.partial(_group_throughput, inputs=inputs)
+    evaluate = functools.partial(_outputs, inputs, efficiency, solver, options=options)
+    ones = jnp.ones_like(inputs.tp)
+    first = evaluate(ones)
+    cmax = first.concurrency_max.astype(inputs.tp.dtype)
+    hi0 = jnp.maximum(cmax, 1.0)
+    x_lo, x_hi = throughput(first), throughput(evaluate(hi0))
+    target = _target(inputs, x_hi)
+    reachable = inputs.server & (x_lo <= target) & (target <= x_hi)
+
+    def halve(_, bounds):
+        lo, hi = bounds
+        mid = 0.5 * (lo + hi)
+        below = throughput(evaluate(mid)) < target
+        return jnp.where(below, mid, lo), jnp.where(below, hi, mid)
+
+    lo, hi = jax.lax.fori_loop(0, steps, halve, (ones, hi0))
+    bound = jnp.where(target > x_hi, hi0, ones)  # where an unreachable row is evaluated
+    c0 = jnp.where(inputs.server, jnp.where(reachable, 0.5 * (lo + hi), bound), ones)
+    return c0, reachable, cmax, x_hi
+
+
+def _predict(inputs: RowInputs, efficiency, solver, *, options, steps):
+    """Predictions and diagnostics; a pure function of ``efficiency`` (differentiable)."""
+    frozen = jax.lax.stop_gradient(efficiency)
+    c0, reachable, cmax, x_max = _solve_server(inputs, frozen, solver, options, steps)
+
+    def x_of(eff, c):
+        return _group_throughput(_outputs(inputs, eff, solver, c, options), inputs)
+
+    # Newton step with a held slope: value C0, derivative -(dX/dθ) / (dX/dC) (implicit function).
+    _, slope = jax.jvp(functools.partial(x_of, frozen), (c0,), (jnp.ones_like(c0),))
+    solved = reachable & (slope > 0)
+    slope = jax.lax.stop_gradient(jnp.where(solved, slope, 1.0))
+    capacity = x_of(efficiency, jnp.maximum(cmax, 1.0))
+    residual = jnp.where(solved, x_of(efficiency, c0) - _target(inputs, capacity), 0.0)
+    c_server = jnp.where(solved, c0 - residual / slope, c0)
+    concurrency = jnp.where(inputs.server, c_server, inputs.concurrency)
+
+    out = _outputs(inputs, efficiency, solver, concurrency, options)
+    candidates = jnp.stack([
+        out.output_tokens_per_s_per_gpu * inputs.gpus,  # whole system: per-GPU output x all GPUs
+        out.tpot_ms,
+        out.ttft_ms,
+        out.concurrency_max.astype(inputs.tp.dtype),
+    ])
+    prediction = jnp.take_along_axis(candidates, inputs.metric[None, :], axis=0)[0]
+    details = {
+        "concurrency": concurrency,
+        "concurrency_eff": out.concurrency_eff,
+        "concurrency_max": cmax,
+        "reachable": reachable,
+        "max_load_tokens_per_s": x_max * inputs.gpus / inputs.tp,
+        "feasible": out.feasible,
+    }
+    return prediction, details
+
+
+@functools.cache
+def _jitted_predict(options: ModelOptions, steps: int):
+    """One jitted `_predict` per static choice, shared by every `Predictor` (no recompiling)."""
+    return jax.jit(functools.partial(_predict, options=options, steps=steps))
+
+
+class Predictor:
+    """The model's prediction of each row as a pure JAX function of an `Efficiency`.
+
+    Calling it returns a ``jnp`` array of shape (rows,) in each row's metric and unit: whole-system
+    output tokens/s, TPOT/ITL or TTFT in ms, KV capacity in tokens. It is jitted, and
+    ``jax.grad`` of any scalar function of it gives gradients for every `Efficiency` field.
+
+    For ``dtype="float64"`` call it (and take gradients) inside ``jax.enable_x64(True)``;
+    `predict` and `validate` do that themselves; outside it, a call raises `JaxparetoError`.
+
+    Raises:
+        JaxparetoError: on construction, as `prediction_fn`.
+    """
+
+    def __init__(self, rows: pd.DataFrame, *, solver: Solver = Solver(), dtype: str = "float64",
+                 prefill: str = "isl", options: ModelOptions = ModelOptions(),
+                 bisection_steps: int = BISECTION_STEPS):
+        self.rows = rows.reset_index(drop=True)
+        self.dtype = dtype
+        self.inputs = row_inputs(self.rows, dtype, prefill)
+        dt = np.dtype(dtype)
+        solver = solver.validate()
+        self.solver = dataclasses.replace(
+            solver, damping=np.asarray(solver.damping, dt), tol=np.asarray(solver.tol, dt),
+            max_iter=np.asarray(solver.max_iter, np.int32))
+        self._jitted = _jitted_predict(options.validate(), int(bisection_steps))
+
+    def evaluate(self, efficiency: Efficiency) -> tuple[jax.Array, dict[str, jax.Array]]:
+        """(predictions (rows,), diagnostics of `details`) as JAX arrays: traceable, for losses
+        that need to know which rows are scored (``feasible``, ``reachable``)."""
+        return self._run(efficiency)
+
+    def _run(self, efficiency: Efficiency):
+        dt = np.dtype(self.dtype)
+        if jax.dtypes.canonicalize_dtype(dt) != dt:
+            raise JaxparetoError("dtype", f"{self.dtype} needs jax.enable_x64(True) around the call and jax.grad")
+        efficiency = jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype=dt), efficiency)
+        return self._jitted(self.inputs, efficiency, self.solver)
+
+    def __call__(self, efficiency: Efficiency) -> jax.Array:
+        """Predictions of every row, shape (rows,), in the rows' units."""
+        return self._run(efficiency)[0]
+
+    def details(self, efficiency: Efficiency) -> dict[str, np.ndarray]:
+        """Predictions and diagnostics per row as NumPy arrays: ``prediction``, ``concurrency``
+        (sessions per group evaluated; server rows: the matched C), ``concurrency_eff``,
+        ``concurrency_max``, ``reachable`` (server rows whose load the model can serve),
+        ``max_load_tokens_per_s`` (whole-system throughput at concurrency_max), ``feasible``."""
+        prediction, details = self._run(efficiency)
+        return {"prediction": np.asarray(prediction), **{k: np.asarray(v) for k, v in details.items()}}
+
+
+def validation_rows(rows) -> pd.DataFrame:
+    """The rows to predict: a `load_validation_set` DataFrame as given, else the set read from a
+    CSV path (None: the shipped set).
+
+    Raises:
+        JaxparetoError: ``rows`` is none of these, or the file is refused by `load_validation_set`.
+    """
+    if rows is None or isinstance(rows, (str, Path)):
+        return load_validation_set(rows)
+    if not isinstance(rows, pd.DataFrame):
+        raise JaxparetoError("rows", "expected a DataFrame from load_validation_set or a CSV path, "
+                                     f"got {type(rows).__name__}")
+    return rows
+
+
+def prediction_fn(rows=None, *, solver: Solver = Solver(), dtype: str = "float64", prefill: str = "isl",
+                  options: ModelOptions = ModelOptions()) -> Predictor:
+    """The rows' predictions as a function of `Efficiency` (for calibration by ``jax.grad``).
+
+    Args:
+        rows: DataFrame from `jaxpareto.measure.validation_set.load_validation_set`, a CSV path, or None
+            for the shipped set.
+        solver: closed-loop solver controls. dtype: "float64" (default) or "float32".
+        prefill: "isl" (TTFT prefills the prompt) or "context" (the whole context L).
+        options: the model's equations (`jaxpareto.definitions.options.ModelOptions`; default the seed's).
+            ``ModelOptions(prefill_model="shared")`` makes TTFT at a server load include the wait
+            for prefill capacity. The closed loop uses the exact solver where it applies.
+
+    Returns:
+        A `Predictor`: ``f(efficiency) -> jnp array (rows,)``.
+
+    Raises:
+        JaxparetoError: bad ``rows`` (see `validation_rows`), an unknown ``dtype`` or ``prefill``,
+            or a bad ``solver`` or ``options`` field.
+
+    Example::
+
+        f = prediction_fn()
+        with jax.enable_x64(True):
+            loss = lambda eff: jnp.mean(jnp.log(f(eff) / measured) ** 2)
+            grads = jax.grad(loss)(Efficiency())     # an Efficiency of d loss / d field
+    """
+    return Predictor(validation_rows(rows), solver=solver, dtype=dtype, prefill=prefill, options=options)
+
+
+def check_efficiency(efficiency: Efficiency) -> Efficiency:
+    """``efficiency`` itself, once checked.
+
+    Raises:
+        JaxparetoError: not an `Efficiency`, or a field out of its bounds.
+    """
+    if not isinstance(efficiency, Efficiency):
+        raise JaxparetoError("efficiency", f"expected a jaxpareto Efficiency, got {type(efficiency).__name__}")
+    efficiency.validate()  # raises on a bad value; the object itself is passed on unchanged
+    return efficiency
+
+
+def predict(rows=None, efficiency: Efficiency = Efficiency(), solver: Solver = Solver(), dtype: str = "float64",
+            prefill: str = "isl", options: ModelOptions = ModelOptions()) -> np.ndarray:
+    """The model's prediction of each row's metric (see the module docstring for how).
+
+    Args:
+        rows: DataFrame from `load_validation_set`, a CSV path, or None for the shipped set.
+        efficiency: efficiency factors (default the seed's: η_p 0.65, η_d 0.40, overhead 1.10).
+        solver, dtype, prefill, options: as in `prediction_fn`.
+
+    Returns:
+        float64 NumPy array (rows,) in each row's unit; NaN where the model finds the row
+        infeasible (weights or one session do not fit).
+
+    Raises:
+        JaxparetoError: as `prediction_fn`, or a bad ``efficiency`` (see `check_efficiency`).
+    """
+    predictor = prediction_fn(rows, solver=solver, dtype=dtype, prefill=prefill, options=options)
+    efficiency = check_efficiency(efficiency)
+    with jax.enable_x64(dtype == "float64"):
+        return np.asarray(predictor(efficiency), dtype=np.float64)

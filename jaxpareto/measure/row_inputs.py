@@ -1,0 +1,136 @@
+"""The validation set's rows as arrays: what the prediction of `jaxpareto.measure.predict` evaluates.
+
+Every row of `jaxpareto.measure.validation_set` is evaluated with `jaxpareto.physics.point.evaluate_point` in the
+standard-serving special case of the seed (SPEC.md section 3): think time Z = 0, no prefix
+cache, a context of ISL + OSL / 2 tokens (the session-average context of a request decoding OSL
+tokens after an ISL-token prompt) unless the row gives ``context_tokens``, and the row's OSL.
+
+Prefill. By default (``prefill="isl"``) TTFT prefills the ISL prompt tokens while decode and KV
+memory see the ISL + OSL / 2 context. `evaluate_point` has one context per point, so this is
+passed as h = 1 with ΔL = ISL (eq. 2 then prefills min(ΔL, L) = ISL): it encodes "only the prompt
+is prefilled", not a cache. ``prefill="context"`` is the literal special case (h = 0, the whole
+context L prefilled), which over-counts prefill by OSL / 2 tokens (9x for ISL/OSL 128/2048).
+
+How each load is evaluated, and what is per TP group or per system, is described in
+`jaxpareto.measure.predict`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import numpy as np
+import pandas as pd
+
+from jaxpareto.dataset.sweep import DTYPES
+from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.definitions.hardware import HardwareParams
+from jaxpareto.definitions.model import ModelParams
+from jaxpareto.definitions.settings import Workload
+from jaxpareto.mapper import stack_params
+from jaxpareto.measure.validation_set import COLUMNS, row_gpu, row_model
+
+PREFILL = ("isl", "context")
+#: Concurrency offered to offline rows: above any concurrency_max, so memory sets the batch.
+OFFLINE_CONCURRENCY = 1e9
+#: metric -> row of the stacked candidate predictions (`jaxpareto.measure.predict`).
+METRIC_CODE = {"output_tokens_per_s_total": 0, "tpot_ms": 1, "itl_ms": 1, "ttft_ms": 2, "kv_capacity_tokens": 3}
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class RowInputs:
+    """The rows as arrays (leading axis = rows), what the JAX function closes over.
+
+    Attributes:
+        hw, model: per-row GPU and model (`HardwareParams`, `ModelParams` tables).
+        tp: GPUs per TP group G. gpus: GPUs of the whole system.
+        concurrency: sessions per group offered (offline rows: `OFFLINE_CONCURRENCY` unless the
+            row gives one; server and static rows: 1, unused).
+        think_time_s: Z = 0. context_tokens: L [tokens]. hit_rate: 1 with ``prefill="isl"``.
+        workload: per-row `Workload` (OSL, ΔL = ISL; other fields at their defaults).
+        metric: index into the candidate predictions (`METRIC_CODE`).
+        server: the row is matched to ``target``.
+        target: a server row's load per TP group [output tokens/s] (0 elsewhere).
+        load_fraction: a server row's load over its system's measured capacity, matched as that
+            share of the model's capacity; 0 where no capacity is given (absolute matching).
+    """
+
+    hw: HardwareParams
+    model: ModelParams
+    tp: np.ndarray
+    gpus: np.ndarray
+    concurrency: np.ndarray
+    think_time_s: np.ndarray
+    context_tokens: np.ndarray
+    hit_rate: np.ndarray
+    workload: Workload
+    metric: np.ndarray
+    server: np.ndarray
+    target: np.ndarray
+    load_fraction: np.ndarray
+
+
+def _check_choice(field: str, value: str, allowed) -> None:
+    if value not in allowed:
+        raise JaxparetoError(field, f"unknown value {value!r}", allowed)
+
+
+def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl") -> RowInputs:
+    """Arrays of the rows for the JAX function (see `RowInputs`).
+
+    Args:
+        rows: DataFrame from `jaxpareto.measure.validation_set.load_validation_set`.
+        dtype: "float64" or "float32".
+        prefill: "isl" (TTFT prefills the prompt) or "context" (the whole context L).
+
+    Returns:
+        `RowInputs` with a leading axis of rows.
+
+    Raises:
+        JaxparetoError: an unknown ``dtype`` or ``prefill``, a missing column, or no rows.
+    """
+    _check_choice("dtype", dtype, DTYPES)
+    _check_choice("prefill", prefill, PREFILL)
+    missing = [c for c in COLUMNS if c not in rows.columns]
+    if missing:
+        raise JaxparetoError("rows", f"missing columns {missing}", list(COLUMNS))
+    if len(rows) == 0:
+        raise JaxparetoError("rows", "no rows to predict")
+    dt = np.dtype(dtype)
+    records = rows.to_dict("records")
+    n = len(records)
+    num = functools.partial(np.asarray, dtype=dt)
+    isl, osl = num(rows["isl"]), num(rows["osl"])
+    context = num(rows["context_tokens"])
+    context = np.where(np.isnan(context), isl + osl / 2.0, context)
+    load = rows["load"].to_numpy()
+    given = num(rows["concurrency"])
+    concurrency = np.where(np.isnan(given), np.where(load == "offline", OFFLINE_CONCURRENCY, 1.0), given)
+    concurrency = np.where(load == "server", 1.0, concurrency).astype(dt)
+    tp, gpus = num(rows["tp"]), num(rows["gpus"])
+    server = load == "server"
+    target = np.where(server, num(rows["load_tokens_per_s"]) / (gpus / tp), 0.0).astype(dt)
+    fraction = num(rows["load_tokens_per_s"]) / num(rows["capacity_tokens_per_s"])
+    fraction = np.where(server & np.isfinite(fraction), fraction, 0.0).astype(dt)
+    defaults = Workload()
+    workload = Workload(**{f.name: np.full(n, getattr(defaults, f.name), dtype=dt)
+                           for f in dataclasses.fields(Workload)})
+    workload = dataclasses.replace(workload, osl=osl, delta_tokens=isl, kv_context_tokens=np.zeros(n, dt))
+    return RowInputs(
+        hw=stack_params([row_gpu(r).to_params() for r in records], dt),
+        model=stack_params([row_model(r).to_params() for r in records], dt),
+        tp=tp,
+        gpus=gpus,
+        concurrency=concurrency,
+        think_time_s=np.zeros(n, dt),
+        context_tokens=context.astype(dt),
+        hit_rate=np.full(n, 1.0 if prefill == "isl" else 0.0, dt),
+        workload=workload,
+        metric=np.asarray([METRIC_CODE[m] for m in rows["metric"]], np.int32),
+        server=server,
+        target=target,
+        load_fraction=fraction,
+    )

@@ -1,0 +1,119 @@
+"""What every search shares: SLO constraints, the result of an optimisation, the concurrency range
+and the solver of the continuous searches.
+
+A constraint is an SLO on one numeric output, ``{"ttft_ms": ("<=", 2000)}``; memory (no more
+sessions than the KV cache holds) always applies on top (`jaxpareto.search.penalty` has its
+continuous form).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+import numpy as np
+
+from jaxpareto.definitions.checks import check_number
+from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.definitions.hardware import Hardware
+from jaxpareto.definitions.options import ModelOptions
+from jaxpareto.definitions.schema import OUTPUTS
+
+OPERATORS = ("<=", ">=")
+# the outputs an `OptimizeResult` reports besides the objective and the constrained ones
+REPORTED = ("ttft_ms", "tpot_ms", "latency_ms", "output_tokens_per_s_per_user", "output_tokens_per_s_per_gpu",
+            "turns_per_s", "batch_eff", "gpu_active_ratio", "kv_per_session_gb", "concurrency_max")
+HARDWARE_VARIABLES = ("bandwidth_gbs", "memory_gb", "tflops_fp16", "tflops_fp8", "tflops_fp4")
+NUMERIC_OUTPUTS = tuple(n for n, info in OUTPUTS.items() if info.units != "1" or n == "gpu_active_ratio")
+
+
+@dataclasses.dataclass(frozen=True)
+class Constraint:
+    """An SLO on one output: ``name op limit`` with op "<=" or ">="."""
+
+    name: str
+    op: str
+    limit: float
+
+    def met(self, values: np.ndarray) -> np.ndarray:
+        return values <= self.limit if self.op == "<=" else values >= self.limit
+
+    def describe(self) -> str:
+        return f"{self.name} {self.op} {self.limit:g}"
+
+
+def parse_constraints(constraints: Mapping | None) -> tuple[Constraint, ...]:
+    """Validate ``{name: (op, limit)}``.
+
+    Raises:
+        JaxparetoError: unknown output, operator or a non-finite limit.
+    """
+    out = []
+    for name, spec in (constraints or {}).items():
+        if name not in NUMERIC_OUTPUTS:
+            raise JaxparetoError(f"constraints.{name}", "unknown output", NUMERIC_OUTPUTS)
+        if not isinstance(spec, (tuple, list)) or len(spec) != 2 or spec[0] not in OPERATORS:
+            raise JaxparetoError(f"constraints.{name}", f"expected (op, limit) with op in {OPERATORS}, got {spec!r}")
+        limit = check_number(f"constraints.{name}", spec[1])
+        if limit <= 0:
+            raise JaxparetoError(f"constraints.{name}", f"limits are positive quantities, got {limit!r}")
+        out.append(Constraint(name, spec[0], limit))
+    return tuple(out)
+
+
+def concurrency_range(concurrency) -> tuple[int, int]:
+    """The inclusive integer range ``(lo, hi)`` of a search's concurrency (one integer: lo = hi).
+
+    Raises:
+        JaxparetoError: not an integer or a pair of them, out of [1, 2**24], or lo > hi.
+    """
+    if isinstance(concurrency, (int, np.integer)) and not isinstance(concurrency, bool):
+        lo = hi = check_number("concurrency", concurrency, low=1, integer=True)
+    elif isinstance(concurrency, (tuple, list)) and len(concurrency) == 2:
+        lo = check_number("concurrency", concurrency[0], low=1, high=2**24, integer=True)
+        hi = check_number("concurrency", concurrency[1], low=1, high=2**24, integer=True)
+    else:
+        raise JaxparetoError("concurrency", f"expected an inclusive range (lo, hi) or one integer, got {concurrency!r}")
+    if lo > hi:
+        raise JaxparetoError("concurrency", f"lo {lo} > hi {hi}")
+    return lo, hi
+
+
+def solver_for(options: ModelOptions) -> str:
+    """The closed-loop solver of the continuous searches: the exact closed form where R(B) is
+    piecewise linear, the damped iteration otherwise (both differentiate implicitly)."""
+    return "exact" if options.piecewise_linear else "damped"
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizeResult:
+    """The best configuration of one scenario.
+
+    Attributes:
+        feasible: a configuration meets every constraint.
+        tp, concurrency: the configuration (None when infeasible).
+        objective: the objective's name; ``value`` its value at the configuration.
+        metrics: outputs at the configuration (the objective, constrained outputs, and the
+            usual latency and throughput figures).
+        binding: the constraints that stop a better configuration: an SLO that the next
+            concurrency would violate, "memory" when the next session does not fit,
+            "concurrency <= hi" at the range's end.
+        reason: why nothing is feasible ("" when feasible).
+        method: "exhaustive" or "gradient".
+        hardware: for a hardware what-if (``variables``), the GPU with the values found.
+    """
+
+    feasible: bool
+    tp: int | None
+    concurrency: int | None
+    objective: str
+    value: float
+    metrics: dict
+    binding: tuple[str, ...]
+    reason: str
+    method: str
+    hardware: Hardware | None = None
+
+
+__all__ = ["HARDWARE_VARIABLES", "NUMERIC_OUTPUTS", "OPERATORS", "REPORTED", "Constraint", "OptimizeResult",
+           "concurrency_range", "parse_constraints", "solver_for"]

@@ -1,0 +1,92 @@
+"""Helpers shared by the scripts that rebuild the README's tables and figures.
+
+Only public interfaces are used: ``import jaxpareto as jp``, the ``jaxpareto`` console command,
+the stored datasets it writes (xarray / zarr) and the benchmark scripts in ``benchmarks/``, run
+as subprocesses.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BENCHMARKS = REPO / "benchmarks"
+
+
+def jaxpareto_command() -> list[str]:
+    """The installed ``jaxpareto`` console command (the one next to this Python, else on PATH)."""
+    beside = Path(sys.executable).with_name("jaxpareto")
+    if beside.exists():
+        return [str(beside)]
+    found = shutil.which("jaxpareto")
+    if found:
+        return [found]
+    sys.exit("the `jaxpareto` command is not installed: run `pip install .` in the repository first")
+
+
+def run(cmd: list[str], *, quiet: bool = False, cwd: Path | None = None) -> str:
+    """Run a command, echo it, fail with its output when it fails; its stdout."""
+    print(f"$ {' '.join(cmd)}", file=sys.stderr, flush=True)
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
+    if result.returncode != 0:
+        sys.stderr.write(result.stdout + result.stderr)
+        sys.exit(f"command failed with status {result.returncode}: {' '.join(cmd)}")
+    if not quiet:
+        sys.stderr.write(result.stdout)
+    return result.stdout
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """The README's table layout: ``| a | b |`` rows under a ``| --- |`` rule."""
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(line.replace("|  |", "| |") for line in lines)
+
+
+@contextmanager
+def timed(label: str):
+    """Print how long the block took (stderr)."""
+    start = time.perf_counter()
+    yield
+    print(f"{label}: {time.perf_counter() - start:.1f} s", file=sys.stderr)
+
+
+def run_benchmark(name: str, options: list[str], *, scratch: bool, result_json: str) -> dict:
+    """Run ``benchmarks/<name>.py`` with ``options`` and return its JSON result.
+
+    The benchmark writes into ``benchmarks/results/``. With ``scratch`` (quick runs) it runs from
+    a temporary copy of the repository's ``benchmarks/`` and ``tests/`` folders, so the recorded
+    results stay untouched.
+    """
+    if not scratch:
+        run([sys.executable, str(BENCHMARKS / f"{name}.py"), *options], quiet=False, cwd=REPO)
+        return json.loads((BENCHMARKS / "results" / result_json).read_text())
+    with tempfile.TemporaryDirectory(prefix="jaxpareto-bench-") as tmp:
+        root = Path(tmp)
+        (root / "benchmarks" / "results").mkdir(parents=True)
+        shutil.copy2(BENCHMARKS / f"{name}.py", root / "benchmarks" / f"{name}.py")
+        (root / "tests").symlink_to(REPO / "tests", target_is_directory=True)
+        run([sys.executable, str(root / "benchmarks" / f"{name}.py"), *options], quiet=False, cwd=root)
+        return json.loads((root / "benchmarks" / "results" / result_json).read_text())
+
+
+def recorded(result_json: str) -> dict:
+    """A result recorded in ``benchmarks/results/``."""
+    path = BENCHMARKS / "results" / result_json
+    if not path.exists():
+        sys.exit(f"no recorded result {path}: run the script without --from-recorded first")
+    return json.loads(path.read_text())
+
+
+def device_suffix() -> str:
+    """The JAX platform of this machine (``cpu``, ``gpu``), which names the benchmarks' JSON files."""
+    import jax
+
+    return jax.devices()[0].platform

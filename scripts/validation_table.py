@@ -1,0 +1,113 @@
+"""Rebuild the README's MAPE table (section "Measurements", after **Calibration.**): MAPE (%) over
+all 106 rows of the validation set, and on the held-out rows, before and after calibration, plus
+the "Fitted: ..." line below it.
+
+Columns: the seed's equations with the isolated prefill (``jp.validate()``), the same with the
+shared prefill engine (``prefill_model="shared"``), the calibrated factors with the shared
+engine, and the held-out rows (``jp.calibrate``'s default split: 30 % of each source x metric
+group, seed 0) before -> after. The calibrated factors come from a fresh ``jp.calibrate`` fit
+(400 Adam steps, the command that wrote ``sweeps/calibration.toml``), or from a calibration
+file with ``--calibration FILE``.
+
+Run time on a 2-core CPU: about 3 minutes for the full fit (compiling the gradient takes about
+45 s, each of the 400 steps about 0.3 s); ``--quick`` fits 15 steps instead (about 1 minute; the
+calibrated columns then differ from the README's); ``--calibration sweeps/calibration.toml``
+skips the fit (one step, for the held-out split) and reproduces the README's numbers (about
+1 minute).
+
+Usage: python scripts/validation_table.py [--quick | --steps N | --calibration FILE.toml]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tomllib
+
+import numpy as np
+import pandas as pd
+
+import jaxpareto as jp
+from _common import REPO, markdown_table, timed
+
+HEADER = ["metric", "seed, isolated prefill", "seed, shared prefill", "calibrated, shared",
+          "held out: before → after"]
+# README row label per validation-set metric, in the README's order; then "all".
+METRICS = {"output_tokens_per_s_total": "output tokens/s", "tpot_ms": "TPOT", "itl_ms": "ITL (vLLM, Llama-3.1-8B)",
+           "ttft_ms": "TTFT"}
+
+
+def mape(table: pd.DataFrame, mask=None) -> dict[str, float]:
+    """MAPE (%) per metric and over all rows of a ``jp.validate`` table: mean |predicted /
+    measured - 1| x 100 over the scored rows (no flag, a finite prediction), as ``validate``
+    reports it."""
+    if mask is not None:
+        table = table[np.asarray(mask)]
+    scored = table[table["flag"].eq("") & np.isfinite(table["rel_error"])]
+    out = {metric: float(group["rel_error"].abs().mean() * 100) for metric, group in scored.groupby("metric")}
+    out["all"] = float(scored["rel_error"].abs().mean() * 100) if len(scored) else np.nan
+    return out
+
+
+def read_efficiency(path: str) -> jp.Efficiency:
+    """The ``[efficiency]`` table of a calibration TOML over the seed's defaults."""
+    with open(path, "rb") as f:
+        data = tomllib.load(f)
+    fitted_with = data.get("model", {}).get("prefill_model", "shared")
+    if fitted_with != "shared":
+        sys.exit(f"{path} was fitted with prefill_model = {fitted_with!r}; the table's calibrated column is 'shared'")
+    return jp.Efficiency(**data["efficiency"])
+
+
+def fitted_line(eff: jp.Efficiency) -> str:
+    return (f"Fitted: η_p {eff.eta_prefill:.2f}, η_d {eff.eta_decode:.2f}, decode overhead "
+            f"{eff.decode_overhead_ms:.1f} ms, TTFT overhead {eff.ttft_overhead_ms:.0f} ms, all-reduce at "
+            f"{eff.allreduce_scale:.2f}x the link's peak time plus {eff.allreduce_latency_us:.0f} µs each.")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--quick", action="store_true", help="fit 15 steps only (checks the script; numbers differ)")
+    group.add_argument("--steps", type=int, default=400, help="Adam steps of the fit (default 400, as `jaxpareto "
+                                                                "calibrate`)")
+    group.add_argument("--calibration", metavar="FILE.toml",
+                       help=f"use this file's factors instead of fitting (e.g. {REPO / 'sweeps' / 'calibration.toml'})")
+    args = parser.parse_args()
+    shared = jp.ModelOptions(prefill_model="shared")
+
+    with timed("validate, seed equations"):
+        isolated = mape(jp.validate())
+    steps = 15 if args.quick else (1 if args.calibration else args.steps)
+    with timed(f"calibrate ({steps} steps)"):
+        # the fit also gives the seed/shared table ("before") and the held-out split
+        result = jp.calibrate(steps=steps, options=shared)
+    if args.calibration:
+        efficiency = read_efficiency(args.calibration)
+        with timed("validate, calibrated"):
+            after = jp.validate(efficiency=efficiency, options=shared)
+    else:
+        efficiency, after = result.efficiency, result.after
+    before = result.before
+    seed_shared, calibrated = mape(before), mape(after)
+    held_before, held_after = mape(before, result.test), mape(after, result.test)
+
+    rows = []
+    for metric, label in [*METRICS.items(), ("all", "all")]:
+        rows.append([label, f"{isolated[metric]:.1f}", f"{seed_shared[metric]:.1f}", f"{calibrated[metric]:.1f}",
+                     f"{held_before[metric]:.1f} → {held_after[metric]:.1f}"])
+    n_rows, n_test = len(before), int(np.sum(result.test))
+    print(f"MAPE (%) over all {n_rows} rows, and on the {n_test} held-out rows (before → after calibration):")
+    if args.quick:
+        print(f"(--quick: the factors were fitted with {steps} steps only; the calibrated columns are not the README's)")
+    elif args.calibration:
+        print(f"(calibrated factors from {args.calibration})")
+    print()
+    print(markdown_table(HEADER, rows))
+    print()
+    print(fitted_line(efficiency))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

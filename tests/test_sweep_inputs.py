@@ -1,0 +1,82 @@
+"""A sweep's inputs as objects or as flat keywords, one name per concept, and renamed spellings
+that say the new one."""
+
+import numpy as np
+import pytest
+
+import jaxpareto as jp
+from jaxpareto.definitions.spec import parse_spec
+
+GRID = dict(gpu="h100-sxm", model=["llama-3.1-70b", "qwen3-235b-a22b"], tp=[4, 8], concurrency=[1, 16, 128],
+            think_time_s=[0.5, 5.0], context_tokens=[8192, 32768], hit_rate=[0.0, 0.9])
+
+
+def _same(a, b):
+    assert list(a.data_vars) == list(b.data_vars)
+    for name in a.data_vars:
+        np.testing.assert_array_equal(a[name].values, b[name].values, err_msg=name)
+
+
+def test_objects_give_what_their_flat_keywords_give():
+    objects = jp.sweep(**GRID, workload=jp.Workload(osl=256, delta_tokens=1000, cache_ttl_s=3.0),
+                       efficiency=jp.Efficiency(eta_decode=0.5, decode_overhead_ms=2.0),
+                       solver=jp.Solver(tol=1e-7, name="exact"),
+                       options=jp.ModelOptions(cache_model="ttl", pause_distribution="deterministic"))
+    flat = jp.sweep(**GRID, osl=256, delta_tokens=1000, cache_ttl_s=3.0, eta_decode=0.5, decode_overhead_ms=2.0,
+                    tol=1e-7, solver="exact", pause_distribution="deterministic")
+    _same(objects, flat)
+    assert objects.attrs["solver"] == "exact" and objects.attrs["cache_model"] == "ttl"
+    assert objects.attrs["tol"] == pytest.approx(1e-7) and objects.attrs["osl"] == 256
+
+
+def test_a_flat_keyword_replaces_that_field_of_the_object():
+    ds = jp.sweep(**GRID, workload=jp.Workload(osl=256), osl=64, variables=["tpot_ms"])
+    assert ds.attrs["osl"] == 64 and ds.attrs["delta_tokens"] == jp.Workload().delta_tokens
+
+
+def test_the_solver_is_a_name_or_a_solver_object():
+    by_name = jp.sweep(**GRID, solver="exact", variables=["batch_eff", "iterations"])
+    by_object = jp.sweep(**GRID, solver=jp.Solver(name="exact"), variables=["batch_eff", "iterations"])
+    _same(by_name, by_object)
+    assert int(by_name.iterations.max()) == 0  # the exact solver iterates no damped updates
+    with pytest.raises(jp.JaxparetoError, match=r"solver: unknown solver 'newton' \(allowed: damped, exact\)"):
+        jp.sweep(**GRID, solver="newton")
+    with pytest.raises(jp.JaxparetoError, match="solver"):
+        jp.sweep(**GRID, solver=3)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: jp.sweep(**GRID, method="exact"),
+    lambda: jp.sweep_to_zarr("unused.zarr", **GRID, method="exact"),
+    lambda: jp.session_sweep("h100-sxm", "llama-3.1-70b", 8, 8, turns=2, method="exact"),
+    lambda: jp.pareto_sweep(**GRID, method="exact"),
+])
+def test_the_old_solver_spelling_names_the_new_one(call):
+    with pytest.raises(jp.JaxparetoError, match=r"method: renamed: the fixed-point solver is solver="):
+        call()
+
+
+def test_the_old_spec_solver_key_names_the_new_one():
+    with pytest.raises(jp.JaxparetoError, match=r"\[solver\] method is renamed.*\[solver\] name"):
+        parse_spec({"grid": {"gpu": "h100-sxm", "model": "llama-3.1-8b"}, "solver": {"method": "exact"}})
+    spec = parse_spec({"grid": {"gpu": "h100-sxm", "model": "llama-3.1-8b", "tp": 1, "concurrency": 1},
+                       "solver": {"name": "exact", "tol": 1e-7}})
+    assert spec.sweep_kwargs()["solver"] == "exact" and spec.sweep_kwargs()["tol"] == 1e-7
+
+
+def test_unknown_keywords_and_wrong_objects_are_named():
+    with pytest.raises(jp.JaxparetoError, match="eta_decoder: unknown argument"):
+        jp.sweep(**GRID, eta_decoder=0.5)
+    with pytest.raises(jp.JaxparetoError, match="workload: expected a jaxpareto Workload"):
+        jp.sweep(**GRID, workload={"osl": 3})
+    with pytest.raises(jp.JaxparetoError, match=r"osl: out of range"):
+        jp.sweep(**GRID, workload=jp.Workload(osl=0))
+
+
+def test_axis_defaults_come_from_the_axis_table():
+    from jaxpareto.definitions.axes import AXIS_BY_NAME
+
+    ds = jp.sweep(gpu="h100-sxm", model="llama-3.1-8b", tp=1, concurrency=1, variables=["tpot_ms"])
+    for axis in ("think_time_s", "context_tokens", "hit_rate"):
+        assert ds[axis].values.tolist() == [AXIS_BY_NAME[axis].default]
+        assert ds[axis].attrs["units"] == AXIS_BY_NAME[axis].units
