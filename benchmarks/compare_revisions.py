@@ -7,7 +7,7 @@ machine, so that load and thermal state affect both alike. Each variant of
 LRU, shared + LRU + host tier) is compiled once, then the best of ``--repeat`` steady-state calls
 is kept; the ratio new / old is printed per variant (> 1: this tree is faster).
 
-Usage: python benchmarks/compare_revisions.py REV [--quick] [--repeat N] [--rounds N]
+Usage: python benchmarks/compare_revisions.py REV [--quick] [--repeat N] [--rounds N] [--variants a,b]
 """
 
 from __future__ import annotations
@@ -32,9 +32,11 @@ from bench_models import VARIANTS, grid
 g = grid({quick})
 out = {{}}
 for name, options in VARIANTS.items():
+    if {only!r} and name not in {only!r}:
+        continue
     if "solver" in options:
         try:
-            jp.sweep(**g, **options, variables=["tpot_ms"], concurrency=[1])
+            jp.sweep(**{{**g, "concurrency": [1]}}, **options, variables=["tpot_ms"])
         except TypeError:  # revisions before the solver= spelling
             options = {{"method": options["solver"]}}
     jp.sweep(**g, **options)
@@ -48,11 +50,13 @@ print(json.dumps(out))
 """
 
 
-def _rates(tree: Path, quick: bool, repeat: int) -> dict[str, float]:
-    code = CHILD.format(bench=str(ROOT / "benchmarks"), quick=quick, repeat=repeat)
+def _rates(tree: Path, quick: bool, repeat: int, only: list[str]) -> dict[str, float]:
+    code = CHILD.format(bench=str(ROOT / "benchmarks"), quick=quick, repeat=repeat, only=only)
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=tempfile.gettempdir(), check=True,
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=tempfile.gettempdir(),
                           capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"timing {tree} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -62,6 +66,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="bench_models.py's smaller grid")
     parser.add_argument("--repeat", type=int, default=3, help="steady-state calls per variant (best kept)")
     parser.add_argument("--rounds", type=int, default=2, help="old/new alternations (best kept per tree)")
+    parser.add_argument("--variants", default="", help="comma-separated variant names (default all)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         old = Path(tmp) / "old"
@@ -71,7 +76,8 @@ def main() -> None:
         best: dict[str, dict[str, float]] = {"old": {}, "new": {}}
         for _ in range(args.rounds):
             for label, tree in (("old", old), ("new", ROOT)):
-                for name, rate in _rates(tree, args.quick, args.repeat).items():
+                only = [v for v in args.variants.split(",") if v]
+                for name, rate in _rates(tree, args.quick, args.repeat, only).items():
                     best[label][name] = max(rate, best[label].get(name, 0.0))
     print(f"{'variant':28s} {args.rev[:12]:>14s} {'this tree':>14s}  new/old")
     for name, rate in best["new"].items():

@@ -245,9 +245,11 @@ def as_plan(*args, **kwargs) -> SweepPlan:
 
 def _settings(cls, base, settings: Mapping):
     """``base`` (a `cls`) with the flat keywords that name its fields, checked."""
-    given = {name: value for name, value in settings.items() if name in _SETTINGS[cls] and value is not None}
+    fields = _SETTINGS[cls]
+    given = {name: value for name, value in settings.items()
+             if name in fields and not (value is None and fields[name].metadata.get("unset"))}
     for name, value in given.items():  # a flat keyword that means "set" must be > 0 (0 is "unset")
-        if _SETTINGS[cls][name].metadata.get("unset"):
+        if fields[name].metadata.get("unset"):
             check_number(name, value, low=0, low_inclusive=False)
     return dataclasses.replace(base, **given).validate()
 
@@ -261,7 +263,8 @@ def _options(options: ModelOptions | None, settings: Mapping, workload: Workload
         JaxparetoError: naming the field and the allowed values.
     """
     options = options or ModelOptions()
-    given = {k: v for k, v in settings.items() if k in ModelOptions._fields and v is not None}
+    given = {k: v for k, v in settings.items()
+             if k in ModelOptions._fields and not (k == "cache_model" and v is None)}  # None: chosen below
     ttl = settings.get("cache_ttl_s")
     has_ttl = ttl is not None or (workload is not None and workload.cache_ttl_s > 0)
     if "cache_model" not in given and options.cache_model == "given" and has_ttl:

@@ -150,11 +150,10 @@ class LoopInputs(NamedTuple):
     think_time_ms: jax.Array
 
 
-def solve_closed_loop(latency_ms, inputs: LoopInputs, solver: Solver, method: str = "damped",
-                      lines=None) -> FixedPoint:
+def solve_closed_loop(latency_ms, inputs: LoopInputs, solver: Solver, lines=None) -> FixedPoint:
     """The closed-loop batch B, differentiable by implicit differentiation.
 
-    The root of g(B) = C_eff x ρ(R(B)) - B is found by ``method`` ("damped": the seed's
+    The root of g(B) = C_eff x ρ(R(B)) - B is found by ``solver.name`` ("damped": the seed's
     iteration; "exact": `solve_effective_batch_exact` on the linear pieces ``lines(latency)``
     of R), and its derivative with respect to everything g depends on (concurrency, think
     time, context, hit rate, efficiency factors, hardware and model numbers) is
@@ -169,15 +168,15 @@ def solve_closed_loop(latency_ms, inputs: LoopInputs, solver: Solver, method: st
     Args:
         latency_ms: R(latency, B) [ms], a module-level function (static).
         inputs: `LoopInputs`.
-        solver: damping, tol, max_iter (damped only).
-        method: "damped" or "exact" (static).
+        solver: `Solver`: its ``name`` (static), "damped" or "exact", and the damped
+            iteration's damping, tol and max_iter.
         lines: for "exact", a function of ``inputs.latency`` giving (intercepts, slopes) of
             R(B)'s linear pieces (static).
 
     Returns:
         `FixedPoint`; only ``batch`` carries derivatives.
     """
-    batch, converged, iterations, residual = _closed_loop(latency_ms, method, lines, inputs, solver)
+    batch, converged, iterations, residual = _closed_loop(latency_ms, solver.name, lines, inputs, solver)
     return FixedPoint(batch, converged > 0.5, jnp.round(iterations).astype(jnp.int32), residual)
 
 

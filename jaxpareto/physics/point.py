@@ -217,9 +217,8 @@ def evaluate_point(
         ValueError: an unknown solver or option, or "exact" with a non-linear R(B).
     """
     options.validate()
-    method = solver.name
-    if method not in SOLVERS or (method == "exact" and not options.piecewise_linear):
-        raise ValueError(f"solver {method!r} not in {SOLVERS}, or 'exact' with {options} (not piecewise linear)")
+    if solver.name not in SOLVERS or (solver.name == "exact" and not options.piecewise_linear):
+        raise ValueError(f"solver {solver.name!r} not in {SOLVERS}, or 'exact' with {options} (not piecewise linear)")
     hw, model, tp, concurrency = point.gpu, point.model, point.tp, point.concurrency
     think_time_s, context_tokens, hit_rate = point.think_time_s, point.context_tokens, point.hit_rate
     lru = options.cache_model == "lru"
@@ -269,7 +268,7 @@ def evaluate_point(
         floor = _INNER_ROOT_EPS * jnp.finfo(think_ms.dtype).eps
         solver = dataclasses.replace(solver, tol=jnp.maximum(solver.tol, floor))
     solution = solve_closed_loop(latency_function(options), LoopInputs(turn, concurrency_eff, think_ms), solver,
-                                 method, turn_latency_lines)
+                                 turn_latency_lines)
     state = turn_state(turn, solution.batch, options)
     step, latency = state.step, state.latency_ms
     turns_per_s = concurrency_eff / ((latency + think_ms) / MS_PER_S)
