@@ -11,6 +11,7 @@ The implementation lives in layer packages (``definitions``, ``physics``, ``mapp
 ``dataset``, ``search``, ``measure``, ``plot``, ``cli``); this module only re-exports.
 """
 
+from jaxpareto.dataset.comparison import cache_comparison_sweep
 from jaxpareto.dataset.costs import add_costs
 from jaxpareto.dataset.mapping import agent_from_standard
 from jaxpareto.dataset.pareto import frontier_table
@@ -64,6 +65,7 @@ __all__ = [
     "__version__",
     "add_costs",
     "agent_from_standard",
+    "cache_comparison_sweep",
     "calibrate",
     "catalog",
     "frontier_table",

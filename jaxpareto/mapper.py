@@ -2,8 +2,10 @@
 
 `evaluate_points` vmaps `evaluate_point` over a list of unrelated points; `evaluate_block`
 expands a block of the grid (the outer product of its axis values) into points and evaluates
-them the same way, through `map_points`, the one batching of scalar code (the search and the
-validation batch through it too). Both are jitted: one compilation per block shape, dtype,
+them the same way, through `map_points`, the one batching of scalar code (the optimiser's
+gradient search and the validation batch through it too; the hardware what-if keeps a plain
+`jax.vmap` over its few scenarios, because the lane padding here changes the last bits of its
+float64 answers, see `jaxpareto.search.whatif`). Both are jitted: one compilation per block shape, dtype,
 solver, output selection and device count. The block's dimensions are the axis table's
 (`jaxpareto.definitions.axes`): a new axis needs no change here.
 

@@ -43,11 +43,11 @@ def summary(result: dict) -> list[str]:
     faster = [r for r in rows if r["gradient_scenarios_per_s"] >= r["exhaustive_scenarios_per_s"]]
     if faster:
         first = faster[0]
+        beyond = ", ".join(f"{r['gradient_scenarios_per_s'] / r['exhaustive_scenarios_per_s']:.0f}x at "
+                           f"{r['points_per_scenario']:,}" for r in faster[1:])
         lines.append(f"the gradient search is at least as fast from {first['points_per_scenario']:,} points per "
                      f"scenario ({first['exhaustive_scenarios_per_s']:,.0f} vs {first['gradient_scenarios_per_s']:,.0f}"
-                     f" scenarios/s); beyond: " + ", ".join(
-                         f"{r['gradient_scenarios_per_s'] / r['exhaustive_scenarios_per_s']:.0f}x at "
-                         f"{r['points_per_scenario']:,}" for r in faster[1:]))
+                     f" scenarios/s)" + (f"; beyond: {beyond}" if beyond else ""))
     else:
         lines.append("the exhaustive search is faster at every range measured")
     worst = max(r["gradient_max_rel_error"] for r in rows)

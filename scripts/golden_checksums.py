@@ -56,7 +56,7 @@ _TIMING = re.compile(r"wall time|configs/s| in [0-9.]+ s")
 
 
 def _cli_stdout(argv) -> str:
-    from jaxpareto.cli.main import main
+    from jaxpareto.cli import main
 
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import jaxpareto as jp
-from jaxpareto.cli.main import main
+from jaxpareto.cli import main
 from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.measure.calibrate import DEFAULT_FIELDS, calibrate, split_rows
 from jaxpareto.measure.validation_set import load_validation_set

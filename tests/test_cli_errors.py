@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import jaxpareto as jp
-from jaxpareto.cli.main import main
+from jaxpareto.cli import main
 from jaxpareto.mapper import evaluate_block
 from jaxpareto.definitions.spec import parse_spec, presets
 
@@ -134,7 +134,7 @@ def test_readme_spec_example_is_valid():
     spec = parse_spec(tomllib.loads(block))
     plan_kwargs = spec.sweep_kwargs()
     from jaxpareto.cli._common import Report
-    from jaxpareto.dataset.sweep import plan_sweep
+    from jaxpareto.dataset.plan import plan_sweep
 
     plan = plan_sweep(**plan_kwargs)
     Report(spec.report.x, spec.report.y, spec.report.dims, spec.report.minimize, plan.variables).cell(

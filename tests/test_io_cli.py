@@ -11,7 +11,8 @@ import xarray as xr
 
 import jaxpareto as jp
 from jaxpareto.mapper import evaluate_block
-from jaxpareto.definitions.schema import AXES, OUTPUTS
+from jaxpareto.definitions.axes import AXES
+from jaxpareto.definitions.schema import OUTPUTS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -51,7 +52,7 @@ def test_second_sweep_of_same_block_shape_does_not_recompile():
 
 def _cli(*args, cwd):
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    return subprocess.run([sys.executable, "-m", "jaxpareto.cli.main", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "jaxpareto.cli.app", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -94,7 +95,7 @@ def test_cli_version():
 
 
 def test_presets_listed_shown_verbatim_and_shipped_only_as_package_data(tmp_path, capsys):
-    from jaxpareto.cli.main import main
+    from jaxpareto.cli import main
     from jaxpareto.definitions.spec import load_spec, presets
 
     assert main(["presets"]) == 0

@@ -19,7 +19,7 @@ import pytest
 import xarray as xr
 
 import jaxpareto as jp
-from jaxpareto.cli.main import main
+from jaxpareto.cli import main
 from jaxpareto.measure.metrics import percentile
 from jaxpareto.measure.records import read_records
 

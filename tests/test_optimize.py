@@ -20,7 +20,7 @@ SCENARIO = dict(gpu="h100-sxm", model="llama-3.1-70b", think_time_s=2.0, context
                 osl=128, delta_tokens=2128)
 
 
-def test_issue_example_exhaustive_and_gradient_agree():
+def test_exhaustive_and_gradient_searches_agree_on_the_seed_code_agent():
     results = {m: jp.optimize(**SCENARIO, objective="output_tokens_per_s_per_gpu", constraints=SLO,
                               tp=(1, 2, 4, 8), concurrency=(1, 1024), method=m)
                for m in ("exhaustive", "gradient", "auto")}
@@ -217,7 +217,7 @@ def test_size_deployment():
 
 
 def test_cli_optimize_and_size(tmp_path, capsys):
-    from jaxpareto.cli.main import main
+    from jaxpareto.cli import main
 
     spec = tmp_path / "slo.toml"
     spec.write_text('[grid]\ngpu = ["h100-sxm", "l40s"]\nmodel = ["llama-3.1-70b"]\nthink_time_s = [2.0]\n'

@@ -11,7 +11,7 @@ import pytest
 
 import jaxpareto as jp
 import jaxpareto.plot
-from jaxpareto.cli.main import main
+from jaxpareto.cli import main
 from jaxpareto.dataset.comparison import cache_comparison_sweep
 from jaxpareto.plot import unsupported
 

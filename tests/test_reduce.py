@@ -53,3 +53,20 @@ def test_bad_reduction_arguments():
         jp.pareto_sweep(**GRID, dims=("tp", "tp"))
     with pytest.raises(jp.JaxparetoError, match="max_front_points"):
         jp.pareto_sweep(**GRID, max_front_points=0)
+
+
+def test_fronts_over_float_and_named_axes_keep_their_values():
+    """A front taken over hit rate (float) or GPU (names) stores the axis' own values, padded
+    with NaN or "" (not truncated to integers)."""
+    import jaxpareto as jp
+
+    by_h = jp.pareto_sweep(gpu="h100-sxm", model="llama-3.1-8b", tp=[1, 2], concurrency=[1, 8, 64],
+                           hit_rate=[0.0, 0.25, 0.9], dims=("tp", "hit_rate"), max_front_points=8)
+    h = by_h.front_hit_rate.values.reshape(-1, 8)[0]  # the first cell's front
+    k = int(by_h.front_size.values.ravel()[0])
+    assert by_h.front_hit_rate.dtype == np.float64 and set(h[:k]) <= {0.0, 0.25, 0.9} and np.isnan(h[k:]).all()
+    by_gpu = jp.pareto_sweep(gpu=["h100-sxm", "b200"], model="llama-3.1-8b", tp=[1, 2], concurrency=[1, 8],
+                             dims=("gpu", "tp"), max_front_points=6)
+    names = by_gpu.front_gpu.values.reshape(-1, 6)[0]
+    k = int(by_gpu.front_size.values.ravel()[0])
+    assert set(names[:k]) <= {"h100-sxm", "b200"} and (names[k:] == "").all()

@@ -65,9 +65,7 @@ def test_session_inputs_checked():
 
 
 def test_presets_ship_parse_and_cite_their_source(capsys):
-    from pathlib import Path
-
-    from jaxpareto.cli.main import main
+    from jaxpareto.cli import main
     from jaxpareto.definitions.spec import load_spec, presets
 
     names = presets()
@@ -83,7 +81,7 @@ def test_presets_ship_parse_and_cite_their_source(capsys):
 
 
 def test_session_preset_runs_from_the_cli(capsys, tmp_path):
-    from jaxpareto.cli.main import main
+    from jaxpareto.cli import main
 
     spec = tmp_path / "s.toml"
     spec.write_text('[grid]\ngpu = ["h100-sxm"]\nmodel = ["llama-3.1-70b"]\ntp = [4, 8]\nconcurrency = [1, 16, 64]\n'
@@ -103,7 +101,7 @@ def test_session_preset_runs_from_the_cli(capsys, tmp_path):
 
 
 def test_pareto_command_reads_session_stores(capsys, tmp_path):
-    from jaxpareto.cli.main import main
+    from jaxpareto.cli import main
 
     out = tmp_path / "chat.zarr"
     assert main(["sweep", "chat", "--out", str(out)]) == 0

@@ -198,7 +198,7 @@ def test_spec_and_sessions_take_the_options():
     from pathlib import Path
 
     from jaxpareto.definitions.spec import load_spec
-    from jaxpareto.dataset.sweep import plan_sweep
+    from jaxpareto.dataset.plan import plan_sweep
 
     spec = load_spec(Path(__file__).resolve().parents[1] / "sweeps" / "code_agent_collapse.toml")
     plan = plan_sweep(**spec.sweep_kwargs())

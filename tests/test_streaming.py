@@ -109,7 +109,7 @@ def test_sigkill_then_resume_is_identical(in_memory, tmp_path):
 
 DEVICES_SCRIPT = textwrap.dedent("""
     import math, sys, jax, jaxpareto as jp
-    from jaxpareto.dataset.sweep import plan_sweep
+    from jaxpareto.dataset.plan import plan_sweep
     assert len(jax.devices()) == 4, jax.devices()
     grid = {grid!r}
     problem = plan_sweep(**grid).problem()

@@ -29,16 +29,28 @@ def _modules() -> dict[str, Path]:
 
 
 def _imports(path: Path) -> list[tuple[str, int]]:
-    """Every module an import statement names, anywhere in the file (function bodies too):
-    ``from a.b import c`` names the module a.b.c where c is one, else a.b."""
+    """Every module an import names, anywhere in the file (function bodies too): ``import a.b``,
+    ``from a.b import c`` (the module a.b.c where c is one, else a.b), relative imports resolved
+    against the file's package, and ``importlib.import_module("...")`` / ``__import__("...")``
+    with a literal name."""
     modules = _modules()
+    package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rsplit(".", 1)[0]
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found += [(alias.name, node.lineno) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found += [(f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module,
-                       node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, *([base] if base else [])])
+            found += [(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base, node.lineno)
+                      for alias in node.names]
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if callee in ("import_module", "__import__"):
+                found.append((node.args[0].value, node.lineno))
     return found
 
 
@@ -56,6 +68,18 @@ def _graph() -> dict[str, list[tuple[str, int]]]:
             graph[name] = [(target if target in modules else target.rsplit(".", 1)[0], line)
                            for target, line in _imports(path) if target.split(".")[0] == "jaxpareto"]
     return graph
+
+
+def test_the_import_scanner_sees_every_form_of_import(tmp_path, monkeypatch):
+    """Relative, lazy and dynamic imports are all edges of the graph."""
+    module = PACKAGE / "physics" / "memory.py"
+    source = module.read_text() + (
+        "\n\ndef _probe():\n    from ..cli import app\n    import importlib\n"
+        "    importlib.import_module('jaxpareto.search.optimize')\n    __import__('jaxpareto')\n")
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: source if self == module else
+                        Path.read_bytes(self).decode())
+    targets = {t for t, _ in _imports(module)}
+    assert {"jaxpareto.cli.app", "jaxpareto.search.optimize", "jaxpareto"} <= targets
 
 
 def test_every_module_belongs_to_a_layer():

@@ -80,3 +80,14 @@ def test_axis_defaults_come_from_the_axis_table():
     for axis in ("think_time_s", "context_tokens", "hit_rate"):
         assert ds[axis].values.tolist() == [AXIS_BY_NAME[axis].default]
         assert ds[axis].attrs["units"] == AXIS_BY_NAME[axis].units
+
+
+def test_a_grid_point_copies_pickles_and_names_its_axes():
+    import copy
+    import pickle
+
+    point = jp.GridPoint(tp=8.0, concurrency=4.0)
+    assert copy.deepcopy(point).tp == 8.0 and pickle.loads(pickle.dumps(point)).concurrency == 4.0
+    assert point.replace(tp=2.0).tp == 2.0 and point.tp == 8.0
+    with pytest.raises(AttributeError, match="no axis 'hit_rate'"):
+        point.hit_rate

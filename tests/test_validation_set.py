@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jaxpareto.cli.main import main
+from jaxpareto.cli import main
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.definitions.settings import Efficiency

@@ -14,7 +14,9 @@ from jaxpareto.dataset.pareto import frontier_table, pareto_front
 from jaxpareto.dataset.selection import headline_cell
 from jaxpareto.dataset.store import check_new_output
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.definitions.schema import AXES
+from jaxpareto.definitions.options import SEARCH_METHODS
+from jaxpareto.definitions.settings import SOLVERS
+from jaxpareto.definitions.axes import AXES
 
 FLOAT_FORMAT = "{:,.4g}".format
 
@@ -77,13 +79,31 @@ def add_output_options(p: argparse.ArgumentParser, help: str) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out zarr store")
 
 
+def add_solver_option(p: argparse.ArgumentParser) -> None:
+    """``--solver``: the closed-loop fixed-point solver (the library's ``solver=``)."""
+    p.add_argument("--solver", choices=SOLVERS, help="closed-loop fixed-point solver (default: the spec's, damped)")
+
+
+class SearchMethod(argparse.Action):
+    """``--method`` of a search: one of `SEARCH_METHODS`; a solver's name is an error (exit
+    status 2, one line) saying that the solver is ``--solver``."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        if value in SOLVERS:
+            raise JaxparetoError("--method", f"is the search ({', '.join(SEARCH_METHODS)}); the fixed-point "
+                                             f"solver is --solver {value}")
+        if value not in SEARCH_METHODS:
+            raise JaxparetoError("--method", f"unknown search {value!r}", SEARCH_METHODS)
+        setattr(namespace, self.dest, value)
+
+
 def add_calibration_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calibration", help="TOML of fitted efficiency factors (`jaxpareto calibrate`) to use")
 
 
 class Renamed(argparse.Action):
     """An option that was renamed: using it is an error (exit status 2) saying the new spelling.
-    Raised while parsing, so `jaxpareto.cli.main.main` prints it as one line."""
+    Raised while parsing, so `jaxpareto.cli.app.main` prints it as one line."""
 
     def __init__(self, option_strings, dest, renamed_to: str, **kwargs):
         self.renamed_to = renamed_to

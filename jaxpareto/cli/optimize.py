@@ -8,7 +8,9 @@ import time
 
 import pandas as pd
 
-from jaxpareto.cli._common import FLOAT_FORMAT, add_calibration_option, add_output_options, new_output
+from jaxpareto.cli._common import FLOAT_FORMAT, add_calibration_option, add_output_options, add_solver_option, \
+    SearchMethod, new_output
+from jaxpareto.definitions.options import SEARCH_METHODS
 from jaxpareto.dataset.store import to_zarr
 from jaxpareto.definitions.spec import load_spec
 from jaxpareto.search.optimize import optimize
@@ -17,8 +19,9 @@ from jaxpareto.search.optimize import optimize
 def _cmd_optimize(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     kwargs = spec.optimize_kwargs()
-    if args.method:
-        kwargs["method"] = args.method
+    for option in ("method", "solver"):
+        if getattr(args, option):
+            kwargs[option] = getattr(args, option)
     if args.calibration:
         kwargs["calibration"] = args.calibration
     out = new_output(args)
@@ -48,7 +51,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("optimize", help="best TP and concurrency per scenario under the spec's [optimize] SLOs")
     p.add_argument("spec", help="spec TOML with [grid] scenarios and an [optimize] table")
     add_output_options(p, "zarr store for the optimum per scenario")
-    p.add_argument("--method", choices=("auto", "exhaustive", "gradient"), help="search method (default: the spec's)")
+    p.add_argument("--method", action=SearchMethod, metavar="{" + ",".join(SEARCH_METHODS) + "}",
+                   help="search method (default: the spec's)")
+    add_solver_option(p)
     add_calibration_option(p)
     p.set_defaults(func=_cmd_optimize)
     return p

@@ -13,15 +13,14 @@ import xarray as xr
 
 from jaxpareto.cli._common import Report
 from jaxpareto.dataset.pareto import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y, frontier_table, pareto_front
+from jaxpareto.dataset.store import open_sweep
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.definitions.schema import AXES
+from jaxpareto.definitions.axes import AXES
 
 
 def _open_sweep(path: Path) -> tuple[xr.Dataset, list[str]]:
     """A stored sweep or session sweep, and its axes (``turn`` in place of ``context_tokens``)."""
-    if not (path / "zarr.json").is_file():
-        raise JaxparetoError("store", f"{path} is not a zarr store (written by `jaxpareto sweep --out`)")
-    ds = xr.open_zarr(path)
+    ds = open_sweep(path)  # an interrupted store is refused, never read as a result
     if ds.attrs.get("reduction") == "pareto":
         raise JaxparetoError("store", f"{path} holds reduced fronts already (`sweep --reduce`): read its front_* "
                                       "and best_* variables")

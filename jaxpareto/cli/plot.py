@@ -12,6 +12,7 @@ from pathlib import Path
 
 import xarray as xr
 
+from jaxpareto.dataset.store import open_sweep
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.plot import DEFAULT_DPI, DEFAULT_SIZE, save_plots, selection_value
 
@@ -48,16 +49,10 @@ def _parse_sel(items: Sequence[str], ds: xr.Dataset) -> dict:
     return selection
 
 
-def _open_store(path: Path) -> xr.Dataset:
-    """The zarr store at ``path``; JaxparetoError when it is not one."""
-    if not (path / "zarr.json").is_file():
-        raise JaxparetoError("store", f"{path} is not a zarr store (written by `jaxpareto sweep --out`)")
-    return xr.open_zarr(path)  # a reduced store too: save_plots draws or skips each plot, with the reason
-
-
 def _cmd_plot(args: argparse.Namespace) -> int:
     size = _parse_size(args.size)
-    ds = _open_store(Path(args.store))
+    ds = open_sweep(Path(args.store))  # a reduced store too (save_plots skips what it cannot draw); never an
+    # interrupted one
     sel = _parse_sel(args.sel or [], ds)
     written, _ = save_plots(ds, args.out, size=size, dpi=args.dpi, sel=sel, echo=print)
     if not written:

@@ -7,8 +7,10 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from jaxpareto.cli._common import FLOAT_FORMAT
+from jaxpareto.cli._common import FLOAT_FORMAT, add_solver_option
+from jaxpareto.definitions.axes import TP_CHOICES
 from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.definitions.settings import Workload
 from jaxpareto.search.sizing import size_deployment
 
 
@@ -36,7 +38,8 @@ def _cmd_size(args: argparse.Namespace) -> int:
     result = size_deployment(
         args.gpu, args.model, args.think_time_s, args.context_tokens, args.hit_rate, sessions=args.sessions,
         turns_per_s=args.turns_per_s, constraints=_parse_slo(args.slo), tp=tp,
-        concurrency=(1, args.max_concurrency), osl=args.osl, delta_tokens=args.delta_tokens)
+        concurrency=(1, args.max_concurrency), osl=args.osl, delta_tokens=args.delta_tokens,
+        **({"solver": args.solver} if args.solver else {}))
     target = f"{args.sessions} concurrent sessions" if args.sessions else f"{args.turns_per_s} turns/s"
     if result.feasible:
         print(f"{target} of {args.model} on {args.gpu}: {result.gpus} GPUs = {result.replicas} replicas x TP "
@@ -59,10 +62,12 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--think-time-s", type=float, default=2.0)
     p.add_argument("--context-tokens", type=int, default=32768)
     p.add_argument("--hit-rate", type=float, default=0.9)
-    p.add_argument("--osl", type=float, default=128)
-    p.add_argument("--delta-tokens", type=float, default=2128)
+    p.add_argument("--osl", type=float, default=Workload.osl)
+    p.add_argument("--delta-tokens", type=float, default=Workload.delta_tokens)
     p.add_argument("--slo", action="append", metavar="NAME<=LIMIT", help="an SLO, e.g. ttft_ms<=2000 (repeatable)")
-    p.add_argument("--tp", default="1,2,4,8", help="TP choices per replica (default 1,2,4,8)")
+    p.add_argument("--tp", default=",".join(map(str, TP_CHOICES)),
+                   help=f"TP choices per replica (default {','.join(map(str, TP_CHOICES))})")
     p.add_argument("--max-concurrency", type=int, default=4096, help="most sessions per replica searched")
+    add_solver_option(p)
     p.set_defaults(func=_cmd_size)
     return p

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from jaxpareto.cli._common import FLOAT_FORMAT, Renamed, Report, add_calibration_option, add_output_options, new_output
+from jaxpareto.cli._common import FLOAT_FORMAT, Renamed, Report, add_calibration_option, add_output_options, \
+    add_solver_option, new_output
 from jaxpareto.dataset.costs import add_costs
 from jaxpareto.dataset.reduce import pareto_sweep
 from jaxpareto.dataset.selection import best_task_configuration, session_axes, session_coords
@@ -21,8 +22,9 @@ from jaxpareto.dataset.store import sweep_to_zarr, to_zarr
 from jaxpareto.dataset.plan import plan_sweep
 from jaxpareto.dataset.sweep import sweep
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.definitions.settings import DTYPES, SOLVERS
-from jaxpareto.definitions.schema import AXES, OUTPUTS
+from jaxpareto.definitions.settings import DTYPES
+from jaxpareto.definitions.axes import AXES
+from jaxpareto.definitions.schema import OUTPUTS
 from jaxpareto.definitions.spec import load_spec
 
 
@@ -102,7 +104,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if out is None and args.scheduler:
         raise JaxparetoError("--scheduler", "needs --out: dask workers write their blocks into the store")
 
-    start = time.perf_counter()
+    start, resumed = time.perf_counter(), 0
     if out is None:
         ds = sweep(plan)
         infeasible = int((~ds.feasible).sum())
@@ -115,6 +117,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             if client is not None:
                 client.close()
         infeasible, unconverged = ds.attrs["infeasible_points"], ds.attrs["unconverged_points"]
+        resumed = ds.attrs["points_resumed"]
     elapsed = time.perf_counter() - start
 
     points = int(np.prod(plan.shape))
@@ -123,8 +126,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         print(f"  {spec.description}")
     print(f"grid: {points:,} configurations ({' x '.join(f'{a} {n}' for a, n in zip(AXES, plan.shape))})")
     where = f", written to {out}" if out else ""
-    print(f"wall time: {elapsed:.2f} s (compilation included{where}), {points / elapsed:,.0f} configs/s, "
-          f"solver {plan.solver.name}, {plan.dtype}")
+    if resumed:
+        print(f"resumed {out}: {resumed:,} configurations were computed by an earlier run, "
+              f"{points - resumed:,} by this one")
+    print(f"wall time: {elapsed:.2f} s (compilation included{where}), {(points - resumed) / elapsed:,.0f} "
+          f"configs/s, solver {plan.solver.name}, {plan.dtype}")
     print(f"infeasible (KV memory): {infeasible:,}; unconverged: {unconverged:,}")
     report.print_frontier(ds, selection)
     return 0
@@ -168,8 +174,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     add_output_options(p, "zarr store to stream into; an unfinished one of the same spec is resumed, "
                           "anything else existing is refused unless --overwrite")
     p.add_argument("--dtype", choices=DTYPES, help="override the spec's floating point type")
-    p.add_argument("--solver", choices=SOLVERS,
-                   help="closed-loop fixed-point solver (default: the spec's, damped)")
+    add_solver_option(p)
     p.add_argument("--method", action=Renamed, default=argparse.SUPPRESS,
                    renamed_to="the fixed-point solver is --solver (damped, exact)")
     p.add_argument("--variables", help="comma-separated outputs to keep (default all)")

@@ -6,7 +6,7 @@ import argparse
 
 import pandas as pd
 
-from jaxpareto.dataset.sweep import DTYPES
+from jaxpareto.definitions.settings import DTYPES
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.options import PREFILL_MODELS, ModelOptions
 from jaxpareto.definitions.settings import Efficiency

@@ -12,11 +12,12 @@ import numpy as np
 import xarray as xr
 
 from jaxpareto.dataset.sweep import sweep
+from jaxpareto.definitions.axes import AXIS_BY_NAME, CONCURRENCY_RANGE, TP_CHOICES
 from jaxpareto.definitions.errors import JaxparetoError
 
-DEFAULT_TP = (1, 2, 4, 8)
-# 28 log-spaced whole concurrencies, 1 to 1,024
-DEFAULT_CONCURRENCY = tuple(int(c) for c in np.unique(np.round(np.geomspace(1, 1024, 31))))
+DEFAULT_TP = TP_CHOICES
+# 28 log-spaced whole concurrencies over the searches' default range, 1 to 1,024
+DEFAULT_CONCURRENCY = tuple(int(c) for c in np.unique(np.round(np.geomspace(*CONCURRENCY_RANGE, 31))))
 
 
 def cache_comparison_sweep(
@@ -25,12 +26,12 @@ def cache_comparison_sweep(
     *,
     think_time_s: float = 2.0,
     hit_rate: float = 0.9,
-    context_tokens=16384,
+    context_tokens=AXIS_BY_NAME["context_tokens"].default,
     tp=DEFAULT_TP,
     concurrency=DEFAULT_CONCURRENCY,
     **sweep_kwargs,
 ) -> xr.Dataset:
-    """A `jaxpareto.dataset.sweep.sweep` holding the cells a cache comparison draws.
+    """A `jaxpareto.sweep` holding the cells a cache comparison draws.
 
     The sweep's ``think_time_s`` is [0, Z] and its ``hit_rate`` [0, h]: standard serving, the
     agent with its prefix cache and without. The defaults are the seed's code agent (Z = 2 s,
@@ -45,7 +46,7 @@ def cache_comparison_sweep(
         context_tokens: the context per turn [tokens], or several.
         tp: the tensor-parallel degrees [GPUs per replica].
         concurrency: the concurrent sessions [sessions].
-        **sweep_kwargs: any other `jaxpareto.dataset.sweep.sweep` keyword (``osl``,
+        **sweep_kwargs: any other `jaxpareto.sweep` keyword (``osl``,
             ``delta_tokens``...).
 
     Returns:
@@ -53,7 +54,7 @@ def cache_comparison_sweep(
 
     Raises:
         JaxparetoError: no GPU or model, a Z or h that is not > 0, or anything
-            `jaxpareto.dataset.sweep.sweep` refuses.
+            `jaxpareto.sweep` refuses.
     """
     if gpu is None or model is None:
         raise JaxparetoError("gpu/model", "name a GPU and a model for the cache comparison")

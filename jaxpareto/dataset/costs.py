@@ -31,7 +31,7 @@ def add_costs(ds: xr.Dataset, *, input_per_mtok: float | None = None, cached_inp
     """A copy of a sweep (or session sweep) with cost variables for the prices given.
 
     Args:
-        ds: from `jaxpareto.dataset.sweep` or `jaxpareto.session_sweep`.
+        ds: from `jaxpareto.sweep` or `jaxpareto.session_sweep`.
         input_per_mtok, cached_input_per_mtok, output_per_mtok: API prices [USD per million
             tokens]; all three, or none (cached defaults to nothing cheaper: pass it).
         gpu_hour: self-hosted price per GPU-hour [USD].

@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Iterable, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -93,6 +94,18 @@ class SweepPlan:
     def shape(self) -> tuple[int, ...]:
         return tuple(len(values) for values in self.coords.values())
 
+    def _workload_attrs(self) -> dict:
+        """Every `Workload` field, in the order stores have always listed them (the cache
+        settings first), with the unset TTL and KV context spelled out."""
+        workload, fields = self.workload, list(self.workload.__dataclass_fields__)
+        start = fields.index("cache_ttl_s")
+        out = {name: float(getattr(workload, name)) for name in fields[start:] + fields[:start]}
+        if self.options.cache_model != "ttl":
+            out["cache_ttl_s"] = "none (no expiry)"
+        if workload.kv_context_tokens == 0:
+            out["kv_context_tokens"] = "per point (context_tokens)"
+        return out
+
     def attrs(self) -> dict:
         """Provenance attributes (SPEC.md section 4), JSON-serialisable."""
         workload = self.workload
@@ -105,10 +118,7 @@ class SweepPlan:
             "dtype": self.dtype,
             "solver": self.solver.name,
             **self.options._asdict(),
-            **{name: float(getattr(workload, name)) for name in workload.__dataclass_fields__},
-            "cache_ttl_s": float(workload.cache_ttl_s) if self.options.cache_model == "ttl" else "none (no expiry)",
-            "kv_context_tokens": "per point (context_tokens)" if workload.kv_context_tokens == 0
-            else float(workload.kv_context_tokens),
+            **self._workload_attrs(),
             **{name: float(getattr(self.efficiency, name)) for name in self.efficiency.__dataclass_fields__},
             **{f.name: getattr(self.solver, f.name) for f in numeric_fields(Solver)},
             "hardware": json.dumps([g.to_dict() for g in self.gpus]),
@@ -172,8 +182,9 @@ def plan_sweep(
             ``[efficiency]`` values replace the efficiency factors they name; its ``[model]``
             table's ``prefill_model`` (the model the factors were fitted with) is adopted, and
             asking for another prefill model is an error.
-        **settings: flat keywords, each a field of `Workload`, `Efficiency`, `Solver` (damping,
-            tol, max_iter) or `ModelOptions` (`FLAT_KEYWORDS` lists them with their defaults).
+        **settings: any further axis of `AXIS_TABLE` (a new row needs no new argument here), and
+            flat keywords, each a field of `Workload`, `Efficiency`, `Solver` (damping, tol,
+            max_iter) or `ModelOptions` (`FLAT_KEYWORDS` lists them with their defaults).
             ``kv_context_tokens=None`` (default) holds each point's own context in KV;
             ``cache_ttl_s`` given implies ``cache_model="ttl"``.
 
@@ -184,6 +195,10 @@ def plan_sweep(
         JaxparetoError: naming the field and the allowed values; a renamed keyword names its
             new spelling.
     """
+    # every axis of the table: the named ones above, and any other row given by keyword
+    values = dict(gpu=gpu, model=model, tp=tp, concurrency=concurrency, think_time_s=think_time_s,
+                  context_tokens=context_tokens, hit_rate=hit_rate)
+    values.update({name: settings.pop(name) for name in list(settings) if name in AXIS_BY_NAME})
     for name in settings:
         if name in _RENAMED:
             raise JaxparetoError(name, f"renamed: {_RENAMED[name]}")
@@ -195,7 +210,12 @@ def plan_sweep(
             raise JaxparetoError(field, f"expected a jaxpareto {cls.__name__}, got {type(value).__name__}")
     if dtype not in DTYPES:
         raise JaxparetoError("dtype", f"unknown dtype {dtype!r}", DTYPES)
+    if attrs is not None and not isinstance(attrs, Mapping):
+        raise JaxparetoError("attrs", f"expected a mapping of attribute names to values, got {type(attrs).__name__}")
+    if calibration is not None and not isinstance(calibration, (str, os.PathLike, Mapping)):
+        raise JaxparetoError("calibration", f"expected a TOML path or a mapping, got {type(calibration).__name__}")
     solver = _settings(Solver, solver_of(solver), settings)
+    workload = _settings(Workload, workload or Workload(), settings)
     options = _options(options, settings, workload)
     if calibration is not None:
         fitted_with = calibration_options(calibration).get("prefill_model")
@@ -206,7 +226,6 @@ def plan_sweep(
     if solver.name == "exact" and not options.piecewise_linear:
         raise JaxparetoError("solver", "'exact' needs a piecewise-linear R(B): expert_routing='seed', "
                                        "prefill_model='isolated' and cache_model 'given' or 'ttl'; use 'damped'")
-    workload = _settings(Workload, workload or Workload(), settings)
     _check_used(options, workload)
     efficiency = _settings(Efficiency, efficiency or Efficiency(), settings)
     if calibration is not None:
@@ -214,9 +233,7 @@ def plan_sweep(
     efficiency = efficiency.validate()
     chunk_points = check_number("chunk_points", chunk_points, low=1, integer=True)
     definitions, axes = grid_axes(
-        dict(gpu=gpu, model=model, tp=tp, concurrency=concurrency, think_time_s=think_time_s,
-             context_tokens=context_tokens, hit_rate=hit_rate),
-        custom={"gpu": _by_name("hardware", hardware, Hardware), "model": _by_name("models", models, Model)},
+        values, custom={"gpu": _by_name("hardware", hardware, Hardware), "model": _by_name("models", models, Model)},
     )
     extra = dict(attrs or {})
     if calibration is not None and not isinstance(calibration, Mapping):
@@ -254,26 +271,25 @@ def _settings(cls, base, settings: Mapping):
     return dataclasses.replace(base, **given).validate()
 
 
-def _options(options: ModelOptions | None, settings: Mapping, workload: Workload | None) -> ModelOptions:
+def _options(options: ModelOptions | None, settings: Mapping, workload: Workload) -> ModelOptions:
     """The checked `ModelOptions`: the object's, with the flat keywords that name its fields.
 
-    ``cache_model`` unset means "ttl" when a TTL is given (keyword or `Workload`), else "given".
+    Without an options object or a ``cache_model`` keyword, the cache model is "ttl" when a TTL
+    is given (keyword or `Workload`), else "given"; an options object says it itself.
 
     Raises:
         JaxparetoError: naming the field and the allowed values.
     """
-    options = options or ModelOptions()
     given = {k: v for k, v in settings.items()
              if k in ModelOptions._fields and not (k == "cache_model" and v is None)}  # None: chosen below
-    ttl = settings.get("cache_ttl_s")
-    has_ttl = ttl is not None or (workload is not None and workload.cache_ttl_s > 0)
-    if "cache_model" not in given and options.cache_model == "given" and has_ttl:
+    has_ttl = workload.cache_ttl_s > 0
+    if "cache_model" not in given and options is None and has_ttl:
         given["cache_model"] = "ttl"
-    options = options._replace(**given).validate()
+    options = (options or ModelOptions())._replace(**given).validate()
     if has_ttl != (options.cache_model == "ttl"):
         raise JaxparetoError("cache_ttl_s", f"the TTL model needs cache_ttl_s and only it takes one "
-                                            f"(cache_model={options.cache_model!r}, cache_ttl_s={ttl!r})",
-                             CACHE_MODELS)
+                                            f"(cache_model={options.cache_model!r}, cache_ttl_s="
+                                            f"{workload.cache_ttl_s if has_ttl else None!r})", CACHE_MODELS)
     return options
 
 
@@ -307,6 +323,8 @@ def output_variables(variables) -> tuple[str, ...]:
     """
     if variables is None:
         return tuple(OUTPUTS)
+    if not isinstance(variables, (str, Iterable)):
+        raise JaxparetoError("variables", f"expected output names, got {type(variables).__name__}", list(OUTPUTS))
     names = [variables] if isinstance(variables, str) else list(variables)
     for name in names:
         if name not in OUTPUTS:
@@ -316,6 +334,9 @@ def output_variables(variables) -> tuple[str, ...]:
 
 
 def _by_name(field: str, items: Sequence, kind) -> dict:
+    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+        raise JaxparetoError(field, f"expected a sequence of jaxpareto.{kind.__name__} definitions, "
+                                    f"got {type(items).__name__}")
     out = {}
     for item in items:
         if not isinstance(item, kind):

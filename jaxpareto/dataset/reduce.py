@@ -16,7 +16,7 @@ import xarray as xr
 
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.dataset.pareto import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y, front_mask
-from jaxpareto.definitions.axes import AXES, coordinate_attrs
+from jaxpareto.definitions.axes import AXES, AXIS_BY_NAME, coordinate_attrs
 from jaxpareto.definitions.schema import OUTPUTS
 from jaxpareto.dataset.plan import as_plan
 from jaxpareto.definitions.checks import check_number
@@ -33,7 +33,7 @@ def pareto_sweep(
 ) -> xr.Dataset:
     """Run a sweep keeping, per cell, only its Pareto front and its best configurations.
 
-    Takes every argument of `jaxpareto.dataset.sweep` (``variables`` excepted), or a `SweepPlan`
+    Takes every argument of `jaxpareto.sweep` (``variables`` excepted), or a `SweepPlan`
     (whose ``variables`` are ignored: the reduction computes what it needs), plus:
 
     Args:
@@ -72,18 +72,19 @@ def pareto_sweep(
     cell_shape = tuple(problem.shape[a] for a in cell_axes)
     n = int(np.prod([problem.shape[a] for a in dim_axes]))
     float_dtype = np.dtype(plan.dtype)
+    coordinate = {d: _coordinate(plan, d) for d in AXES}
 
     out = {
         "front_size": np.zeros(cell_shape, np.int32),
-        **{f"front_{d}": np.full((*cell_shape, keep), -1, np.int64) for d in dims},
+        **{f"front_{d}": np.full((*cell_shape, keep), _fill(coordinate[d]), coordinate[d].dtype) for d in dims},
         f"front_{x}": np.full((*cell_shape, keep), np.nan, float_dtype),
         f"front_{y}": np.full((*cell_shape, keep), np.nan, float_dtype),
     }
     for name in dict.fromkeys((x, y)):
         out[f"best_{name}"] = np.full(cell_shape, np.nan, float_dtype)
         for d in dims:
-            out[f"best_{name}_{d}"] = np.full(cell_shape, -1, np.int64)
-    dim_values = [np.asarray(plan.coords[d]) for d in dims]
+            out[f"best_{name}_{d}"] = np.full(cell_shape, _fill(coordinate[d]), coordinate[d].dtype)
+    dim_values = [coordinate[d] for d in dims]
     sign = {x: 1.0 if maximize[0] else -1.0, y: 1.0 if maximize[1] else -1.0}
 
     # coordinates of each point of a row along dims (row-major over the dims axes)
@@ -101,7 +102,7 @@ def pareto_sweep(
         taken = np.take_along_axis(on, rank, axis=1)
         updates = {"front_size": sizes.astype(np.int32)}
         for d, idx, values in zip(dims, dim_index, dim_values):
-            updates[f"front_{d}"] = np.where(taken, values[idx[rank]], -1)
+            updates[f"front_{d}"] = np.where(taken, values[idx[rank]], _fill(values))
         updates[f"front_{x}"] = np.where(taken, np.take_along_axis(xs, rank, axis=1), np.nan)
         updates[f"front_{y}"] = np.where(taken, np.take_along_axis(ys, rank, axis=1), np.nan)
         for name, values in ((x, xs), (y, ys)):
@@ -110,20 +111,20 @@ def pareto_sweep(
             found = valid.any(axis=1)
             updates[f"best_{name}"] = np.where(found, values[np.arange(len(best)), best], np.nan)
             for d, idx, coord in zip(dims, dim_index, dim_values):
-                updates[f"best_{name}_{d}"] = np.where(found, coord[idx[best]], -1)
+                updates[f"best_{name}_{d}"] = np.where(found, coord[idx[best]], _fill(coord))
         for name, value in updates.items():
             width = out[name].shape[len(cell_shape):]
             padded = np.asarray(value)
             if width and padded.shape[1] < width[0]:  # fewer points than max_front_points
-                fill = -1 if padded.dtype.kind == "i" else np.nan
+                fill = _fill(out[name])
                 padded = np.concatenate([padded, np.full((padded.shape[0], width[0] - padded.shape[1]), fill,
-                                                         padded.dtype)], axis=1)
+                                                         out[name].dtype)], axis=1)
             out[name][cells] = padded.reshape(*block_cells, *width)
 
     cell_dims = [AXES[a] for a in cell_axes]
     coords = {}
     for name in cell_dims:
-        values = np.asarray(plan.coords[name], dtype=str) if name in ("gpu", "model") else np.asarray(plan.coords[name])
+        values = coordinate[name]
         coords[name] = xr.Variable(name, values, coordinate_attrs(name))
     data = {}
     for name, values in out.items():
@@ -132,6 +133,16 @@ def pareto_sweep(
     attrs = {**plan.attrs(), "reduction": "pareto", "pareto_x": x, "pareto_y": y, "pareto_dims": list(dims),
              "pareto_maximize": [bool(m) for m in maximize], "max_front_points": keep}
     return xr.Dataset(data, coords=coords, attrs=attrs)
+
+
+def _coordinate(plan, axis: str) -> np.ndarray:
+    """An axis' coordinate values in their dataset dtype (names as strings)."""
+    return np.asarray(plan.coords[axis], dtype=str if AXIS_BY_NAME[axis].categorical else AXIS_BY_NAME[axis].dtype)
+
+
+def _fill(values: np.ndarray):
+    """Padding of a front coordinate beyond the front's points: -1, NaN or ""."""
+    return -1 if values.dtype.kind == "i" else np.nan if values.dtype.kind == "f" else ""
 
 
 def _reduced_attrs(name: str, x: str, y: str, dims: Sequence[str]) -> dict:

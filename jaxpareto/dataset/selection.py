@@ -10,7 +10,7 @@ import numpy as np
 import xarray as xr
 
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.definitions.schema import AXES
+from jaxpareto.definitions.axes import AXES
 
 
 def headline_cell(coords: Mapping[str, Sequence], headline: Mapping, dims: Sequence[str],

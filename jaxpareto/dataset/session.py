@@ -38,9 +38,11 @@ from jaxpareto.dataset.costs import add_costs
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.dataset.plan import plan_sweep
 from jaxpareto.dataset.sweep import sweep_plan
+from jaxpareto.definitions.axes import AXIS_BY_NAME
 from jaxpareto.definitions.checks import check_number
+from jaxpareto.definitions.options import KV_DEMANDS
+from jaxpareto.definitions.settings import Workload
 
-KV_DEMANDS = ("staggered", "synchronised", "synchronized")
 TASK_VARIABLES = ("task_time_s", "tasks_per_s", "task_concurrency_eff", "output_tokens_per_task",
                   "prefill_tokens_per_task")
 
@@ -63,13 +65,13 @@ def session_sweep(
     model,
     tp,
     concurrency,
-    think_time_s=0.0,
-    hit_rate=0.0,
+    think_time_s=AXIS_BY_NAME["think_time_s"].default,
+    hit_rate=AXIS_BY_NAME["hit_rate"].default,
     *,
-    initial_context_tokens: int = 16384,
+    initial_context_tokens: int = AXIS_BY_NAME["context_tokens"].default,
     turns: int = 20,
-    osl: float = 128,
-    tool_tokens: float = 2000,
+    osl: float = Workload.osl,
+    tool_tokens: float = Workload.delta_tokens - Workload.osl,
     kv_demand: str = "staggered",
     prices: dict | None = None,
     **kwargs,
@@ -77,16 +79,19 @@ def session_sweep(
     """Sweep whole sessions: the core grid with ``turn`` (1..N) in place of ``context_tokens``.
 
     Args:
-        gpu, model, tp, concurrency, think_time_s, hit_rate: as in `jaxpareto.dataset.sweep`.
+        gpu, model, tp, concurrency, think_time_s, hit_rate: as in `jaxpareto.sweep`.
         initial_context_tokens: L0, the first turn's prompt (system prompt, tools) [tokens].
         turns: N, turns per session (task).
-        osl: output tokens per turn.
-        tool_tokens: tool-result tokens added per turn.
+        osl: output tokens per turn (default the `Workload`'s).
+        tool_tokens: tool-result tokens added per turn (default: the seed's code agent, the
+            `Workload`'s delta_tokens less its osl).
         kv_demand: "staggered" (default) or "synchronised" (see the module docstring).
         prices: keyword arguments of `jaxpareto.add_costs` (input_per_mtok,
             cached_input_per_mtok, output_per_mtok, gpu_hour): adds cost per turn and per task.
-        **kwargs: other arguments of `jaxpareto.dataset.sweep` (efficiency, solver, dtype, ...);
-            ``context_tokens``, ``delta_tokens`` and ``kv_context_tokens`` are set here.
+        **kwargs: other arguments of `jaxpareto.sweep` (``workload=``, ``efficiency=``,
+            ``solver=``, ``options=``, ``dtype``, ...); ``context_tokens``, ``delta_tokens`` and
+            ``kv_context_tokens`` (flat or in a ``workload``) and ``osl`` in a ``workload`` are
+            set here, from the session.
 
     Returns:
         Dataset over (gpu, model, tp, concurrency, think_time_s, turn, hit_rate) with the core
@@ -97,9 +102,15 @@ def session_sweep(
     Raises:
         JaxparetoError: invalid inputs, named.
     """
+    derived = "is derived from the session (initial_context_tokens, turns, osl, tool_tokens, kv_demand)"
     for key in ("context_tokens", "delta_tokens", "kv_context_tokens"):
         if key in kwargs:
-            raise JaxparetoError(key, "is derived from the session (initial_context_tokens, turns, osl, tool_tokens)")
+            raise JaxparetoError(key, derived)
+    workload = kwargs.get("workload")
+    if isinstance(workload, Workload):
+        for key in ("osl", "delta_tokens", "kv_context_tokens"):
+            if getattr(workload, key) != getattr(Workload, key):
+                raise JaxparetoError(f"workload.{key}", f"{derived}; pass osl= to session_sweep")
     if kv_demand not in KV_DEMANDS:
         raise JaxparetoError("kv_demand", f"unknown {kv_demand!r}", KV_DEMANDS)
     l0 = check_number("initial_context_tokens", initial_context_tokens, low=1, integer=True)

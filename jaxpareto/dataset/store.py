@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 from zarr.codecs import BloscCodec
 
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.mapper import GridProblem
+from jaxpareto.mapper import GridProblem, block_origins, block_region
 from jaxpareto.definitions.axes import AXES, AXIS_BY_NAME, coordinate_attrs
 from jaxpareto.definitions.schema import DECODE_BOUND_FLAGS, OUTPUTS
 from jaxpareto.dataset.plan import SweepPlan, as_plan
@@ -234,7 +234,7 @@ def sweep_to_zarr(
 ) -> xr.Dataset:
     """Run a sweep straight into a zarr store, block by block, and return it opened lazily.
 
-    Takes every argument of `jaxpareto.dataset.sweep`, or a `SweepPlan`. Peak memory is set by
+    Takes every argument of `jaxpareto.sweep`, or a `SweepPlan`. Peak memory is set by
     ``chunk_points`` (and the number of ``variables`` kept), not by the grid; zarr chunks equal
     the compute blocks.
 
@@ -248,7 +248,8 @@ def sweep_to_zarr(
             worker and writes its own region (workers must see ``path``).
 
     Returns:
-        ``xarray.open_zarr(path)``.
+        ``xarray.open_zarr(path)``, with the attribute ``points_resumed`` (not stored): the
+        points an earlier, interrupted run had already computed (0 for a new store).
 
     Raises:
         JaxparetoError: invalid inputs (before anything is written), or a refused ``path``.
@@ -278,7 +279,54 @@ def sweep_to_zarr(
         group.attrs.update({"jaxpareto_complete": True, "infeasible_points": infeasible,
                             "unconverged_points": unconverged})
         zarr.consolidate_metadata(path)
-        return xr.open_zarr(path)
+        ds = xr.open_zarr(path)
+    ds.attrs["points_resumed"] = finished  # this object only: what an earlier run had computed
+    return ds
+
+
+def open_sweep(path: str | Path, *, incomplete: str = "refuse") -> xr.Dataset:
+    """A stored sweep (`sweep_to_zarr`, `to_zarr` or ``jaxpareto sweep --out``), opened lazily.
+
+    A store whose sweep was interrupted holds only some blocks; its other points are fill
+    values, which read as infeasible. It is refused by default, so that it is never taken for a
+    result.
+
+    Args:
+        path: the store.
+        incomplete: "refuse" (default) or "mark": open an interrupted store with a boolean
+            ``computed`` variable, False at every point no finished block covers (there, every
+            other variable is a fill value, not a result).
+
+    Returns:
+        The dataset (``xarray.open_zarr``).
+
+    Raises:
+        JaxparetoError: ``path`` is not a zarr store, ``incomplete`` is not "refuse" or "mark",
+            or (with "refuse") the store is incomplete: the message says how much is done and
+            how to resume.
+    """
+    if incomplete not in ("refuse", "mark"):
+        raise JaxparetoError("incomplete", f"unknown {incomplete!r}", ("refuse", "mark"))
+    path = Path(path)
+    if not (path / "zarr.json").is_file():
+        raise JaxparetoError("store", f"{path} is not a zarr store (written by `jaxpareto sweep --out`)")
+    with _quiet():
+        ds = xr.open_zarr(path)
+    if ds.attrs.get("jaxpareto_complete", True):
+        return ds
+    done = np.asarray(zarr.open_group(path, mode="r", zarr_format=3)[DONE_GROUP]["done"][:], dtype=bool)
+    if incomplete == "refuse":
+        raise JaxparetoError("store", f"{path} is incomplete: {int(done.sum()):,} of {done.size:,} blocks were "
+                                      "computed before the sweep stopped. Run the command that wrote it again to "
+                                      "resume (finished blocks are kept), or open it with incomplete='mark'")
+    shape = tuple(ds.sizes[a] for a in AXES)
+    block = tuple(ds.attrs["jaxpareto_block"])
+    computed = np.zeros(shape, dtype=bool)
+    for index, origin in enumerate(block_origins(shape, block)):
+        if done[index]:
+            computed[block_region(origin, block, shape)] = True
+    return ds.assign(computed=(AXES, computed, {"units": "1", "long_name": "point computed (False: the sweep "
+                                                                         "stopped before its block was written)"}))
 
 
 def to_zarr(ds: xr.Dataset, path: str | Path, *, overwrite: bool = False) -> Path:

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import xarray as xr
 
-from jaxpareto.dataset.plan import DTYPES, SweepPlan, as_plan, plan_sweep  # noqa: F401  (the sweep's inputs)
+from jaxpareto.dataset.plan import SweepPlan, as_plan, plan_sweep
 from jaxpareto.definitions.axes import AXES, AXIS_TABLE, coordinate_attrs
 from jaxpareto.definitions.schema import DECODE_BOUND_FLAGS, OUTPUTS
 from jaxpareto.physics.intensity import ridge_point

@@ -92,10 +92,15 @@ AXIS_TABLE: tuple[Axis, ...] = (
     Axis("hit_rate", "1", "prefix-cache hit rate h", low=0, high=1, default=0.0),
 )
 AXIS_BY_NAME: dict[str, Axis] = {axis.name: axis for axis in AXIS_TABLE}
+# What the searches (optimiser, sizing) decide for a scenario, and their default choices.
+DECIDED_AXES: tuple[str, ...] = ("tp", "concurrency")
+TP_CHOICES: tuple[int, ...] = (1, 2, 4, 8)
+CONCURRENCY_RANGE: tuple[int, int] = (1, 1024)
 # The grid's dimensions, in the dataset's order (SPEC.md section 2).
 AXES: tuple[str, ...] = tuple(axis.name for axis in AXIS_TABLE)
 NUMERIC_AXES: tuple[str, ...] = tuple(axis.name for axis in AXIS_TABLE if not axis.categorical)
 INTEGER_AXES: tuple[str, ...] = tuple(axis.name for axis in AXIS_TABLE if axis.integer)
+SCENARIO_AXES: tuple[str, ...] = tuple(a for a in AXES if a not in DECIDED_AXES)
 
 
 def coordinate_attrs(name: str, table: Sequence[Axis] = AXIS_TABLE) -> dict[str, str]:
@@ -125,15 +130,6 @@ def unique(field: str, keys: Sequence) -> None:
         if key in seen:
             raise JaxparetoError(field, f"duplicate value {key!r}; axis values must be unique")
         seen.add(key)
-
-
-def numeric_axis(field: str, value, *, integer: bool, low: float, high: float = math.inf) -> np.ndarray:
-    """Validate numbers that are not one of the table's axes (e.g. a search's TP choices).
-
-    Raises:
-        JaxparetoError: as `Axis.numbers`, naming ``field``.
-    """
-    return Axis(field, "1", field, integer=integer, low=low, high=high).numbers(value)
 
 
 def grid_axes(values: Mapping[str, object], custom: Mapping[str, Mapping] | None = None,
@@ -179,10 +175,19 @@ class GridPoint(Mapping):
         object.__setattr__(self, "_values", dict(values))
 
     def __getattr__(self, name: str):
+        if name.startswith("__") or name == "_values":  # copy and pickle probe before __init__
+            raise AttributeError(name)
         try:
             return self._values[name]
         except KeyError:
             raise AttributeError(f"GridPoint has no axis {name!r} (axes: {', '.join(self._values)})") from None
+
+    def __reduce__(self):
+        return GridPoint._from_values, (self._values,)
+
+    @staticmethod
+    def _from_values(values: dict) -> "GridPoint":
+        return GridPoint(**values)
 
     def __setattr__(self, name, value):
         raise AttributeError("GridPoint is immutable; use replace()")

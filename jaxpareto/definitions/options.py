@@ -15,6 +15,9 @@ EXPERT_ROUTINGS = ("seed", "uniform")
 PREFILL_MODELS = ("isolated", "shared")
 CACHE_MODELS = ("given", "ttl", "lru")
 PAUSE_DISTRIBUTIONS = ("deterministic", "exponential", "lognormal")
+# How the optimiser searches (`jaxpareto.optimize`'s ``method``), and how sessions hold KV.
+SEARCH_METHODS = ("auto", "exhaustive", "gradient")
+KV_DEMANDS = ("staggered", "synchronised", "synchronized")
 
 
 class ModelOptions(NamedTuple):
@@ -51,6 +54,13 @@ class ModelOptions(NamedTuple):
     def piecewise_linear(self) -> bool:
         """R(B) is piecewise linear in B (what the exact solver needs)."""
         return self.expert_routing == "seed" and self.prefill_model == "isolated" and self.cache_model != "lru"
+
+    @property
+    def differentiable_solver(self) -> str:
+        """The fixed-point solver the gradient searches and the validation use: the exact closed
+        form where R(B) is piecewise linear, the damped iteration otherwise (both are
+        differentiated implicitly)."""
+        return "exact" if self.piecewise_linear else "damped"
 
     @property
     def memory_caps_concurrency(self) -> bool:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from jaxpareto.definitions.axes import AXES  # noqa: F401  (re-exported while modules move)
 
 class VariableInfo(NamedTuple):
     units: str

@@ -18,12 +18,12 @@ import numpy as np
 import pydantic
 
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.definitions.options import CACHE_MODELS, EXPERT_ROUTINGS, PAUSE_DISTRIBUTIONS, PREFILL_MODELS, \
-    ModelOptions
+from jaxpareto.definitions.options import CACHE_MODELS, EXPERT_ROUTINGS, KV_DEMANDS, PAUSE_DISTRIBUTIONS, \
+    PREFILL_MODELS, SEARCH_METHODS, ModelOptions
 from jaxpareto.definitions.settings import DEFAULT_CHUNK_POINTS, DTYPES, SOLVERS, Efficiency, Solver, Workload, numeric_fields
 from jaxpareto.definitions.hardware import Hardware
 from jaxpareto.definitions.model import Model
-from jaxpareto.definitions.axes import AXES, AXIS_BY_NAME, AXIS_TABLE, INTEGER_AXES
+from jaxpareto.definitions.axes import AXES, AXIS_BY_NAME, AXIS_TABLE, CONCURRENCY_RANGE, INTEGER_AXES, TP_CHOICES
 from jaxpareto.definitions.schema import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y
 
 DEFAULT_SPEC = "code_agent.toml"
@@ -75,7 +75,7 @@ class SessionSpec(_Table):
     initial_context_tokens: int = pydantic.Field(ge=1)
     turns: int = pydantic.Field(ge=1)
     tool_tokens: float = pydantic.Field(ge=0)
-    kv_demand: Literal["staggered", "synchronised", "synchronized"] = "staggered"
+    kv_demand: Literal[KV_DEMANDS] = KV_DEMANDS[0]
 
 
 class PricesSpec(_Table):
@@ -95,7 +95,15 @@ class OptimizeSpec(_Table):
     constraints: dict[str, list[str | float]] = pydantic.Field(default_factory=dict)
     tp: list[int] | None = None
     concurrency: list[int] | None = None
-    method: Literal["auto", "exhaustive", "gradient"] = "auto"
+    method: Literal[SEARCH_METHODS] = SEARCH_METHODS[0]
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _solver_is_not_a_method(cls, data):
+        if isinstance(data, dict) and data.get("method") in SOLVERS:
+            raise ValueError(f"[optimize] method is the search ({', '.join(SEARCH_METHODS)}); the fixed-point "
+                             f"solver is [solver] name = {data['method']!r}")
+        return data
 
     @pydantic.model_validator(mode="after")
     def _shapes(self) -> "OptimizeSpec":
@@ -184,7 +192,7 @@ class SweepSpec(_Table):
         return value
 
     def optimize_kwargs(self) -> dict:
-        """Keyword arguments of `jaxpareto.search.optimize` for this spec's [optimize] table.
+        """Keyword arguments of `jaxpareto.optimize` for this spec's [optimize] table.
 
         Raises:
             JaxparetoError: the spec has no [optimize] table.
@@ -194,10 +202,10 @@ class SweepSpec(_Table):
         opt = self.optimize
         tp = opt.tp
         if tp is None:
-            tp = self._axis_values("tp") if self.grid.tp is not None else [1, 2, 4, 8]
+            tp = self._axis_values("tp") if self.grid.tp is not None else list(TP_CHOICES)
         concurrency = opt.concurrency
         if concurrency is None:
-            grid_c = self._axis_values("concurrency") if self.grid.concurrency is not None else [1, 1024]
+            grid_c = self._axis_values("concurrency") if self.grid.concurrency is not None else list(CONCURRENCY_RANGE)
             grid_c = grid_c if isinstance(grid_c, list) else [grid_c]
             concurrency = (int(min(grid_c)), int(max(grid_c)))
         scenario = {axis: self._axis_values(axis) for axis in ("gpu", "model", "think_time_s", "context_tokens", "hit_rate")}
@@ -229,7 +237,7 @@ class SweepSpec(_Table):
         return kwargs
 
     def sweep_kwargs(self, axes: Sequence[str] = AXES) -> dict:
-        """Keyword arguments of `jaxpareto.dataset.sweep` for this spec."""
+        """Keyword arguments of `jaxpareto.sweep` for this spec."""
         grid = {}
         for axis in axes:
             grid[axis] = self._axis_values(axis)

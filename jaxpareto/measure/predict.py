@@ -50,12 +50,11 @@ import pandas as pd
 from jaxpareto.definitions.axes import GridPoint
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.options import ModelOptions
-from jaxpareto.definitions.settings import Efficiency, Solver
+from jaxpareto.definitions.settings import Efficiency, Solver, solver_of
 from jaxpareto.measure.row_inputs import RowInputs, row_inputs
 from jaxpareto.measure.validation_set import load_validation_set
 from jaxpareto.mapper import map_points
 from jaxpareto.physics.point import evaluate_point
-from jaxpareto.search.optimize import solver_for
 
 #: Halvings of [1, concurrency_max] in the Little's-law matching of server rows.
 BISECTION_STEPS = 64
@@ -74,7 +73,7 @@ def _outputs(inputs: RowInputs, efficiency, solver, concurrency, options):
     points = GridPoint(gpu=inputs.hw, model=inputs.model, tp=inputs.tp, concurrency=concurrency,
                        think_time_s=inputs.think_time_s, context_tokens=inputs.context_tokens, hit_rate=inputs.hit_rate)
     return map_points(one, (points, inputs.workload),
-                      (efficiency, dataclasses.replace(solver, name=solver_for(options))))
+                      (efficiency, dataclasses.replace(solver, name=options.differentiable_solver)))
 
 
 def _group_throughput(out, inputs: RowInputs):
@@ -175,7 +174,9 @@ class Predictor:
         self.dtype = dtype
         self.inputs = row_inputs(self.rows, dtype, prefill)
         dt = np.dtype(dtype)
-        solver = solver.validate()
+        solver = solver_of(solver).validate()  # its controls; the name is the options' differentiable_solver
+        if not isinstance(options, ModelOptions):
+            raise JaxparetoError("options", f"expected jaxpareto ModelOptions, got {type(options).__name__}")
         self.solver = dataclasses.replace(
             solver, damping=np.asarray(solver.damping, dt), tol=np.asarray(solver.tol, dt),
             max_iter=np.asarray(solver.max_iter, np.int32))

@@ -24,7 +24,7 @@ import jax
 import numpy as np
 import pandas as pd
 
-from jaxpareto.dataset.sweep import DTYPES
+from jaxpareto.definitions.settings import DTYPES
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.hardware import HardwareParams
 from jaxpareto.definitions.model import ModelParams

@@ -185,11 +185,11 @@ def _residual(latency_ms, b, inputs: LoopInputs):
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
-def _closed_loop(latency_ms, method, lines, inputs: LoopInputs, solver: Solver):
+def _closed_loop(latency_ms, solver_name, lines, inputs: LoopInputs, solver: Solver):
     def r(b):
         return latency_ms(inputs.latency, b)
 
-    if method == "damped":
+    if solver_name == "damped":
         found = solve_effective_batch(r, inputs.concurrency_eff, inputs.think_time_ms, solver)
     else:
         found = solve_effective_batch_exact(r, *lines(inputs.latency), inputs.concurrency_eff, inputs.think_time_ms)
@@ -198,10 +198,10 @@ def _closed_loop(latency_ms, method, lines, inputs: LoopInputs, solver: Solver):
 
 
 @_closed_loop.defjvp
-def _closed_loop_jvp(latency_ms, method, lines, primals, tangents):
+def _closed_loop_jvp(latency_ms, solver_name, lines, primals, tangents):
     inputs, solver = primals
     d_inputs, _ = tangents
-    out = _closed_loop(latency_ms, method, lines, inputs, solver)
+    out = _closed_loop(latency_ms, solver_name, lines, inputs, solver)
     batch = out[0]
     # implicit function theorem at the root: g(B*(θ), θ) = 0
     dg_db = jax.jvp(lambda b: _residual(latency_ms, b, inputs), (batch,), (jnp.ones_like(batch),))[1]

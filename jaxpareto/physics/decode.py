@@ -16,7 +16,6 @@ import jax.numpy as jnp
 from jaxpareto.definitions.hardware import HardwareParams
 from jaxpareto.physics.memory import kv_bytes
 from jaxpareto.definitions.model import ModelParams
-from jaxpareto.definitions.options import EXPERT_ROUTINGS  # noqa: F401  (re-exported)
 from jaxpareto.definitions.units import BYTES_PER_GB, FLOPS_PER_PARAM_PER_TOKEN, FLOPS_PER_TFLOPS, MS_PER_S, PARAMS_PER_B
 
 

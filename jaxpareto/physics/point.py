@@ -19,10 +19,9 @@ from jaxpareto.physics.communication import allreduce_time
 from jaxpareto.physics.closed_loop import LoopInputs, active_ratio, solve_closed_loop
 from jaxpareto.physics.decode import DecodeCoefficients, DecodeStep, decode_coefficients, decode_step, tpot_lines
 from jaxpareto.physics.engine import shared_turn
-from jaxpareto.definitions.hardware import HardwareParams, effective_tflops
+from jaxpareto.definitions.hardware import effective_tflops
 from jaxpareto.physics.intensity import operational_intensity
 from jaxpareto.physics.memory import kv_bytes, kv_replication, memory_budget
-from jaxpareto.definitions.model import ModelParams
 from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.physics.prefill import PrefillWork, prefill_tokens, prefill_work, ttft_ms
 from jaxpareto.definitions.axes import GridPoint

@@ -108,7 +108,8 @@ def require(ds: xr.Dataset, plot: str) -> None:
         JaxparetoError: ``ds`` is not an xarray Dataset, or `unsupported` gives a reason.
     """
     if not isinstance(ds, xr.Dataset):
-        raise JaxparetoError("ds", f"expected an xarray.Dataset (a sweep), got {type(ds).__name__}")
+        hint = "; jaxpareto.cache_comparison_sweep(gpu, model) computes one" if plot == "cache" else ""
+        raise JaxparetoError("ds", f"expected an xarray.Dataset (a sweep), got {type(ds).__name__}{hint}")
     reason = unsupported(ds, plot)
     if reason:
         raise JaxparetoError("ds", f"cannot draw the {plot} plot: {reason}")

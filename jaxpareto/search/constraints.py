@@ -13,10 +13,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from jaxpareto.definitions.axes import AXIS_BY_NAME
 from jaxpareto.definitions.checks import check_number
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.hardware import Hardware
-from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.definitions.schema import OUTPUTS
 
 OPERATORS = ("<=", ">=")
@@ -67,22 +67,16 @@ def concurrency_range(concurrency) -> tuple[int, int]:
     Raises:
         JaxparetoError: not an integer or a pair of them, out of [1, 2**24], or lo > hi.
     """
+    axis = AXIS_BY_NAME["concurrency"]
     if isinstance(concurrency, (int, np.integer)) and not isinstance(concurrency, bool):
-        lo = hi = check_number("concurrency", concurrency, low=1, integer=True)
+        lo = hi = check_number("concurrency", concurrency, low=axis.low, high=axis.high, integer=True)
     elif isinstance(concurrency, (tuple, list)) and len(concurrency) == 2:
-        lo = check_number("concurrency", concurrency[0], low=1, high=2**24, integer=True)
-        hi = check_number("concurrency", concurrency[1], low=1, high=2**24, integer=True)
+        lo, hi = (check_number("concurrency", v, low=axis.low, high=axis.high, integer=True) for v in concurrency)
     else:
         raise JaxparetoError("concurrency", f"expected an inclusive range (lo, hi) or one integer, got {concurrency!r}")
     if lo > hi:
         raise JaxparetoError("concurrency", f"lo {lo} > hi {hi}")
     return lo, hi
-
-
-def solver_for(options: ModelOptions) -> str:
-    """The closed-loop solver of the continuous searches: the exact closed form where R(B) is
-    piecewise linear, the damped iteration otherwise (both differentiate implicitly)."""
-    return "exact" if options.piecewise_linear else "damped"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,4 +110,4 @@ class OptimizeResult:
 
 
 __all__ = ["HARDWARE_VARIABLES", "NUMERIC_OUTPUTS", "OPERATORS", "REPORTED", "Constraint", "OptimizeResult",
-           "concurrency_range", "parse_constraints", "solver_for"]
+           "concurrency_range", "parse_constraints"]

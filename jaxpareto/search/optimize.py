@@ -20,7 +20,7 @@ which admits every session (memory then acts through the hit rate and ``memory_w
   to be the faster of the two (see `AUTO_EXHAUSTIVE_MAX_POINTS`, measured in benchmarks/).
 
 ``method=`` names the search; the closed-loop solver of the exact evaluations is ``solver=``
-("damped" or "exact", or a `Solver`), as in `jaxpareto.dataset.sweep`.
+("damped" or "exact", or a `Solver`), as in `jaxpareto.sweep`.
 
 A configuration that violates a constraint is never returned: when none meets them all,
 ``feasible`` is False and ``reason`` says why (memory, or which SLO no configuration reaches).
@@ -33,17 +33,18 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from jaxpareto.dataset.plan import plan_sweep
-from jaxpareto.definitions.axes import numeric_axis
+from jaxpareto.definitions.axes import AXIS_BY_NAME, CONCURRENCY_RANGE, TP_CHOICES
 from jaxpareto.definitions.checks import check_number
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.hardware import Hardware
+from jaxpareto.definitions.options import SEARCH_METHODS
 from jaxpareto.definitions.settings import SOLVERS
 from jaxpareto.search.constraints import (HARDWARE_VARIABLES, NUMERIC_OUTPUTS, Constraint,  # noqa: F401
-                                          OptimizeResult, concurrency_range, parse_constraints, solver_for)
+                                          OptimizeResult, concurrency_range, parse_constraints)
 from jaxpareto.search.problem import Problem
 from jaxpareto.search.whatif import least_hardware
 
-METHODS = ("auto", "exhaustive", "gradient")
+METHODS = SEARCH_METHODS
 # Up to this many (TP, C) points per scenario the exhaustive search, exact, is also the faster:
 # benchmarks/bench_optimize.py measured the two equal at 16,384 points (4 TPs x 4,096
 # concurrencies, about 300 scenarios/s each on 2 CPU cores); at 65,536 the gradient search is
@@ -72,15 +73,15 @@ def check_method(method: str) -> str:
 def optimize(
     gpu,
     model,
-    think_time_s=0.0,
-    context_tokens=16384,
-    hit_rate=0.0,
+    think_time_s=AXIS_BY_NAME["think_time_s"].default,
+    context_tokens=AXIS_BY_NAME["context_tokens"].default,
+    hit_rate=AXIS_BY_NAME["hit_rate"].default,
     *,
     objective: str = "output_tokens_per_s_per_gpu",
     sense: str = "max",
     constraints: Mapping | None = None,
-    tp: Sequence[int] = (1, 2, 4, 8),
-    concurrency: tuple[int, int] | int = (1, 1024),
+    tp: Sequence[int] = TP_CHOICES,
+    concurrency: tuple[int, int] | int = CONCURRENCY_RANGE,
     method: str = "auto",
     variables: Sequence[str] | None = None,
     starts: int = 6,
@@ -93,7 +94,7 @@ def optimize(
         gpu, model: names or definitions; a list of them (or a list for any of
             ``think_time_s``, ``context_tokens``, ``hit_rate``) searches every combination and
             returns a Dataset.
-        think_time_s, context_tokens, hit_rate: the workload (as in `jaxpareto.dataset.sweep`).
+        think_time_s, context_tokens, hit_rate: the workload (as in `jaxpareto.sweep`).
         objective: output to optimise; ``sense`` "max" (default) or "min".
         constraints: SLOs ``{output: ("<=" | ">=", limit)}``; memory (C <= concurrency_max)
             always applies.
@@ -124,7 +125,7 @@ def optimize(
         raise JaxparetoError("sense", f"unknown sense {sense!r}", ("max", "min"))
     check_method(method)
     cons = parse_constraints(constraints)
-    tp_choices = numeric_axis("tp", tp, integer=True, low=1, high=2**24)
+    tp_choices = AXIS_BY_NAME["tp"].numbers(tp)
     lo, hi = concurrency_range(concurrency)
     starts = check_number("starts", starts, low=1, high=256, integer=True)
     steps = check_number("steps", steps, low=1, high=100_000, integer=True)
@@ -144,4 +145,4 @@ def optimize(
 
 
 __all__ = ["AUTO_EXHAUSTIVE_MAX_POINTS", "HARDWARE_VARIABLES", "METHODS", "Constraint", "OptimizeResult",
-           "check_method", "least_hardware", "optimize", "parse_constraints", "solver_for"]
+           "check_method", "least_hardware", "optimize", "parse_constraints"]

@@ -1,5 +1,5 @@
 """One optimisation over the scenario cells of a plan: the exhaustive and the gradient search of
-`jaxpareto.search.optimize`, the choice of the best candidate, and the results.
+`jaxpareto.optimize`, the choice of the best candidate, and the results.
 
 A scenario cell is one GPU, model, think time, context and hit rate; its candidates are
 (TP, C) pairs. Both searches end the same way: candidates evaluated exactly (with the plan's
@@ -18,14 +18,13 @@ import numpy as np
 import xarray as xr
 
 from jaxpareto.dataset.plan import SweepPlan
-from jaxpareto.definitions.axes import AXES, GridPoint, coordinate_attrs
+from jaxpareto.definitions.axes import AXES, AXIS_BY_NAME, DECIDED_AXES, SCENARIO_AXES, GridPoint, coordinate_attrs
 from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.definitions.schema import OUTPUTS
 from jaxpareto.mapper import evaluate_points, map_points, shared_scalars, stack_params
-from jaxpareto.search.constraints import REPORTED, Constraint, OptimizeResult, solver_for
+from jaxpareto.search.constraints import REPORTED, Constraint, OptimizeResult
 from jaxpareto.search.penalty import evaluate_with_memory, penalised_descent, relative_violations, squared_excess
 
-SCENARIO_AXES = ("gpu", "model", "think_time_s", "context_tokens", "hit_rate")
 # the gradient search's exact candidates: the integer neighbours floor(C*) + these, and the bounds
 NEIGHBOURS = np.arange(-3, 4)
 
@@ -46,7 +45,7 @@ class Problem:
         self.tp_choices, self.lo, self.hi = tp_choices, lo, hi
         self.needed = tuple(sorted({objective, *(c.name for c in constraints), *REPORTED, "feasible", "converged"}))
         self.outputs = tuple(n for n in self.needed if n in OUTPUTS)
-        self.cell_shape = (len(plan.gpus), len(plan.models), *(len(plan.axes[a]) for a in SCENARIO_AXES[2:]))
+        self.cell_shape = tuple(len(plan.coords[a]) for a in SCENARIO_AXES)
         grids = np.meshgrid(*(np.arange(n) for n in self.cell_shape), indexing="ij")
         self.cells = dict(zip(SCENARIO_AXES, (a.reshape(-1) for a in grids)))  # axis -> index, flat cell order
         self.n_cells = math.prod(self.cell_shape)
@@ -82,12 +81,13 @@ class Problem:
     # -- methods ---------------------------------------------------------------------------
     def exhaustive(self) -> dict:
         """Every (TP, C) of every cell, block by block (blocks hold whole cells)."""
-        problem = self.plan.problem(outputs=self.outputs, whole_axes=(2, 3))
+        decided = tuple(AXES.index(a) for a in DECIDED_AXES)
+        problem = self.plan.problem(outputs=self.outputs, whole_axes=decided)
         n_c = self.hi - self.lo + 1
         tp_col = np.repeat(self.tp_choices, n_c)
         c_col = np.tile(np.arange(self.lo, self.hi + 1), len(self.tp_choices))
         parts: dict[str, np.ndarray] = {}
-        for cells, rows in problem.iter_cells((2, 3)):
+        for cells, rows in problem.iter_cells(decided):
             n_rows = next(iter(rows.values())).shape[0]
             rows = {**rows, "tp": np.broadcast_to(tp_col, (n_rows, len(tp_col))),
                     "concurrency": np.broadcast_to(c_col, (n_rows, len(c_col)))}
@@ -102,10 +102,10 @@ class Problem:
     def points(self, index: np.ndarray, **axes) -> GridPoint:
         """The cells ``index`` (flat cell order) as points of the compute dtype, plus ``axes``."""
         plan, dtype = self.plan, self.plan.dtype
-        values = {"gpu": stack_params([plan.gpus[i].to_params() for i in self.cells["gpu"][index]], dtype),
-                  "model": stack_params([plan.models[i].to_params() for i in self.cells["model"][index]], dtype),
-                  **{a: np.asarray(plan.axes[a][self.cells[a][index]], dtype) for a in SCENARIO_AXES[2:]},
-                  **{a: np.asarray(v, dtype) for a, v in axes.items()}}
+        values = {a: stack_params([plan.definitions[a][i].to_params() for i in self.cells[a][index]], dtype)
+                  if AXIS_BY_NAME[a].categorical else np.asarray(plan.axes[a][self.cells[a][index]], dtype)
+                  for a in SCENARIO_AXES}
+        values.update({a: np.asarray(v, dtype) for a, v in axes.items()})
         return GridPoint(**{a: values[a] for a in AXES if a in values})
 
     def evaluate(self, index: np.ndarray, tp: np.ndarray, concurrency: np.ndarray) -> dict:
@@ -190,7 +190,7 @@ class Problem:
         ok = found["found"]
         coords = {}
         for name in SCENARIO_AXES:
-            categorical = name in ("gpu", "model")
+            categorical = AXIS_BY_NAME[name].categorical
             values = [d.name for d in self.plan.definitions[name]] if categorical else self.plan.axes[name]
             coords[name] = xr.Variable(name, np.asarray(values, dtype=str) if categorical else values,
                                        coordinate_attrs(name))
@@ -222,7 +222,7 @@ def _descend(start, workload, efficiency, solver, log_lo, log_hi, limits, *, obj
              options):
     """log C* of one point from one start: the penalised descent on -sign x log(objective)."""
     point, u0 = start
-    solver = dataclasses.replace(solver, name=solver_for(options))
+    solver = dataclasses.replace(solver, name=options.differentiable_solver)
 
     def terms(u):
         c = jnp.exp(u)
@@ -243,7 +243,7 @@ def continuous_search(cells: GridPoint, workload, efficiency, solver, tp_choices
     Args:
         cells: the scenario cells (`GridPoint` without ``tp`` and ``concurrency``, leading axis
             the cells).
-        workload, efficiency, solver: shared scalars (the solver's name is `solver_for` the options).
+        workload, efficiency, solver: shared scalars (the solver's name is the options' `differentiable_solver`).
         tp_choices: the TP choices. log_lo, log_hi: log of the concurrency range.
         limits: the constraints' limits (traced); ``constraints`` their (name, op, 1.0).
         objective, sign: the output and +1 (maximise) or -1 (minimise).

@@ -17,7 +17,9 @@ import pandas as pd
 
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.search.constraints import concurrency_range, parse_constraints
-from jaxpareto.dataset.sweep import plan_sweep, sweep
+from jaxpareto.dataset.plan import plan_sweep
+from jaxpareto.dataset.sweep import sweep
+from jaxpareto.definitions.axes import AXIS_BY_NAME, CONCURRENCY_RANGE, SCENARIO_AXES, TP_CHOICES
 from jaxpareto.definitions.checks import check_number
 
 
@@ -47,15 +49,15 @@ class SizingResult:
 def size_deployment(
     gpu,
     model,
-    think_time_s: float = 0.0,
-    context_tokens: int = 16384,
-    hit_rate: float = 0.0,
+    think_time_s: float = AXIS_BY_NAME["think_time_s"].default,
+    context_tokens: int = AXIS_BY_NAME["context_tokens"].default,
+    hit_rate: float = AXIS_BY_NAME["hit_rate"].default,
     *,
     sessions: int | None = None,
     turns_per_s: float | None = None,
     constraints=None,
-    tp=(1, 2, 4, 8),
-    concurrency=(1, 4096),
+    tp=TP_CHOICES,
+    concurrency=(CONCURRENCY_RANGE[0], 4 * CONCURRENCY_RANGE[1]),
     **settings,
 ) -> SizingResult:
     """The fewest GPUs that serve ``sessions`` concurrent sessions or ``turns_per_s`` turns/s.
@@ -83,9 +85,9 @@ def size_deployment(
     kwargs = dict(gpu=gpu, model=model, tp=tp, concurrency=list(range(lo, hi + 1)), think_time_s=think_time_s,
                   context_tokens=context_tokens, hit_rate=hit_rate, **settings)
     plan = plan_sweep(**kwargs)
-    if plan.shape[:2] != (1, 1) or any(plan.shape[i] != 1 for i in (4, 5, 6)):
-        raise JaxparetoError("scenario", "sizing takes one GPU, model, think time, context and hit rate")
-    ds = sweep(**kwargs).squeeze(["gpu", "model", "think_time_s", "context_tokens", "hit_rate"])
+    if any(len(plan.coords[a]) != 1 for a in SCENARIO_AXES):
+        raise JaxparetoError("scenario", f"sizing takes one value of each of {', '.join(SCENARIO_AXES)}")
+    ds = sweep(plan).squeeze(list(SCENARIO_AXES))
     ok = ds.feasible & ds.converged
     if plan.options.memory_caps_concurrency:  # the LRU cache model admits every session
         ok = ok & (ds.concurrency <= ds.concurrency_max)

@@ -22,11 +22,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxpareto.dataset.plan import plan_sweep
-from jaxpareto.definitions.axes import GridPoint
+from jaxpareto.definitions.axes import AXIS_BY_NAME, GridPoint
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.settings import Solver
 from jaxpareto.mapper import stack_params
-from jaxpareto.search.constraints import HARDWARE_VARIABLES, REPORTED, OptimizeResult, parse_constraints, solver_for
+from jaxpareto.search.constraints import HARDWARE_VARIABLES, REPORTED, OptimizeResult, parse_constraints
 from jaxpareto.search.penalty import evaluate_with_memory, penalised_descent, relative_violations, squared_excess
 
 _BISECTION_STEPS = 60  # relative precision 2**-60 of the scale's log bracket
@@ -36,9 +36,9 @@ _MAX_DOUBLINGS = 40
 def least_hardware(
     gpu,
     model,
-    think_time_s=0.0,
-    context_tokens=16384,
-    hit_rate=0.0,
+    think_time_s=AXIS_BY_NAME["think_time_s"].default,
+    context_tokens=AXIS_BY_NAME["context_tokens"].default,
+    hit_rate=AXIS_BY_NAME["hit_rate"].default,
     *,
     variables: Sequence[str],
     constraints,
@@ -62,8 +62,8 @@ def least_hardware(
         steps: optax steps of the gradient search.
         solver: the closed-loop solver that certifies the answer (the bisection and the
             metrics): "damped", "exact" or a `Solver`. Default (None): the gradient search's own,
-            `solver_for` the options (exact where R(B) is piecewise linear, else damped). The
-            gradient search always uses `solver_for`, with this solver's damping, tol and
+            the options' `differentiable_solver` (exact where R(B) is piecewise linear, else damped). The
+            gradient search always uses the options' `differentiable_solver`, with this solver's damping, tol and
             max_iter.
         **settings: the other keywords of `jaxpareto.dataset.plan.plan_sweep`.
 
@@ -121,7 +121,7 @@ def least_hardware(
 class _Search:
     """The scenarios of a plan, evaluated at candidate hardware numbers (internal).
 
-    ``certify``: the plan's solver certifies (else the search's own, `solver_for` the options).
+    ``certify``: the plan's solver certifies (else the search's own, the options' `differentiable_solver`).
     """
 
     def __init__(self, plan, variables, constraints, certify: bool):
@@ -139,7 +139,7 @@ class _Search:
         self.tp = float(plan.axes["tp"][0])
         self.c = float(plan.axes["concurrency"][0])
         self.workload, self.efficiency, self.options = plan.workload, plan.efficiency, plan.options
-        self.search_solver = dataclasses.replace(plan.solver, name=solver_for(plan.options))
+        self.search_solver = dataclasses.replace(plan.solver, name=plan.options.differentiable_solver)
         self.solver = plan.solver if certify else self.search_solver
         self.spec = tuple((c.name, c.op, c.limit) for c in constraints)
         self._violations = jax.jit(self._certified_violations)

@@ -34,6 +34,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except JaxparetoError as error:
         print(f"jaxpareto: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line; a store keeps every block finished so far
+        print("jaxpareto: interrupted; run the same command again to resume a sweep written with --out "
+              "(finished blocks are kept)", file=sys.stderr)
+        return 130
     except OSError as error:  # unreadable or unwritable files: one line, not a traceback
         if isinstance(error, BrokenPipeError):  # output piped into `head` and closed early
             sys.stderr.close()

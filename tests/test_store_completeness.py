@@ -1,0 +1,107 @@
+"""An interrupted store is never read as a result: readers refuse it (or mark what was not
+computed), Ctrl-C ends with one line, and a resumed run says so."""
+
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import jaxpareto as jp
+from jaxpareto.cli import main
+from jaxpareto.dataset.store import DONE_GROUP, open_sweep
+
+GRID = dict(gpu="h100-sxm", model=["llama-3.1-8b", "llama-3.1-70b"], tp=[1, 2, 4, 8], concurrency=[1, 8, 64],
+            think_time_s=[0.5, 2.0], context_tokens=[4096, 16384], hit_rate=[0.0, 0.9], chunk_points=48)
+
+
+def _interrupted_store(path):
+    """A complete store turned back into one whose last blocks were never written."""
+    import zarr
+
+    jp.sweep_to_zarr(path, **GRID, progress=False)
+    group = zarr.open_group(path, mode="r+", zarr_format=3)
+    done = group[DONE_GROUP]["done"]
+    done[done.shape[0] // 2:] = 0
+    for name in ("ttft_ms", "feasible"):
+        group[name][:, 1] = group[name].fill_value  # the second model's blocks: unwritten
+    group.attrs["jaxpareto_complete"] = False
+    zarr.consolidate_metadata(path)
+    return done.shape[0]
+
+
+def test_readers_refuse_an_interrupted_store(tmp_path, capsys):
+    path = tmp_path / "s.zarr"
+    blocks = _interrupted_store(path)
+    with pytest.raises(jp.JaxparetoError, match=rf"incomplete: {blocks // 2} of {blocks} blocks.*resume"):
+        open_sweep(path)
+    for argv in (["pareto", str(path), "--sel", "model=llama-3.1-70b"], ["plot", str(path), "--out", str(tmp_path / "p")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "incomplete" in err and "resume" in err and "no feasible" not in err
+    assert not (tmp_path / "p").exists()
+
+
+def test_an_interrupted_store_opened_to_mark_what_was_computed(tmp_path):
+    path = tmp_path / "s.zarr"
+    _interrupted_store(path)
+    ds = open_sweep(path, incomplete="mark")
+    computed = ds.computed.values
+    assert ds.computed.sel(model="llama-3.1-8b").values.all()
+    assert not ds.computed.sel(model="llama-3.1-70b").values.any()
+    full = jp.sweep(**GRID)
+    np.testing.assert_array_equal(ds.ttft_ms.where(ds.computed).values[computed], full.ttft_ms.values[computed])
+    with pytest.raises(jp.JaxparetoError, match="incomplete: unknown 'ignore'"):
+        open_sweep(path, incomplete="ignore")
+
+
+def test_a_complete_store_opens_as_it_was_written(tmp_path):
+    path = tmp_path / "s.zarr"
+    written = jp.sweep_to_zarr(path, **GRID, progress=False)
+    assert written.attrs["points_resumed"] == 0
+    assert "computed" not in open_sweep(path, incomplete="mark")
+    np.testing.assert_array_equal(open_sweep(path).tpot_ms.values, written.tpot_ms.values)
+
+
+def test_a_resumed_run_says_so_and_counts_only_its_own_work(tmp_path, capsys):
+    path = tmp_path / "s.zarr"
+    _interrupted_store(path)
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[grid]\ngpu = "h100-sxm"\nmodel = ["llama-3.1-8b", "llama-3.1-70b"]\ntp = [1, 2, 4, 8]\n'
+                    'concurrency = [1, 8, 64]\nthink_time_s = [0.5, 2.0]\ncontext_tokens = [4096, 16384]\n'
+                    'hit_rate = [0.0, 0.9]\n[output]\nchunk_points = 48\n')
+    # a spec run writes its spec into the attributes: make the store one of that spec first
+    assert main(["sweep", str(spec), "--out", str(path), "--overwrite", "--no-progress"]) == 0
+    import zarr
+
+    group = zarr.open_group(path, mode="r+", zarr_format=3)
+    done = group[DONE_GROUP]["done"]
+    done[: done.shape[0] // 2] = 0
+    group.attrs["jaxpareto_complete"] = False
+    zarr.consolidate_metadata(path)
+    capsys.readouterr()
+    assert main(["sweep", str(spec), "--out", str(path), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    total = 2 * 4 * 3 * 2 * 2 * 2
+    assert f"resumed {path}: {total // 2:,} configurations were computed by an earlier run, {total // 2:,} by this one" \
+        in out
+    assert open_sweep(path).attrs["jaxpareto_complete"]
+
+
+def test_ctrl_c_ends_with_one_line_saying_how_to_resume(tmp_path):
+    script = ("import sys, jaxpareto.cli.app as m; sys.exit(m.main(['sweep', '--out', sys.argv[1], "
+              "'--no-progress', '--chunk-points', '2048']))")
+    proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "s.zarr")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (tmp_path / "s.zarr" / "zarr.json").exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    if proc.returncode == 0:
+        pytest.skip("the sweep finished before the interrupt arrived")
+    assert proc.returncode == 130
+    assert err.strip().splitlines()[-1].startswith("jaxpareto: interrupted; run the same command again to resume")
+    assert "Traceback" not in err
