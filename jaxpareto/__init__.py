@@ -20,6 +20,7 @@ from jaxpareto.dataset.plan import SweepPlan
 from jaxpareto.dataset.plan import plan_sweep
 from jaxpareto.dataset.reduce import pareto_sweep
 from jaxpareto.dataset.session import session_sweep
+from jaxpareto.dataset.store import open_sweep
 from jaxpareto.dataset.store import sweep_to_zarr
 from jaxpareto.dataset.store import to_zarr
 from jaxpareto.dataset.sweep import sweep
@@ -71,6 +72,7 @@ __all__ = [
     "frontier_table",
     "load_validation_set",
     "metrics",
+    "open_sweep",
     "optimize",
     "pareto_front",
     "pareto_sweep",

@@ -149,3 +149,9 @@ def test_numpy_scalars_accepted():
     assert ds.feasible.all()
     m = jp.Model(name="m", params_total_b=np.float32(7.0), layers=np.int64(32), kv_heads=np.int64(8), head_dim=128)
     assert m.layers == 32
+
+
+def test_an_unknown_output_in_variables_is_named(capsys):
+    assert main(["sweep", "--variables", "tpot,ttft_ms"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("jaxpareto: error: variables: unknown output 'tpot'") and "Traceback" not in err

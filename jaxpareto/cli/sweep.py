@@ -19,7 +19,7 @@ from jaxpareto.dataset.reduce import pareto_sweep
 from jaxpareto.dataset.selection import best_task_configuration, session_axes, session_coords
 from jaxpareto.dataset.session import TASK_VARIABLES, session_sweep
 from jaxpareto.dataset.store import sweep_to_zarr, to_zarr
-from jaxpareto.dataset.plan import plan_sweep
+from jaxpareto.dataset.plan import output_variables, plan_sweep
 from jaxpareto.dataset.sweep import sweep
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.settings import DTYPES
@@ -84,9 +84,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     kwargs = spec.sweep_kwargs()
     _overrides(args, kwargs, ("dtype", "solver", "chunk_points", "calibration"))
     if args.variables is not None:
-        names = [v for v in args.variables.split(",") if v]
+        names = [v.strip() for v in args.variables.split(",") if v.strip()]
         if not names:
             raise JaxparetoError("--variables", "name at least one output", list(OUTPUTS))
+        output_variables(names)  # an unknown name is refused here, named, before anything runs
         kwargs["variables"] = sorted({*names, spec.report.x, spec.report.y}, key=list(OUTPUTS).index) \
             if spec.report.x in OUTPUTS and spec.report.y in OUTPUTS else names  # the report needs its x and y
     kwargs["attrs"] = {"spec": json.dumps(spec.model_dump(mode="json")),

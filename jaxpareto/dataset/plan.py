@@ -108,7 +108,6 @@ class SweepPlan:
 
     def attrs(self) -> dict:
         """Provenance attributes (SPEC.md section 4), JSON-serialisable."""
-        workload = self.workload
         return {
             "title": "jaxpareto agent-serving sweep",
             "jaxpareto_version": __version__,
