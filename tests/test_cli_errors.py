@@ -155,3 +155,19 @@ def test_an_unknown_output_in_variables_is_named(capsys):
     assert main(["sweep", "--variables", "tpot,ttft_ms"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("jaxpareto: error: variables: unknown output 'tpot'") and "Traceback" not in err
+
+
+def test_every_output_option_refuses_an_existing_file_unless_overwrite(tmp_path, capsys):
+    import jaxpareto as jp
+
+    store = tmp_path / "s.zarr"
+    jp.sweep_to_zarr(store, gpu="h100-sxm", model="llama-3.1-8b", tp=[1, 2], concurrency=[1, 8], progress=False)
+    csv = tmp_path / "front.csv"
+    assert main(["pareto", str(store), "--csv", str(csv)]) == 0
+    capsys.readouterr()
+    assert main(["pareto", str(store), "--csv", str(csv)]) == 2
+    assert "already exists; pass --overwrite" in capsys.readouterr().err
+    assert main(["pareto", str(store), "--csv", str(csv), "--overwrite"]) == 0
+    assert main(["sweep", "chat", "--out", str(store)]) == 2  # a store of other inputs
+    err = capsys.readouterr().err
+    assert "--overwrite" in err and "overwrite=True" not in err

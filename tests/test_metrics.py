@@ -319,7 +319,13 @@ def test_cli_missing_or_unknown_file_exits_2(capsys, tmp_path):
     exists = tmp_path / "s.json"
     exists.write_text("{}")
     code, _, err = run(capsys, "metrics", SEED, "--out", exists)
-    assert code == 2 and "already exists" in err
+    assert code == 2 and "already exists; pass --overwrite" in err
+    code, _, _ = run(capsys, "metrics", SEED, "--out", exists, "--overwrite")
+    assert code == 0 and json.loads(exists.read_text())["success_rate"] == pytest.approx(2 / 3)
+    folder = tmp_path / "folder.zarr"
+    folder.mkdir()
+    code, _, err = run(capsys, "metrics", SEED, "--out", folder, "--overwrite")
+    assert code == 2 and "not a zarr store; refusing" in err
 
 
 # ----------------------------------------------------------------------------- file encodings

@@ -31,8 +31,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)  # a renamed option raises JaxparetoError here
         return args.func(args)
-    except JaxparetoError as error:
-        print(f"jaxpareto: error: {error}", file=sys.stderr)
+    except JaxparetoError as error:  # the library's hints name its keywords; here, the option
+        print(f"jaxpareto: error: {str(error).replace('overwrite=True (CLI: --overwrite)', '--overwrite')}",
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C: one line; a store keeps every block finished so far
         print("jaxpareto: interrupted; run the same command again to resume a sweep written with --out "

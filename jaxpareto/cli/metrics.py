@@ -45,7 +45,7 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
         raise JaxparetoError("--percentiles", f"expected comma-separated numbers, got {args.percentiles!r}") from None
     out = Path(args.out) if args.out else None
     if out is not None:
-        check_summary_path(out, "--out")
+        check_summary_path(out, "--out", args.overwrite)
     ds = metrics(args.file, args.format, percentiles=qs, percentile_method=args.percentile_method,
                  slo=_parse_slo(args.slo), benchmark=args.benchmark)
     slo = ", ".join(f"{k} <= {v:g}" for k, v in json.loads(ds.attrs["slo_ms"]).items()) or "none"
@@ -53,7 +53,7 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
           f" SLO {slo}; ITL {ds.attrs['itl_source']}\n")
     print(summary_table(ds))
     if out is not None:
-        write_summary(ds, out)
+        write_summary(ds, out, overwrite=args.overwrite)
         print(f"\nwrote {out}")
     return 0
 
@@ -70,5 +70,6 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help=f"goodput SLO in ms, one of {', '.join(SLO_NAMES)} (repeatable)")
     p.add_argument("--benchmark", type=int, help="GuideLLM report: index of the benchmark to summarise")
     p.add_argument("--out", help="also write the summary: .json, .nc (netCDF3) or .zarr")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.set_defaults(func=_cmd_metrics)
     return p

@@ -62,6 +62,9 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
         csv = Path(args.csv)
         if not csv.resolve().parent.is_dir():
             raise JaxparetoError("--csv", f"the folder {csv.resolve().parent} does not exist")
+        if csv.exists() and not (args.overwrite and csv.is_file()):
+            raise JaxparetoError("--csv", f"{csv} already exists; pass --overwrite to replace it"
+                                 if csv.is_file() else f"{csv} exists and is not a file; refusing to replace it")
         front = pareto_front(ds, x=report.x, y=report.y, dims=report.dims, maximize=report.maximize)
         table = frontier_table(ds, front, x=report.x, y=report.y, dims=report.dims)
         table.to_csv(csv, index=False)
@@ -79,5 +82,6 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--dims", help=f"comma-separated front dimensions (default {','.join(DEFAULT_DIMS)})")
     p.add_argument("--sel", action="append", metavar="AXIS=VALUE", help="cell to print (repeatable)")
     p.add_argument("--csv", help="write the frontier of every cell to this CSV file")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --csv file")
     p.set_defaults(func=_cmd_pareto)
     return p

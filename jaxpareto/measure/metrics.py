@@ -243,22 +243,25 @@ def metrics(source: str | Path | pd.DataFrame, format: str | None = None, *,
                       attrs=attrs)
 
 
-def check_summary_path(path: Path, field: str = "path") -> None:
+def check_summary_path(path: Path, field: str = "path", overwrite: bool = False) -> None:
     """Check that `write_summary` can write ``path`` (before the summary is computed).
 
     Raises:
-        JaxparetoError: on ``field``: a suffix not in `SUMMARY_SUFFIXES`, a missing folder, or a
-            path that exists (never replaced).
+        JaxparetoError: on ``field``: a suffix not in `SUMMARY_SUFFIXES`, a missing folder, a
+            path that exists (replaced only with ``overwrite``), or a folder that is not a zarr
+            store (never replaced).
     """
     if path.suffix.lower() not in SUMMARY_SUFFIXES:
         raise JaxparetoError(field, f"unknown output type {path.suffix or path.name!r}", SUMMARY_SUFFIXES)
     if not path.resolve().parent.is_dir():
         raise JaxparetoError(field, f"the folder {path.resolve().parent} does not exist")
-    if path.exists():
-        raise JaxparetoError(field, f"{path} already exists; refusing to replace it")
+    if path.exists() and not overwrite:
+        raise JaxparetoError(field, f"{path} already exists; pass overwrite=True (CLI: --overwrite) to replace it")
+    if path.is_dir() and not (path / "zarr.json").is_file():
+        raise JaxparetoError(field, f"{path} is a folder and not a zarr store; refusing to replace it")
 
 
-def write_summary(ds: xr.Dataset, path: Path) -> None:
+def write_summary(ds: xr.Dataset, path: Path, overwrite: bool = False) -> None:
     """Write a `metrics` summary by the suffix of ``path``: ``.json`` (NaN as null, with the
     attrs and units), ``.nc`` (netCDF3) or ``.zarr`` (the sweep store's writer: zarr v3,
     consolidated).
@@ -266,7 +269,7 @@ def write_summary(ds: xr.Dataset, path: Path) -> None:
     Raises:
         JaxparetoError: as `check_summary_path`.
     """
-    check_summary_path(path)
+    check_summary_path(path, overwrite=overwrite)
     suffix = path.suffix.lower()
     if suffix == ".json":
         data = {name: (None if isinstance(v := np.asarray(ds[name].values).item(), float) and math.isnan(v) else v)
@@ -276,4 +279,4 @@ def write_summary(ds: xr.Dataset, path: Path) -> None:
     elif suffix == ".nc":  # netCDF3 (scipy) has no 64-bit integers
         ds.assign({n: ds[n].astype(np.int32) for n in ds.data_vars if ds[n].dtype == np.int64}).to_netcdf(path)
     else:
-        to_zarr(ds, path)
+        to_zarr(ds, path, overwrite=overwrite)
