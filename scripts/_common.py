@@ -90,3 +90,25 @@ def device_suffix() -> str:
     import jax
 
     return jax.devices()[0].platform
+
+
+def benchmark_parser(doc: str, bench: str, what: str = "grid"):
+    """The options every benchmark-table script takes: ``--quick`` and ``--from-recorded``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help=f"the benchmark's smaller {what}, in a scratch copy "
+                                                             "(checks the script; figures are not the README's)")
+    parser.add_argument("--from-recorded", action="store_true",
+                        help=f"format benchmarks/results/{bench}_<platform>.json without running anything")
+    return parser
+
+
+def benchmark_result(bench: str, args, options: list[str] = (), quick_suffix: bool = True) -> dict:
+    """The recorded result (``--from-recorded``), else a fresh run of ``benchmarks/{bench}.py``
+    (``--quick`` passed on, in a scratch copy)."""
+    name = f"{bench}_{device_suffix()}{'_quick' if args.quick and quick_suffix else ''}.json"
+    if args.from_recorded:
+        return recorded(name)
+    return run_benchmark(bench, (["--quick"] if args.quick else []) + list(options), scratch=args.quick,
+                         result_json=name)

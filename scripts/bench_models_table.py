@@ -15,10 +15,9 @@ Usage: python scripts/bench_models_table.py [--quick] [--from-recorded]
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from _common import device_suffix, markdown_table, recorded, run_benchmark
+from _common import benchmark_parser, benchmark_result, markdown_table
 
 HEADER = ["equations", "configs/s", "ratio to the seed's damped solver"]
 # README label -> the benchmark's variant name, in the README's order (the two seed solvers share a row).
@@ -56,18 +55,8 @@ def table(results: dict) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="the benchmark's smaller grid, in a scratch copy "
-                                                             "(checks the script; figures are not the README's)")
-    parser.add_argument("--from-recorded", action="store_true",
-                        help="format benchmarks/results/bench_models_<platform>.json without running anything")
-    args = parser.parse_args()
-    name = f"bench_models_{device_suffix()}.json"
-    if args.from_recorded:
-        result = recorded(name)
-    else:
-        result = run_benchmark("bench_models", ["--quick"] if args.quick else [], scratch=args.quick,
-                               result_json=name)
+    args = benchmark_parser(__doc__, "bench_models").parse_args()
+    result = benchmark_result("bench_models", args, quick_suffix=False)
     results = result["results"]
     points = results["seed (damped)"]["points"]
     unconverged = {k: v["converged_share_of_feasible"] for k, v in results.items() if v["converged_share_of_feasible"] < 1}

@@ -19,10 +19,9 @@ Usage: python scripts/bench_optimize_table.py [--quick] [--from-recorded]
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from _common import device_suffix, markdown_table, recorded, run_benchmark
+from _common import benchmark_parser, benchmark_result, markdown_table
 
 HEADER = ["points per scenario", "exhaustive (scenarios/s)", "gradient (scenarios/s)", "gradient / exhaustive",
           "gradient's largest error"]
@@ -60,18 +59,8 @@ def summary(result: dict) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="the benchmark's smaller run, in a scratch copy "
-                                                             "(checks the script; figures are not the README's)")
-    parser.add_argument("--from-recorded", action="store_true",
-                        help="format benchmarks/results/bench_optimize_<platform>.json without running anything")
-    args = parser.parse_args()
-    name = f"bench_optimize_{device_suffix()}{'_quick' if args.quick else ''}.json"
-    if args.from_recorded:
-        result = recorded(name)
-    else:
-        result = run_benchmark("bench_optimize", ["--quick"] if args.quick else [], scratch=args.quick,
-                               result_json=name)
+    args = benchmark_parser(__doc__, "bench_optimize", what="run").parse_args()
+    result = benchmark_result("bench_optimize", args)
     print(f"device {result['device']}, {result['rows'][0]['scenarios']} scenarios per batch, SLOs TTFT <= 2 s and "
           f">= 20 tokens/s per user" + (" (--quick: not the README's figures)" if args.quick else ""))
     print()

@@ -17,10 +17,9 @@ Usage: python scripts/bench_sweep_table.py [--quick] [--huge 1e9] [--from-record
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from _common import device_suffix, markdown_table, recorded, run_benchmark
+from _common import benchmark_parser, benchmark_result, markdown_table
 
 HEADER = ["what", "configs/s", "ratio"]
 
@@ -74,19 +73,10 @@ def table(result: dict) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="the benchmark's smaller grid, in a scratch copy "
-                                                             "(checks the script; figures are not the README's)")
+    parser = benchmark_parser(__doc__, "bench_sweep")
     parser.add_argument("--huge", type=float, default=0, help="passed on: also stream this many points (e.g. 1e9)")
-    parser.add_argument("--from-recorded", action="store_true",
-                        help="format benchmarks/results/bench_sweep_<platform>.json without running anything")
     args = parser.parse_args()
-    name = f"bench_sweep_{device_suffix()}{'_quick' if args.quick else ''}.json"
-    if args.from_recorded:
-        result = recorded(name)
-    else:
-        options = (["--quick"] if args.quick else []) + (["--huge", f"{args.huge:g}"] if args.huge else [])
-        result = run_benchmark("bench_sweep", options, scratch=args.quick, result_json=name)
+    result = benchmark_result("bench_sweep", args, ["--huge", f"{args.huge:g}"] if args.huge else [])
     print(f"device {result['device']}, {result['grid_points']:,} configurations per run"
           + (" (--quick: the benchmark's smaller grid; not the README's figures)" if args.quick else ""))
     print()

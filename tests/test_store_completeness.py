@@ -100,8 +100,7 @@ def test_ctrl_c_ends_with_one_line_saying_how_to_resume(tmp_path):
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
-    if proc.returncode == 0:
-        pytest.skip("the sweep finished before the interrupt arrived")
-    assert proc.returncode == 130
+    # the template appears before the first of ~100 blocks is computed: the interrupt lands mid-sweep
+    assert proc.returncode == 130, err
     assert err.strip().splitlines()[-1].startswith("jaxpareto: interrupted; run the same command again to resume")
     assert "Traceback" not in err

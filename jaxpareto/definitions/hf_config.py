@@ -1,7 +1,7 @@
 """Read a `Model`'s fields from a Hugging Face ``config.json``.
 
-Parameter counts follow the formulas of ``shared/data/hardware_models_measured.md`` (section
-A), which reproduce the published totals within about 1 %:
+Parameter counts follow the standard per-layer formulas below, which reproduce the published
+totals of the catalog's models (their model cards) within about 1 %:
 
 - attention, GQA: h·(n_h·d) + 2·h·(n_kv·d) + (n_h·d)·h, plus biases when
   ``attention_bias`` is set, per-head sinks (gpt-oss) and q/k norms (Qwen3);

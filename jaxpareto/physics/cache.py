@@ -7,7 +7,7 @@ its pause Z, and the hit rate used is h x that survival:
 - ``cache_model="given"``: always (the seed's model).
 - ``cache_model="ttl"``: the cache keeps a prefix for a fixed retention time, so it survives if
   Z < TTL. Anthropic's prompt cache keeps 5 minutes (1 hour optional); TraceLab measures 85.4 %
-  hits at a 1-minute TTL and 98.6 % at 1 hour (shared/data/agent_traces.md).
+  hits at a 1-minute TTL and 98.6 % at 1 hour (the TraceLab agent-trace study).
 - ``cache_model="lru"``: the KV memory the active sessions leave free holds the caches of paused
   sessions under LRU. By the characteristic-time approximation (Che, Tung and Wang 2002; Fricker,
   Robert and Roberts 2012 for its accuracy), an entry survives while younger than T_c, where T_c
