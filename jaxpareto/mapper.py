@@ -44,9 +44,9 @@ OUTPUT_NAMES = PointOutputs._fields
 
 
 def stack_params(rows: Sequence, dtype="float32"):
-    """A table pytree (leading axis = rows) from `HardwareParams` or `ModelParams` rows."""
-    cls = type(rows[0])
-    return cls(**{f: np.asarray([getattr(r, f) for r in rows], dtype=dtype) for f in cls.__dataclass_fields__})
+    """A table pytree (leading axis = rows) from parameter rows of one kind (`HardwareParams`,
+    `ModelParams`, `EngineParams`: any pytree of scalars)."""
+    return jax.tree_util.tree_map(lambda *leaves: np.asarray(leaves, dtype=dtype), *rows)
 
 
 def shared_scalars(workload: Workload, efficiency: Efficiency, solver: Solver, dtype="float32"):

@@ -33,7 +33,7 @@ def test_schema(small_grid):
     for name in (*small_grid.data_vars, *small_grid.coords):
         assert small_grid[name].attrs["units"] and small_grid[name].attrs["long_name"], name
     for key in ("jaxpareto_version", "created", "osl", "delta_tokens", "eta_prefill", "eta_decode",
-                "elementwise_overhead", "damping", "tol", "max_iter", "hardware", "models", "dtype"):
+                "elementwise_overhead", "damping", "tol", "max_iter", "hardware", "models", "engines", "dtype"):
         assert key in small_grid.attrs, key
     assert small_grid.feasible.dtype == bool and small_grid.converged.dtype == bool
     assert small_grid.iterations.dtype == np.int32

@@ -203,6 +203,29 @@ def test_what_if_two_variables_and_joint_scenarios():
     assert not unreachable.feasible and "ttft_ms <= 10" in unreachable.reason
 
 
+def test_optimize_and_what_if_take_the_engine_axis():
+    """The engine is a scenario axis like the others: a list of engines batches the optimiser,
+    and the what-if's memory term leaves KV only the engine's share of memory."""
+    from jaxpareto.definitions.engine import engines
+
+    vllm = engines()["vllm"]
+    kv = 32768 * 327680 / 1e9
+    wanted = {"seed": (70.55 * 2 + 40 * kv) / 8,
+              "vllm": (70.55 * 2 + 8 * vllm.activation_reserve_gb + 40 * kv) / (8 * vllm.gpu_memory_utilization)}
+    for engine, memory_gb in wanted.items():
+        best = jp.optimize(**SCENARIO, engine=engine, tp=8, concurrency=40, constraints={"ttft_ms": ("<=", 2000.0)},
+                           variables=("memory_gb",))
+        assert best.feasible and best.binding == ("memory",)
+        assert best.hardware.memory_gb == pytest.approx(memory_gb, rel=1e-4)
+    batched = jp.optimize(**SCENARIO, engine=["seed", "vllm"], constraints=SLO, tp=(8,), concurrency=(1, 256))
+    assert batched.sizes["engine"] == 2
+    for engine in ("seed", "vllm"):
+        one = jp.optimize(**SCENARIO, engine=engine, constraints=SLO, tp=(8,), concurrency=(1, 256))
+        cell = batched.sel(engine=engine).squeeze()
+        assert (int(cell.tp), int(cell.concurrency)) == (one.tp, one.concurrency)
+    assert int(batched.concurrency.sel(engine="vllm").squeeze()) < int(batched.concurrency.sel(engine="seed").squeeze())
+
+
 def test_size_deployment():
     result = jp.size_deployment("h100-sxm", "llama-3.1-70b", 2.0, 32768, 0.9, sessions=500, constraints=SLO)
     assert result.feasible and result.tp == 8 and result.gpus == result.replicas * 8

@@ -71,12 +71,14 @@ def test_dataset_front_groups_and_flags(small_grid):
     assert not (front & ~small_grid.feasible).any()
     assert not (front & ~small_grid.converged).any()
     # Recompute one group by brute force.
-    cell = small_grid.sel(gpu="h100-sxm", model="llama-3.1-70b", think_time_s=2.0, context_tokens=4096, hit_rate=0.9)
+    cell = small_grid.sel(gpu="h100-sxm", model="llama-3.1-70b", engine="seed", think_time_s=2.0, context_tokens=4096,
+                          hit_rate=0.9)
     x = cell.output_tokens_per_s_per_user.values.ravel()
     y = cell.output_tokens_per_s_per_gpu.values.ravel()
     valid = (cell.feasible & cell.converged).values.ravel()
     expected = brute_force(x, y, valid)
-    got = front.sel(gpu="h100-sxm", model="llama-3.1-70b", think_time_s=2.0, context_tokens=4096, hit_rate=0.9)
+    got = front.sel(gpu="h100-sxm", model="llama-3.1-70b", engine="seed", think_time_s=2.0, context_tokens=4096,
+                    hit_rate=0.9)
     np.testing.assert_array_equal(got.transpose("tp", "concurrency").values.ravel(), expected)
     assert expected.sum() >= 2
 
@@ -84,15 +86,17 @@ def test_dataset_front_groups_and_flags(small_grid):
 def test_minimise_and_other_dims(small_grid):
     # Lowest TTFT and highest throughput over tp alone.
     front = jp.pareto_front(small_grid, x="ttft_ms", y="turns_per_s", dims="tp", maximize=(False, True))
-    cell = small_grid.isel(gpu=0, model=1, concurrency=1, think_time_s=1, context_tokens=0, hit_rate=0)
+    cell = small_grid.isel(gpu=0, model=1, engine=0, concurrency=1, think_time_s=1, context_tokens=0, hit_rate=0)
     x, y = -cell.ttft_ms.values, cell.turns_per_s.values
     valid = (cell.feasible & cell.converged).values
-    np.testing.assert_array_equal(front.isel(gpu=0, model=1, concurrency=1, think_time_s=1, context_tokens=0, hit_rate=0).values,
+    np.testing.assert_array_equal(front.isel(gpu=0, model=1, engine=0, concurrency=1, think_time_s=1, context_tokens=0,
+                                             hit_rate=0).values,
                                   brute_force(x, y, valid))
 
 
 def test_frontier_table(small_grid):
-    cell = small_grid.sel(gpu="b200", model="llama-3.1-70b", think_time_s=2.0, context_tokens=65536, hit_rate=0.9)
+    cell = small_grid.sel(gpu="b200", model="llama-3.1-70b", engine="seed", think_time_s=2.0, context_tokens=65536,
+                          hit_rate=0.9)
     table = jp.frontier_table(cell)
     front = jp.pareto_front(cell)
     assert len(table) == int(front.sum())

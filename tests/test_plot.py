@@ -199,7 +199,8 @@ def test_memory_wall_against_context_by_tp_and_gpu(grid, tmp_path):
     assert save(fig, tmp_path / "m.png") == (180, 120)
     x, y = lines(fig, "memory_wall")["memory_wall tp=8"].get_data()
     np.testing.assert_array_equal(x, [16384, 65536])
-    wall = grid.concurrency_max.sel(gpu=GPU, model=MODEL, tp=8).isel(concurrency=0, think_time_s=0, hit_rate=0)
+    wall = grid.concurrency_max.sel(gpu=GPU, model=MODEL, engine="seed", tp=8).isel(concurrency=0, think_time_s=0,
+                                                                                 hit_rate=0)
     np.testing.assert_array_equal(y, wall.values)
     by_gpu = lines(jp.plot_memory_wall(grid, model=MODEL, by="gpu"), "memory_wall")
     assert set(by_gpu) == {"memory_wall gpu=h100-sxm", "memory_wall gpu=h200-sxm"}

@@ -23,7 +23,7 @@ def test_reduced_front_equals_full_front(full, maximize):
     sizes = front.sum(["tp", "concurrency"]).transpose(*reduced.front_size.dims)
     np.testing.assert_array_equal(sizes.values, reduced.front_size.values)
     assert reduced.front_size.values.max() > 3
-    cell = dict(gpu="b200", model="llama-3.1-70b", think_time_s=2.0, context_tokens=65536, hit_rate=0.9)
+    cell = dict(gpu="b200", model="llama-3.1-70b", engine="seed", think_time_s=2.0, context_tokens=65536, hit_rate=0.9)
     table = jp.frontier_table(full.sel(cell), front.sel(cell), x=x, y=y)
     got = reduced.sel(cell)
     k = int(got.front_size)

@@ -154,7 +154,7 @@ def test_a_new_axis_is_one_table_row_plus_its_physics():
     problem = GridProblem(params, axes, Workload(), Efficiency(), Solver(), outputs=("ttft_ms", "tpot_ms"),
                           table=table, point_fn=toy_point, chunk_points=8)
     out = problem.run()
-    assert out["ttft_ms"].shape == (1, 2, 2, 2, 1, 1, 1, 3)
+    assert out["ttft_ms"].shape == (1, 2, 1, 2, 2, 1, 1, 1, 3)
     base = out["ttft_ms"][..., 0]
     assert np.isfinite(base).all() and (base > 0).all()
     np.testing.assert_array_equal(out["ttft_ms"][..., 1], 2 * base)

@@ -21,6 +21,22 @@ from jaxpareto.definitions.axes import AXES
 FLOAT_FORMAT = "{:,.4g}".format
 
 
+def check_file_out(path: str | Path, option: str, overwrite: bool) -> Path:
+    """An output file's path, checked before any work: its folder exists, and an existing file
+    is replaced only with ``--overwrite`` (never a folder).
+
+    Raises:
+        JaxparetoError: naming ``option``.
+    """
+    path = Path(path)
+    if not path.resolve().parent.is_dir():
+        raise JaxparetoError(option, f"the folder {path.resolve().parent} does not exist")
+    if path.exists() and not (overwrite and path.is_file()):
+        raise JaxparetoError(option, f"{path} already exists; pass --overwrite to replace it"
+                             if path.is_file() else f"{path} exists and is not a file; refusing to replace it")
+    return path
+
+
 class Report:
     """What to print: objectives, their directions, the front's dims and one headline cell."""
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from jaxpareto.cli._common import Report
+from jaxpareto.cli._common import Report, check_file_out
 from jaxpareto.dataset.pareto import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y, frontier_table, pareto_front
 from jaxpareto.dataset.store import open_sweep
 from jaxpareto.definitions.errors import JaxparetoError
@@ -59,12 +59,7 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
     requested = _parse_selection(args.sel or [], ds)
     selection = report.cell(ds.coords, {**headline, **requested}, "--sel")
     if args.csv:
-        csv = Path(args.csv)
-        if not csv.resolve().parent.is_dir():
-            raise JaxparetoError("--csv", f"the folder {csv.resolve().parent} does not exist")
-        if csv.exists() and not (args.overwrite and csv.is_file()):
-            raise JaxparetoError("--csv", f"{csv} already exists; pass --overwrite to replace it"
-                                 if csv.is_file() else f"{csv} exists and is not a file; refusing to replace it")
+        csv = check_file_out(args.csv, "--csv", args.overwrite)
         front = pareto_front(ds, x=report.x, y=report.y, dims=report.dims, maximize=report.maximize)
         table = frontier_table(ds, front, x=report.x, y=report.y, dims=report.dims)
         table.to_csv(csv, index=False)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from jaxpareto.cli._common import FLOAT_FORMAT, add_solver_option
-from jaxpareto.definitions.axes import TP_CHOICES
+from jaxpareto.definitions.axes import AXIS_BY_NAME, TP_CHOICES
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.settings import Workload
 from jaxpareto.search.sizing import size_deployment
@@ -38,7 +38,8 @@ def _cmd_size(args: argparse.Namespace) -> int:
     result = size_deployment(
         args.gpu, args.model, args.think_time_s, args.context_tokens, args.hit_rate, sessions=args.sessions,
         turns_per_s=args.turns_per_s, constraints=_parse_slo(args.slo), tp=tp,
-        concurrency=(1, args.max_concurrency), osl=args.osl, delta_tokens=args.delta_tokens,
+        concurrency=(1, args.max_concurrency), osl=args.osl, delta_tokens=args.delta_tokens, engine=args.engine,
+        **({"calibration": args.calibration} if args.calibration else {}),
         **({"solver": args.solver} if args.solver else {}))
     target = f"{args.sessions} concurrent sessions" if args.sessions else f"{args.turns_per_s} turns/s"
     if result.feasible:
@@ -68,6 +69,10 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--tp", default=",".join(map(str, TP_CHOICES)),
                    help=f"TP choices per replica (default {','.join(map(str, TP_CHOICES))})")
     p.add_argument("--max-concurrency", type=int, default=4096, help="most sessions per replica searched")
+    p.add_argument("--engine", default=AXIS_BY_NAME["engine"].default,
+                   help="serving engine: seed (default: the seed's memory and factors), vllm, sglang or trtllm")
+    p.add_argument("--calibration", metavar="FILE.toml",
+                   help="a calibration file or a shipped one's name (hopper-measured); its profile is adopted")
     add_solver_option(p)
     p.set_defaults(func=_cmd_size)
     return p

@@ -1,4 +1,4 @@
-"""``jaxpareto validate``: the model against published measurements (`jaxpareto.measure.validate`)."""
+"""``jaxpareto validate``: the model against measurements (`jaxpareto.measure.validate`)."""
 
 from __future__ import annotations
 
@@ -6,33 +6,46 @@ import argparse
 
 import pandas as pd
 
-from jaxpareto.definitions.settings import DTYPES
+from jaxpareto.cli._common import check_file_out
+from jaxpareto.definitions.calibration_file import calibration_factors, calibration_options
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.definitions.options import PREFILL_MODELS, ModelOptions
-from jaxpareto.definitions.settings import Efficiency
-from jaxpareto.definitions.calibration_file import calibration_efficiency, calibration_options
-from jaxpareto.measure.row_inputs import PREFILL
-from jaxpareto.measure.validate import validate
+from jaxpareto.definitions.options import PREFILL_MODELS, PROFILES, ModelOptions
+from jaxpareto.definitions.settings import DTYPES, Efficiency
+from jaxpareto.measure.predict import validation_rows
+from jaxpareto.measure.row_inputs import PREFILL, engine_names
+from jaxpareto.measure.validate import prediction_rows, validate
+
+
+def _adopted(args: argparse.Namespace, field: str, default: str) -> str:
+    """The option a calibration file was fitted with, unless the command line asks for another."""
+    fitted = calibration_options(args.calibration).get(field) if args.calibration else None
+    given = getattr(args, field)
+    if given is not None and fitted not in (None, given):
+        raise JaxparetoError(f"--{field.replace('_', '-')}", f"the calibration's factors were fitted with {fitted!r}")
+    return given or fitted or default
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    efficiency = calibration_efficiency(args.calibration) if args.calibration else Efficiency()
-    fitted_with = calibration_options(args.calibration).get("prefill_model") if args.calibration else None
-    if args.prefill_model is None:
-        args.prefill_model = fitted_with or "isolated"
-    elif fitted_with not in (None, args.prefill_model):
-        raise JaxparetoError("--prefill-model", f"the calibration's factors were fitted with {fitted_with!r}")
-    table = validate(args.data, efficiency=efficiency, dtype=args.dtype, prefill=args.prefill,
-                     options=ModelOptions(prefill_model=args.prefill_model))
+    out = check_file_out(args.out, "--out", args.overwrite) if args.out else None
+    options = ModelOptions(prefill_model=_adopted(args, "prefill_model", "isolated"),
+                           profile=_adopted(args, "profile", "seed"))
+    rows = validation_rows(args.data)
+    efficiency = calibration_factors(args.calibration, engine_names(rows)) if args.calibration else Efficiency()
+    table = validate(rows, efficiency=efficiency, dtype=args.dtype, prefill=args.prefill, options=options)
     summary = table.attrs["mape"]
-    shown = table.assign(error_pct=table["rel_error"] * 100)[
-        ["id", "metric", "load", "concurrency", "measured", "predicted", "error_pct", "unit", "flag"]]
     print(f"validation set: {args.data or 'shipped jaxpareto/data/validation.csv'} ({len(table)} rows); "
-          f"efficiency: {args.calibration or 'seed defaults'} ({efficiency}); prefill: {args.prefill}, "
-          f"prefill_model: {args.prefill_model}")
-    with pd.option_context("display.width", 250, "display.max_rows", 1000, "display.max_colwidth", 70,
-                           "display.float_format", "{:,.4g}".format):
-        print(shown.to_string(index=False))
+          f"efficiency: {args.calibration or 'seed defaults'}; profile: {options.profile}, "
+          f"prefill_model: {options.prefill_model}")
+    if out is not None:
+        prediction_rows(rows, table).to_csv(out, index=False)
+        print(f"wrote {len(table):,} rows with their predictions to {out}")
+    else:
+        shown = table.assign(error_pct=table["rel_error"] * 100)[
+            ["id", "metric", "load", "concurrency", "measured", "predicted", "error_pct", "unit", "flag"]]
+        with pd.option_context("display.width", 250, "display.max_rows", 1000, "display.max_colwidth", 70,
+                               "display.float_format", "{:,.4g}".format):
+            print(shown.to_string(index=False))
+    with pd.option_context("display.width", 250, "display.float_format", "{:,.4g}".format):
         for group, title in (("source", "MAPE per source"), ("metric", "MAPE per metric"), ("all", "MAPE overall")):
             part = summary[summary["group"].eq(group)].drop(columns="group")
             print(f"\n{title} (%; flagged rows are not scored):")
@@ -42,16 +55,23 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``jaxpareto validate`` on an argparse sub-parser set."""
-    p = subparsers.add_parser("validate", help="compare the model with published measurements (MAPE per source "
-                                               "and per metric)")
+    p = subparsers.add_parser("validate", help="compare the model with measurements (MAPE per source and per "
+                                               "metric); --out writes every row with its prediction")
     p.add_argument("--calibration", metavar="FILE.toml",
-                   help="efficiencies from the [efficiency] table of a TOML file (default: the seed's)")
+                   help="factors of a calibration file (`jaxpareto calibrate`), per engine where it has them; "
+                        "its profile and prefill model are adopted (default: the seed's factors)")
     p.add_argument("--data", metavar="FILE.csv", help="validation set (default: the shipped one)")
+    p.add_argument("--out", metavar="FILE.csv",
+                   help="write every input row with `predicted`, `error_pct` and `reason` (why a row has no "
+                        "prediction or is not scored) columns")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     p.add_argument("--dtype", choices=DTYPES, default="float64", help="floating point type (default float64)")
-    p.add_argument("--prefill", choices=PREFILL, default="isl",
-                   help="TTFT prefills the ISL prompt (default) or the whole ISL + OSL/2 context")
+    p.add_argument("--prefill", choices=PREFILL,
+                   help="how a row's prompt is prefilled (default: 'prompt' under the measured profile, else 'isl')")
     p.add_argument("--prefill-model", choices=PREFILL_MODELS,
                    help="the seed's isolated prefill or the shared chunked-prefill engine (default: the one a "
                         "--calibration file was fitted with, else isolated)")
+    p.add_argument("--profile", choices=PROFILES,
+                   help="the seed's equations or the measured profile (default: the calibration's, else seed)")
     p.set_defaults(func=_cmd_validate)
     return p

@@ -27,7 +27,8 @@ from jaxpareto.definitions.settings import DTYPES, SOLVERS, Efficiency, Solver, 
 from jaxpareto.definitions.version import __version__
 from jaxpareto.definitions.settings import DEFAULT_CHUNK_POINTS
 from jaxpareto.mapper import GridProblem
-from jaxpareto.definitions.calibration_file import calibration_options, load_calibration
+from jaxpareto.definitions.calibration_file import calibration_engines, calibration_options, load_calibration
+from jaxpareto.definitions.engine import resolve_engine
 
 # The flat keywords of `plan_sweep`: every settings field, and every option.
 _SETTINGS = {cls: {f.name: f for f in numeric_fields(cls)} for cls in (Workload, Efficiency, Solver)}
@@ -42,7 +43,7 @@ class SweepPlan:
 
     Attributes:
         definitions: categorical axis -> its definitions (`Hardware` for ``gpu``, `Model` for
-            ``model``), in coordinate order.
+            ``model``, `Engine` for ``engine``), in coordinate order.
         axes: numeric axis -> 1-D values.
         workload, efficiency, solver: the shared scalars (checked); ``solver.name`` is the solver.
         dtype: "float32" or "float64".
@@ -122,6 +123,7 @@ class SweepPlan:
             **{f.name: getattr(self.solver, f.name) for f in numeric_fields(Solver)},
             "hardware": json.dumps([g.to_dict() for g in self.gpus]),
             "models": json.dumps([m.to_dict() for m in self.models]),
+            "engines": json.dumps([e.to_dict() for e in self.definitions["engine"]]),
             **self.extra_attrs,
         }
 
@@ -179,8 +181,9 @@ def plan_sweep(
         attrs: extra JSON-serialisable dataset attributes (e.g. the spec that produced it).
         calibration: a calibration TOML path (``jaxpareto calibrate``), or a mapping, whose
             ``[efficiency]`` values replace the efficiency factors they name; its ``[model]``
-            table's ``prefill_model`` (the model the factors were fitted with) is adopted, and
-            asking for another prefill model is an error.
+            table's ``prefill_model`` and ``profile`` (the model the factors were fitted with)
+            are adopted, and asking for another is an error; its ``[engine.NAME]`` factors are
+            those of the ``engine`` axis' engines of that name.
         **settings: any further axis of `AXIS_TABLE` (a new row needs no new argument here), and
             flat keywords, each a field of `Workload`, `Efficiency`, `Solver` (damping, tol,
             max_iter) or `ModelOptions` (`FLAT_KEYWORDS` lists them with their defaults).
@@ -216,12 +219,14 @@ def plan_sweep(
     solver = _settings(Solver, solver_of(solver), settings)
     workload = _settings(Workload, workload or Workload(), settings)
     options = _options(options, settings, workload)
-    if calibration is not None:
-        fitted_with = calibration_options(calibration).get("prefill_model")
-        if fitted_with is not None and options.prefill_model not in ("isolated", fitted_with):
-            raise JaxparetoError("prefill_model", f"the calibration's factors were fitted with {fitted_with!r}; "
-                                                  f"they do not transfer to {options.prefill_model!r}")
-        options = options._replace(prefill_model=fitted_with or options.prefill_model)  # adopt the fit's model
+    if calibration is not None:  # adopt the model the factors were fitted with
+        fitted = calibration_options(calibration)
+        for field, default in (("prefill_model", "isolated"), ("profile", "seed")):
+            fitted_with = fitted.get(field)
+            if fitted_with is not None and getattr(options, field) not in (default, fitted_with):
+                raise JaxparetoError(field, f"the calibration's factors were fitted with {fitted_with!r}; "
+                                            f"they do not transfer to {getattr(options, field)!r}")
+            options = options._replace(**{field: fitted_with or getattr(options, field)})
     if solver.name == "exact" and not options.piecewise_linear:
         raise JaxparetoError("solver", "'exact' needs a piecewise-linear R(B): expert_routing='seed', "
                                        "prefill_model='isolated' and cache_model 'given' or 'ttl'; use 'damped'")
@@ -231,8 +236,11 @@ def plan_sweep(
         efficiency = dataclasses.replace(efficiency, **load_calibration(calibration))
     efficiency = efficiency.validate()
     chunk_points = check_number("chunk_points", chunk_points, low=1, integer=True)
+    calibrated_engines = {name: resolve_engine(name).with_efficiency(factors)
+                          for name, factors in calibration_engines(calibration).items()} if calibration else {}
     definitions, axes = grid_axes(
-        values, custom={"gpu": _by_name("hardware", hardware, Hardware), "model": _by_name("models", models, Model)},
+        values, custom={"gpu": _by_name("hardware", hardware, Hardware), "model": _by_name("models", models, Model),
+                        "engine": calibrated_engines},
     )
     extra = dict(attrs or {})
     if calibration is not None and not isinstance(calibration, Mapping):

@@ -10,7 +10,7 @@ import numpy as np
 import xarray as xr
 
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.definitions.axes import AXES
+from jaxpareto.definitions.axes import AXES, AXIS_BY_NAME
 
 
 def headline_cell(coords: Mapping[str, Sequence], headline: Mapping, dims: Sequence[str],
@@ -81,10 +81,13 @@ def session_axes(axes: Sequence[str] = AXES) -> list[str]:
 
 def session_coords(kwargs: Mapping, turns: int, axes: Sequence[str] = AXES) -> dict[str, list | np.ndarray]:
     """The coordinates `jaxpareto.dataset.session.session_sweep(**kwargs)` will give, before it
-    runs: GPUs and models by name, turns 1..``turns``."""
-    coords = {a: np.atleast_1d(kwargs[a] if a != "turn" else np.arange(1, turns + 1)) for a in session_axes(axes)}
-    coords["gpu"] = [g if isinstance(g, str) else g.name for g in np.atleast_1d(coords["gpu"])]
-    coords["model"] = [m if isinstance(m, str) else m.name for m in np.atleast_1d(coords["model"])]
+    runs: the values of every categorical axis (GPUs, models, engines) by name, an axis not in
+    ``kwargs`` at its default, turns 1..``turns``."""
+    coords = {a: np.atleast_1d(np.arange(1, turns + 1) if a == "turn" else kwargs.get(a, AXIS_BY_NAME[a].default))
+              for a in session_axes(axes)}
+    for a in coords:
+        if a in AXIS_BY_NAME and AXIS_BY_NAME[a].categorical:
+            coords[a] = [v if isinstance(v, str) else v.name for v in coords[a]]
     return coords
 
 

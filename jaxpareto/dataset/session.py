@@ -94,7 +94,7 @@ def session_sweep(
             set here, from the session.
 
     Returns:
-        Dataset over (gpu, model, tp, concurrency, think_time_s, turn, hit_rate) with the core
+        Dataset over (gpu, model, engine, tp, concurrency, think_time_s, turn, hit_rate) with the core
         variables per turn (``context_tokens`` a coordinate along ``turn``), and per task
         (no ``turn`` dimension): ``task_time_s``, ``tasks_per_s``, ``output_tokens_per_task``,
         ``prefill_tokens_per_task``, ``task_concurrency_eff``.

@@ -20,7 +20,7 @@ def sweep(*args, **kwargs) -> xr.Dataset:
     Takes the arguments of `jaxpareto.dataset.plan.plan_sweep` (the axes, ``workload=``,
     ``efficiency=``, ``solver=``, ``options=`` or their fields as flat keywords, ``dtype``,
     ``variables``, ...), or a `SweepPlan` it made. The Dataset's dimensions are always the axes of the axis table
-    (``gpu, model, tp, concurrency, think_time_s, context_tokens, hit_rate``). For grids too
+    (``gpu, model, engine, tp, concurrency, think_time_s, context_tokens, hit_rate``). For grids too
     large for memory use `jaxpareto.sweep_to_zarr`, which takes the same arguments.
 
     Returns:

@@ -15,6 +15,7 @@ import jax
 import numpy as np
 
 from jaxpareto.definitions.catalog import resolve_gpu, resolve_model
+from jaxpareto.definitions.engine import SEED_ENGINE, Engine, resolve_engine
 from jaxpareto.definitions.checks import check_number
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.hardware import Hardware
@@ -84,6 +85,7 @@ class Axis:
 AXIS_TABLE: tuple[Axis, ...] = (
     Axis("gpu", "1", "GPU type", resolve=resolve_gpu),
     Axis("model", "1", "model", resolve=resolve_model),
+    Axis("engine", "1", "serving engine", default=SEED_ENGINE, resolve=resolve_engine),
     Axis("tp", "GPUs", "tensor-parallel degree G", integer=True, low=1, high=MAX_INTEGER),
     Axis("concurrency", "sessions", "concurrent agent sessions offered C", integer=True, low=1, high=MAX_INTEGER),
     Axis("think_time_s", "s", "pause between turns Z (tool calls, user)", low=0, default=0.0),
@@ -115,7 +117,7 @@ def as_list(field: str, value) -> list:
     Raises:
         JaxparetoError: an empty sequence.
     """
-    if isinstance(value, (str, bytes, Hardware, Model)) or np.ndim(value) == 0:
+    if isinstance(value, (str, bytes, Hardware, Model, Engine)) or np.ndim(value) == 0:
         return [value]
     values = list(value)
     if not values:

@@ -8,28 +8,37 @@ decode_overhead_ms = 4.1
 
 [model]
 prefill_model = "shared"
+profile = "measured"
+
+[engine.vllm]          # factors fitted per engine (optional); over [efficiency]
+eta_decode = 0.55
 ```
 
 ``[efficiency]``: any subset of `jaxpareto.definitions.settings.Efficiency`'s fields. ``[model]`` (optional):
 the model options the factors were fitted with, which a sweep using the file adopts (factors
-fitted to one model do not transfer to another). Other tables (``[fit]``, provenance) are
-ignored.
+fitted to one model do not transfer to another). ``[engine.NAME]`` (optional): the factors of
+one serving engine (`jaxpareto.definitions.engine`), which a sweep's ``engine`` axis uses for
+that engine. Other tables (``[fit]``, provenance) are ignored.
+
+A calibration is named by its path, or by the name of one that ships with jaxpareto
+(`shipped_calibrations`: ``hopper-measured``, fitted on H100 and H200 runs only).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.resources
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.definitions.options import PREFILL_MODELS
+from jaxpareto.definitions.options import PREFILL_MODELS, PROFILES
 from jaxpareto.definitions.settings import Efficiency
 
 EFFICIENCY_FIELDS = tuple(f.name for f in dataclasses.fields(Efficiency))
 #: [model] keys a calibration file may set, and their allowed values.
-MODEL_FIELDS = {"prefill_model": PREFILL_MODELS}
+MODEL_FIELDS = {"prefill_model": PREFILL_MODELS, "profile": PROFILES}
 
 
 def load_calibration(source: str | Path | Mapping) -> dict[str, float]:
@@ -78,10 +87,56 @@ def calibration_options(source: str | Path | Mapping) -> dict[str, str]:
     return dict(table)
 
 
+def calibration_engines(source: str | Path | Mapping) -> dict[str, dict[str, float]]:
+    """The ``[engine.NAME]`` tables of a calibration file: engine name -> its factors, each over
+    the file's ``[efficiency]`` (so a table holds every factor of that engine).
+
+    Raises:
+        JaxparetoError: as `load_calibration`; an engine table that is not a table, or names a
+            field `Efficiency` does not have, or a value out of bounds.
+    """
+    data, where = _read(source)
+    tables = data.get("engine", {})
+    if not isinstance(tables, Mapping):
+        raise JaxparetoError("calibration.engine", f"{where}: [engine] must hold [engine.NAME] tables")
+    base = load_calibration(source) if "efficiency" in data else {}
+    out = {}
+    for name, table in tables.items():
+        if not isinstance(table, Mapping):
+            raise JaxparetoError(f"calibration.engine.{name}", "must be a table of efficiency factors")
+        for key in table:
+            if key not in EFFICIENCY_FIELDS:
+                raise JaxparetoError(f"calibration.engine.{name}.{key}", "unknown field", EFFICIENCY_FIELDS)
+        factors = {**base, **table}
+        Efficiency(**factors).validate()
+        out[name] = factors
+    return out
+
+
+def calibration_factors(source: str | Path | Mapping, engines, base: Efficiency = Efficiency()) -> dict:
+    """engine name -> its `Efficiency` under a calibration file: the engine's own table where the
+    file has one, else the file's ``[efficiency]`` (over ``base``), for each of ``engines``.
+
+    Raises:
+        JaxparetoError: as `calibration_engines` and `calibration_efficiency`.
+    """
+    shared = calibration_efficiency(source, base)
+    own = calibration_engines(source)
+    return {name: dataclasses.replace(base, **own[name]).validate() if name in own else shared for name in engines}
+
+
+def shipped_calibrations() -> dict[str, Path]:
+    """The calibration files that ship with jaxpareto, by name (``jaxpareto/data/calibrations``)."""
+    folder = Path(str(importlib.resources.files("jaxpareto").joinpath("data/calibrations")))
+    return {p.stem: p for p in sorted(folder.glob("*.toml"))}
+
+
 def _read(source) -> tuple[dict, str]:
     if isinstance(source, Mapping):
         return dict(source), "calibration"
     path = Path(source)
+    if not path.exists() and str(source) in shipped_calibrations():  # a shipped calibration by name
+        path = shipped_calibrations()[str(source)]
     try:
         return tomllib.loads(path.read_text(encoding="utf-8")), str(path)
     except FileNotFoundError:

@@ -83,7 +83,8 @@ def _attention_params(cfg: dict, hidden: int, heads: int) -> tuple[int, dict]:
         q_width = heads * (d_nope + d_rope)
         query = hidden * q_lora + q_lora + q_lora * q_width if q_lora else hidden * q_width
         params = query + hidden * (d_c + d_rope) + d_c + d_c * heads * (d_nope + d_v) + heads * d_v * hidden
-        return params, {"attention": "mla", "kv_lora_rank": d_c, "rope_head_dim": d_rope}
+        return params, {"attention": "mla", "kv_lora_rank": d_c, "rope_head_dim": d_rope, "attention_heads": heads,
+                        "qk_nope_head_dim": d_nope, "v_head_dim": d_v}
     head_dim = _get(cfg, "head_dim", default=hidden // heads)
     kv_heads = _get(cfg, "num_key_value_heads", default=heads)
     q_dim, kv_dim = heads * head_dim, kv_heads * head_dim
@@ -94,7 +95,7 @@ def _attention_params(cfg: dict, hidden: int, heads: int) -> tuple[int, dict]:
         params += heads  # attention sinks
     if str(cfg.get("model_type", "")).startswith("qwen3"):
         params += 2 * head_dim  # q_norm and k_norm
-    return params, {"attention": "gqa", "kv_heads": kv_heads, "head_dim": head_dim}
+    return params, {"attention": "gqa", "kv_heads": kv_heads, "head_dim": head_dim, "attention_heads": heads}
 
 
 def hf_config_fields(

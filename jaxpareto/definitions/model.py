@@ -54,6 +54,11 @@ class Model(Definition):
         sliding_window: tokens a sliding-window attention layer keeps (gpt-oss: 128).
         sliding_layers: how many of the ``layers`` use that window (the rest see the whole
             context): KV(T) = full layers x T + sliding layers x min(T, window), per token width.
+        attention_heads: query heads (config.json ``num_attention_heads``); with ``head_dim``
+            (GQA) or the MLA dimensions it sets the attention FLOPs of the measured profile
+            (`jaxpareto.physics.attention`). None: those FLOPs are not counted.
+        qk_nope_head_dim, v_head_dim: MLA's per-head query/key width without RoPE and value
+            width (DeepSeek-V3: 128 and 128).
         sources: field name -> where its value comes from.
 
     For MoE models give either ``expert_params_b`` and ``nonmoe_params_b`` (the totals are
@@ -84,6 +89,9 @@ class Model(Definition):
     expert_weight_dtype: WeightDtype | None = None
     sliding_window: int | None = pydantic.Field(default=None, gt=0)
     sliding_layers: int = pydantic.Field(default=0, ge=0)
+    attention_heads: int | None = pydantic.Field(default=None, gt=0)
+    qk_nope_head_dim: int | None = pydantic.Field(default=None, gt=0)
+    v_head_dim: int | None = pydantic.Field(default=None, gt=0)
     sources: dict[str, str] = pydantic.Field(default_factory=dict)
 
     @pydantic.field_validator("params_total_b", "params_active_b", "expert_params_b", "nonmoe_params_b")
@@ -98,6 +106,9 @@ class Model(Definition):
                 raise ValueError("attention='gqa' needs kv_heads and head_dim")
         elif self.kv_lora_rank is None or self.rope_head_dim is None:
             raise ValueError("attention='mla' needs kv_lora_rank and rope_head_dim")
+        if self.attention == "mla" and self.attention_heads is not None and (
+                self.qk_nope_head_dim is None or self.v_head_dim is None):
+            raise ValueError("attention='mla' with attention_heads needs qk_nope_head_dim and v_head_dim")
         if self.sliding_layers > self.layers:
             raise ValueError(f"sliding_layers ({self.sliding_layers}) exceeds layers ({self.layers})")
         if self.sliding_layers and self.sliding_window is None:
@@ -190,6 +201,35 @@ class Model(Definition):
         """KV bytes per token of the sliding-window layers, held for at most the window."""
         return self._kv_width(self.sliding_layers) if self.sliding_layers else 0.0
 
+    def _pair_flops(self, layers: int, absorbed: bool) -> float:
+        if self.attention_heads is None:
+            return 0.0
+        if self.attention == "mla":
+            if absorbed:  # decode attends in the latent space: scores over d_c + d_rope, values d_c
+                return float(2 * self.attention_heads * (2 * self.kv_lora_rank + self.rope_head_dim) * layers)
+            return float(2 * self.attention_heads * (self.qk_nope_head_dim + self.rope_head_dim + self.v_head_dim)
+                         * layers)
+        return float(4 * self.attention_heads * self.head_dim * layers)
+
+    @property
+    def attention_pair_flops(self) -> float:
+        """Attention FLOPs per (query, key) pair summed over the full-attention layers, as prefill
+        computes them: QK^T and PV, 2 x heads x head_dim each (GQA); MLA expanded per head,
+        2 x heads x (qk_nope + rope + v) (DeepSeek-V3 report, section 2.1.1). 0 without heads."""
+        return self._pair_flops(self.layers - self.sliding_layers, absorbed=False)
+
+    @property
+    def attention_window_pair_flops(self) -> float:
+        """The same per pair for the sliding-window layers (which see at most the window)."""
+        return self._pair_flops(self.sliding_layers, absorbed=False)
+
+    @property
+    def decode_pair_flops(self) -> float:
+        """Attention FLOPs per (query, key) pair over the full layers in decode: as prefill for GQA;
+        MLA with the up-projections absorbed, 2 x heads x (2 d_c + d_rope) (how vLLM, SGLang and
+        TensorRT-LLM run MLA decode)."""
+        return self._pair_flops(self.layers - self.sliding_layers, absorbed=True)
+
     def kv_bytes(self, tokens: float) -> float:
         """KV bytes of one sequence of ``tokens``: κ x T + κ_window x min(T, window)."""
         window = min(tokens, self.sliding_window or 0)
@@ -235,6 +275,10 @@ class Model(Definition):
             kv_heads=float(self.kv_heads_sharded),
             layers=float(self.layers),
             hidden_size=math.nan if self.hidden_size is None else float(self.hidden_size),
+            attention_pair_flops=self.attention_pair_flops,
+            attention_window_pair_flops=self.attention_window_pair_flops,
+            decode_pair_flops=self.decode_pair_flops,
+            decode_window_pair_flops=self._pair_flops(self.sliding_layers, absorbed=True),
         )
 
     @classmethod
@@ -266,7 +310,8 @@ class ModelParams:
     ``expert_weight_bytes`` the bytes per weight d of each part, ``compute_bits`` the tensor
     precision (16/8/4), ``kv_bytes_per_token`` κ of the full-attention layers and
     ``kv_window_bytes_per_token`` that of the sliding layers, held for at most
-    ``kv_window_tokens`` [B, tokens], ``kv_heads`` n_kv (1 for MLA).
+    ``kv_window_tokens`` [B, tokens], ``kv_heads`` n_kv (1 for MLA), and the attention FLOPs per
+    (query, key) pair of the full and sliding layers in prefill and decode (`Model.attention_pair_flops`).
     Dense models have ``experts = experts_per_token = expert_params_b = 0`` and
     ``nonmoe_params_b = params_active_b``.
     """
@@ -287,3 +332,7 @@ class ModelParams:
     kv_heads: jax.Array | float
     layers: jax.Array | float
     hidden_size: jax.Array | float
+    attention_pair_flops: jax.Array | float = 0.0
+    attention_window_pair_flops: jax.Array | float = 0.0
+    decode_pair_flops: jax.Array | float = 0.0
+    decode_window_pair_flops: jax.Array | float = 0.0

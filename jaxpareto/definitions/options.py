@@ -15,6 +15,8 @@ EXPERT_ROUTINGS = ("seed", "uniform")
 PREFILL_MODELS = ("isolated", "shared")
 CACHE_MODELS = ("given", "ttl", "lru")
 PAUSE_DISTRIBUTIONS = ("deterministic", "exponential", "lognormal")
+PROFILES = ("seed", "measured")
+ARRIVALS = ("staggered", "synchronised")
 # How the optimiser searches (`jaxpareto.optimize`'s ``method``), and how sessions hold KV.
 SEARCH_METHODS = ("auto", "exhaustive", "gradient")
 KV_DEMANDS = ("staggered", "synchronised", "synchronized")
@@ -34,26 +36,43 @@ class ModelOptions(NamedTuple):
             with the batch).
         pause_distribution: pauses around their mean Z, for the "ttl" and "lru" models:
             "deterministic", "exponential" or "lognormal".
+        profile: "seed" (the seed's equations) or "measured", which adds what measured servers
+            show and the seed leaves out (docs/model.md, "Measured profile"): attention FLOPs in
+            prefill and decode (`jaxpareto.physics.attention`), prefill as a roofline of compute
+            and the weights (and experts) each chunk reads, fixed time per step and per layer
+            with an all-reduce latency growing with TP, and sessions beyond what KV memory holds
+            waiting for it (their wait is part of TTFT) instead of being turned away.
+        arrivals: how the sessions' turns fall in time, for the shared engine: "staggered"
+            (spread out, the seed's steady state) or "synchronised" (every session's turn
+            starts together, as in a benchmark at fixed concurrency and output length;
+            `jaxpareto.physics.engine.synchronised_turn`).
     """
 
     expert_routing: str = "seed"
     prefill_model: str = "isolated"
     cache_model: str = "given"
     pause_distribution: str = "exponential"
+    profile: str = "seed"
+    arrivals: str = "staggered"
 
     def validate(self) -> "ModelOptions":
         """Self, checked; raises JaxparetoError naming the bad field and the allowed values."""
         for field, allowed in (("expert_routing", EXPERT_ROUTINGS), ("prefill_model", PREFILL_MODELS),
-                               ("cache_model", CACHE_MODELS), ("pause_distribution", PAUSE_DISTRIBUTIONS)):
+                               ("cache_model", CACHE_MODELS), ("pause_distribution", PAUSE_DISTRIBUTIONS),
+                               ("profile", PROFILES), ("arrivals", ARRIVALS)):
             value = getattr(self, field)
             if value not in allowed:
                 raise JaxparetoError(field, f"unknown {value!r}", allowed)
+        if self.arrivals == "synchronised" and self.prefill_model != "shared":
+            raise JaxparetoError("arrivals", "'synchronised' needs prefill_model='shared' (the engine that shares "
+                                             "steps between prefill and decode)", ARRIVALS)
         return self
 
     @property
     def piecewise_linear(self) -> bool:
         """R(B) is piecewise linear in B (what the exact solver needs)."""
-        return self.expert_routing == "seed" and self.prefill_model == "isolated" and self.cache_model != "lru"
+        return (self.expert_routing == "seed" and self.prefill_model == "isolated" and self.cache_model != "lru"
+                and self.profile == "seed" and self.arrivals == "staggered")
 
     @property
     def differentiable_solver(self) -> str:
@@ -64,5 +83,6 @@ class ModelOptions(NamedTuple):
 
     @property
     def memory_caps_concurrency(self) -> bool:
-        """Sessions beyond what KV memory holds are not admitted (all but the LRU model)."""
-        return self.cache_model != "lru"
+        """Sessions beyond what KV memory holds are not admitted (the seed); under the LRU model
+        and the measured profile they wait for memory instead."""
+        return self.cache_model != "lru" and self.profile == "seed"

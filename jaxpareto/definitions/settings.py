@@ -111,7 +111,11 @@ class Efficiency(_Validated):
             the first sampling step) [ms], >= 0; 0 in the seed.
         allreduce_scale: multiplier >= 0 on the tensor-parallel all-reduce transfer time at the
             GPU's interconnect bandwidth (`jaxpareto.physics.communication`); 0 (off) in the seed.
-        allreduce_latency_us: fixed latency of one all-reduce [µs], >= 0; 0 in the seed.
+        allreduce_latency_us: fixed latency of one all-reduce [µs], >= 0; 0 in the seed. Under
+            the measured profile it is per peer GPU: one all-reduce over G GPUs takes
+            (G - 1) x this (`jaxpareto.physics.communication`).
+        layer_overhead_us: fixed time per layer and engine step (kernel launches, norms,
+            RoPE and the other small kernels of a layer) [µs], >= 0; 0 in the seed.
     """
 
     eta_prefill: float = setting(0.65, low=0, low_inclusive=False, high=1)
@@ -121,6 +125,7 @@ class Efficiency(_Validated):
     ttft_overhead_ms: float = setting(0.0, low=0, units="ms")
     allreduce_scale: float = setting(0.0, low=0)
     allreduce_latency_us: float = setting(0.0, low=0, units="us")
+    layer_overhead_us: float = setting(0.0, low=0, units="us")
 
 
 @dataclasses.dataclass(frozen=True)

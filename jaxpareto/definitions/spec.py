@@ -19,11 +19,12 @@ import pydantic
 
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.options import CACHE_MODELS, EXPERT_ROUTINGS, KV_DEMANDS, PAUSE_DISTRIBUTIONS, \
-    PREFILL_MODELS, SEARCH_METHODS, ModelOptions
+    ARRIVALS, PREFILL_MODELS, PROFILES, SEARCH_METHODS, ModelOptions
 from jaxpareto.definitions.settings import DEFAULT_CHUNK_POINTS, DTYPES, SOLVERS, Efficiency, Solver, Workload, numeric_fields
 from jaxpareto.definitions.hardware import Hardware
 from jaxpareto.definitions.model import Model
-from jaxpareto.definitions.axes import AXES, AXIS_BY_NAME, AXIS_TABLE, CONCURRENCY_RANGE, INTEGER_AXES, TP_CHOICES
+from jaxpareto.definitions.axes import AXES, AXIS_BY_NAME, AXIS_TABLE, CONCURRENCY_RANGE, INTEGER_AXES, SCENARIO_AXES, \
+    TP_CHOICES
 from jaxpareto.definitions.schema import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y
 
 DEFAULT_SPEC = "code_agent.toml"
@@ -66,7 +67,8 @@ Numbers = float | list[float] | AxisRange
 # (`AXIS_TABLE`); tp and concurrency have none: a sweep needs them, an [optimize] table searches
 # its own; a [session] sets the context of every turn.
 GridSpec = pydantic.create_model("GridSpec", __base__=_Table, **{
-    axis.name: (Names, ...) if axis.categorical else (Numbers | None, None) for axis in AXIS_TABLE})
+    axis.name: ((Names, ...) if axis.default is None else (Names | None, None)) if axis.categorical
+    else (Numbers | None, None) for axis in AXIS_TABLE})
 
 
 class SessionSpec(_Table):
@@ -128,6 +130,8 @@ def _table_of(name: str, doc: str, settings_cls, extra: dict) -> type[_Table]:
 _OPTION_KEYS = {"expert_routing": (Literal[EXPERT_ROUTINGS], ModelOptions().expert_routing),
                 "pause_distribution": (Literal[PAUSE_DISTRIBUTIONS], ModelOptions().pause_distribution),
                 "prefill_model": (Literal[PREFILL_MODELS], ModelOptions().prefill_model),
+                "profile": (Literal[PROFILES], ModelOptions().profile),
+                "arrivals": (Literal[ARRIVALS], ModelOptions().arrivals),
                 "cache_model": (Literal[CACHE_MODELS] | None, None)}
 WorkloadSpec = _table_of("WorkloadSpec", "``[workload]``: `Workload` fields and the model options.", Workload,
                          _OPTION_KEYS)
@@ -208,7 +212,7 @@ class SweepSpec(_Table):
             grid_c = self._axis_values("concurrency") if self.grid.concurrency is not None else list(CONCURRENCY_RANGE)
             grid_c = grid_c if isinstance(grid_c, list) else [grid_c]
             concurrency = (int(min(grid_c)), int(max(grid_c)))
-        scenario = {axis: self._axis_values(axis) for axis in ("gpu", "model", "think_time_s", "context_tokens", "hit_rate")}
+        scenario = {axis: self._axis_values(axis) for axis in SCENARIO_AXES}
         scenario = {k: v if isinstance(v, list) else [v] for k, v in scenario.items()}  # always a Dataset
         return {
             **scenario, **self._settings(),  "hardware": self.hardware, "models": self.model,
@@ -253,11 +257,8 @@ class SweepSpec(_Table):
 
 
 _UNION_TAGS = ("AxisRange", "list[float]", "list[str]", "float", "str", "int", "list[int]")
-_AXIS_HINT = {
-    "gpu": "a name or a list of names",
-    "model": "a name or a list of names",
-    **{axis: "a number, a list of numbers, or a range table {start, stop, num, scale}" for axis in AXES[2:]},
-}
+_AXIS_HINT = {axis.name: "a name or a list of names" if axis.categorical
+              else "a number, a list of numbers, or a range table {start, stop, num, scale}" for axis in AXIS_TABLE}
 
 
 def _describe(error: pydantic.ValidationError, source: str) -> JaxparetoError:
@@ -354,8 +355,10 @@ def load_spec(path: str | Path | None = None) -> SweepSpec:
         raise JaxparetoError(source, f"TOML syntax error: {error}") from None
     spec = parse_spec(data, source)
     calibration = spec.efficiency.calibration
-    if calibration is not None and isinstance(path, Path) and not Path(calibration).is_absolute():
+    if calibration is not None and isinstance(path, Path) and not Path(calibration).is_absolute() \
+            and (path.parent / calibration).exists():
         # a calibration file named in a spec is found next to the spec, wherever it is run from
+        # (a name that is no file there is a shipped calibration's, `shipped_calibrations`)
         spec = spec.model_copy(update={"efficiency": spec.efficiency.model_copy(
             update={"calibration": str(path.parent / calibration)})})
     return spec

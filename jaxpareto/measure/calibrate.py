@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+from collections.abc import Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -41,14 +42,18 @@ from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.definitions.settings import Efficiency
 from jaxpareto.definitions.version import __version__
 from jaxpareto.measure.predict import prediction_fn, validation_rows
+from jaxpareto.measure.row_inputs import engine_names
 from jaxpareto.measure.validate import comparison_table, mape_summary
 
 #: Fitted by default: the seed's two efficiencies and the opt-in terms.
 DEFAULT_FIELDS = ("eta_prefill", "eta_decode", "decode_overhead_ms", "ttft_overhead_ms", "allreduce_scale",
                   "allreduce_latency_us")
+#: Fitted by default under the measured profile: the above and the per-layer step time.
+MEASURED_FIELDS = DEFAULT_FIELDS + ("layer_overhead_us",)
 #: field -> (low, high): the fitted value is low + (high - low) sigmoid(u), so it stays within
 #: what is physically plausible: efficiencies in (0.05, 1]; a decode step's fixed overhead up to
-#: 20 ms (vLLM 0.5 spent about 8 of its 13 ms per token on the CPU at light load, shared/data);
+#: 20 ms (vLLM 0.5 spent about 8 of its 13 ms per token on the CPU at light load, by its 2024
+#: performance-update blog); a layer's small kernels up to 200 µs per step;
 #: a request's up to 500 ms; the all-reduce at 0 to 2x the link's peak time and 0 to 50 µs
 #: latency (NCCL's small-message all-reduce on NVLink takes about 10-30 µs).
 BOUNDS = {
@@ -59,6 +64,7 @@ BOUNDS = {
     "ttft_overhead_ms": (0.0, 500.0),
     "allreduce_scale": (0.0, 2.0),
     "allreduce_latency_us": (0.0, 50.0),
+    "layer_overhead_us": (0.0, 200.0),
 }
 #: Where a term the seed leaves at 0 starts (a share of its range), so its gradient is not flat.
 _OFF_START = 0.05
@@ -96,22 +102,51 @@ def split_rows(rows: pd.DataFrame, test_fraction: float = 0.3, seed: int = 0) ->
     return test
 
 
+def train_mask(rows: pd.DataFrame, train: str | Mapping[str, Sequence[str]]) -> np.ndarray:
+    """Rows the fit may read: those whose columns match every ``train`` filter (rows,).
+
+    Args:
+        rows: the validation rows.
+        train: column -> allowed values, or the CLI form ``"gpu=h100-sxm,h200-sxm"`` (several
+            filters separated by ``;``).
+
+    Raises:
+        JaxparetoError: an unknown column, a filter with no value, or a filter no row matches.
+    """
+    if isinstance(train, str):
+        train = _parsed_filter(train)
+    mask = np.ones(len(rows), bool)
+    for column, values in train.items():
+        if column not in rows.columns:
+            raise JaxparetoError("train", f"unknown column {column!r}", sorted(rows.columns))
+        if isinstance(values, str):
+            values = [values]
+        if not values:
+            raise JaxparetoError("train", f"{column}= names no value")
+        mask &= rows[column].astype(str).isin([str(v) for v in values]).to_numpy()
+    if not mask.any():
+        raise JaxparetoError("train", f"no row matches {dict(train)}")
+    return mask
+
+
 @dataclasses.dataclass(frozen=True)
 class CalibrationResult:
     """What `calibrate` found.
 
     Attributes:
-        efficiency: the fitted factors (unfitted fields keep the starting values).
+        efficiency: the fitted factors (unfitted fields keep the starting values): one
+            `Efficiency`, or engine name -> `Efficiency` when fitted per engine.
         start: the starting factors.
         fields: the fitted fields.
-        test: held-out mask over the rows (rows,).
+        test: held-out mask over the rows (rows,): rows the fit never read.
         before, after: `jaxpareto.measure.validate.validate` tables at ``start`` / ``efficiency``, with a
             ``split`` column ("train" / "test").
         loss: training loss before each step and after the last (steps + 1,).
         options: the model options the fit used (the same must be used with the factors).
+        train: the training filter (column -> values), or None for a random split.
     """
 
-    efficiency: Efficiency
+    efficiency: object
     start: Efficiency
     fields: tuple[str, ...]
     test: np.ndarray
@@ -119,6 +154,7 @@ class CalibrationResult:
     after: pd.DataFrame
     loss: np.ndarray
     options: ModelOptions
+    train: dict | None = None
 
     def summary(self) -> pd.DataFrame:
         """MAPE [%] per split and metric, before and after (rows scored in each)."""
@@ -135,39 +171,58 @@ class CalibrationResult:
             ["before", "after"]].reset_index()
 
     def to_toml(self) -> str:
-        """The calibration file: ``[efficiency]`` (read by ``--calibration`` / ``calibration=``)
-        and ``[fit]`` (provenance and held-out errors; ignored when read)."""
+        """The calibration file: ``[efficiency]`` (read by ``--calibration`` / ``calibration=``),
+        ``[engine.NAME]`` per engine when fitted per engine, ``[model]`` (the options the
+        factors need) and ``[fit]`` (provenance and held-out errors; ignored when read)."""
+        def factor_lines(efficiency):
+            return [f"{f.name} = {float(getattr(efficiency, f.name)):.6g}" for f in dataclasses.fields(Efficiency)]
+
+        per_engine = not isinstance(self.efficiency, Efficiency)
         lines = [f"# jaxpareto calibrate ({__version__}), "
                  f"{datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}",
                  "", "[efficiency]"]
-        for field in dataclasses.fields(Efficiency):
-            lines.append(f"{field.name} = {float(getattr(self.efficiency, field.name)):.6g}")
+        lines += factor_lines(self.start if per_engine else self.efficiency)
+        if per_engine:
+            for name, efficiency in self.efficiency.items():
+                lines += ["", f"[engine.{name}]"] + factor_lines(efficiency)
         lines += ["", "[model]  # the model the factors were fitted with (a sweep using this file adopts it)",
-                  f"prefill_model = \"{self.options.prefill_model}\"",
+                  f"prefill_model = \"{self.options.prefill_model}\"", f"profile = \"{self.options.profile}\"",
                   "", "[fit]",
                   f"fitted = [{', '.join(repr(f).replace(chr(39), chr(34)) for f in self.fields)}]",
                   f"train_rows = {int((~self.test).sum())}", f"test_rows = {int(self.test.sum())}",
-                  f"final_train_loss = {float(self.loss[-1]):.6g}"]
+                  f"final_train_loss = {float(self.loss[-1]):.6g}",
+                  f"arrivals = \"{self.options.arrivals}\"  # of the measured runs; not adopted"]
+        if self.train:
+            lines.append("train = { " + ", ".join(f'{k} = [{", ".join(chr(34) + str(v) + chr(34) for v in vs)}]'
+                                                  for k, vs in self.train.items()) + " }")
         for _, row in self.summary().iterrows():
             key = f"{row['split']}_{row['metric']}_mape_pct".replace("-", "_")
             lines.append(f"{key} = [{row['before']:.4g}, {row['after']:.4g}]  # before, after")
-        return "\n".join(lines).replace("nan", "nan") + "\n"
+        return "\n".join(lines) + "\n"
 
 
-def calibrate(rows=None, *, fields=DEFAULT_FIELDS, start: Efficiency = Efficiency(), test_fraction: float = 0.3,
+def calibrate(rows=None, *, fields=None, start: Efficiency = Efficiency(), test_fraction: float = 0.3,
               seed: int = 0, steps: int = 400, learning_rate: float = 0.05,
-              options: ModelOptions = ModelOptions(prefill_model="shared")) -> CalibrationResult:
+              options: ModelOptions = ModelOptions(prefill_model="shared"), train=None,
+              per_engine: bool | None = None) -> CalibrationResult:
     """Fit efficiency factors to the validation set (module docstring).
 
     Args:
         rows: `load_validation_set` DataFrame, a CSV path, or None for the shipped set.
-        fields: `Efficiency` fields to fit (default `DEFAULT_FIELDS`).
+        fields: `Efficiency` fields to fit (default `DEFAULT_FIELDS`; `MEASURED_FIELDS` under
+            the measured profile).
         start: starting factors (default the seed's); fitted terms at 0 start slightly above it.
-        test_fraction: share of each (source, metric) group held out, in [0, 0.9].
+        test_fraction: share of each (source, metric) group held out, in [0, 0.9] (without
+            ``train``).
         seed: the split's random seed.
         steps, learning_rate: Adam steps and initial step size.
         options: model options of the predictions (default the shared chunked-prefill engine,
             whose TTFT includes the wait for prefill capacity at a server load).
+        train: the rows the fit may read, as a filter (`train_mask`, e.g. ``{"gpu":
+            ["h100-sxm", "h200-sxm"]}``); every other row is held out and never evaluated by
+            the fit. None: a random ``test_fraction`` split.
+        per_engine: fit one set of factors per engine of the training rows (default: when they
+            name more than one).
 
     Returns:
         `CalibrationResult`.
@@ -175,9 +230,11 @@ def calibrate(rows=None, *, fields=DEFAULT_FIELDS, start: Efficiency = Efficienc
     Raises:
         JaxparetoError: a field not in `BOUNDS`, one named twice, or none;
             ``test_fraction``, ``steps`` or ``learning_rate`` out of range; a bad
-            ``start`` or ``options`` field; ``rows`` refused as by
-            `jaxpareto.measure.predict.prediction_fn`.
+            ``start``, ``options`` or ``train``; a held-out row whose engine has no training
+            rows (per engine); ``rows`` refused as by `jaxpareto.measure.predict.prediction_fn`.
     """
+    if fields is None:
+        fields = MEASURED_FIELDS if getattr(options, "profile", "seed") == "measured" else DEFAULT_FIELDS
     fields = tuple(fields)
     if len(set(fields)) != len(fields):
         raise JaxparetoError("fields", f"each factor once, got {list(fields)}", tuple(BOUNDS))
@@ -191,31 +248,44 @@ def calibrate(rows=None, *, fields=DEFAULT_FIELDS, start: Efficiency = Efficienc
     learning_rate = check_number("learning_rate", learning_rate, low=0, low_inclusive=False)
     start = start.validate()
     rows = validation_rows(rows).reset_index(drop=True)
-    test = split_rows(rows, test_fraction, seed)
+    if train is not None:
+        test = ~train_mask(rows, train)
+        train = _parsed_filter(train) if isinstance(train, str) else {k: list(v) for k, v in train.items()}
+    else:
+        test = split_rows(rows, test_fraction, seed)
 
-    predictor = prediction_fn(rows, options=options)
-    measured = rows["value"].to_numpy(np.float64)
-    fitted = rows["metric"].isin(FITTED_METRICS).to_numpy() & ~test
-    metric_codes = pd.Categorical(rows["metric"]).codes
+    # the fit sees the training rows only: a held-out row cannot change it, whatever it holds
+    fit_rows = rows[~test].reset_index(drop=True)
+    predictor = prediction_fn(fit_rows, options=options)
+    engines = predictor.engines
+    if per_engine is None:
+        per_engine = len(engines) > 1
+    measured = fit_rows["value"].to_numpy(np.float64)
+    fitted = (fit_rows["metric"].isin(FITTED_METRICS) & fit_rows.get("unsupported", "").eq("")).to_numpy() \
+        if "unsupported" in fit_rows else fit_rows["metric"].isin(FITTED_METRICS).to_numpy()
+    metric_codes = pd.Categorical(fit_rows["metric"]).codes
     # each metric weighs the same: 1 / (its training rows) / (metrics present)
     counts = np.bincount(metric_codes, weights=fitted.astype(float), minlength=metric_codes.max() + 1)
     weights = np.where(fitted, 1.0 / np.maximum(counts[metric_codes], 1.0), 0.0)
     weights /= max(np.count_nonzero(counts), 1)
+    server = jnp.asarray(fit_rows["load"].eq("server").to_numpy())
+    groups = engines if per_engine else ("all",)
 
     def efficiency_of(u):
-        values = {f: _forward(f, u[k]) for k, f in enumerate(fields)}
-        return dataclasses.replace(start, **values)
+        def one(k):
+            return dataclasses.replace(start, **{f: _forward(f, u[k, j]) for j, f in enumerate(fields)})
+        return {name: one(k) for k, name in enumerate(groups)} if per_engine else one(0)
 
     def loss(u):
         prediction, details = predictor.evaluate(efficiency_of(u))
-        scored = details["feasible"] & (details["reachable"] | ~jnp.asarray(rows["load"].eq("server").to_numpy()))
+        scored = details["feasible"] & (details["reachable"] | ~server)
         scored = scored & jnp.isfinite(prediction) & (weights > 0)
         safe = jnp.where(scored, prediction, measured)  # double where: no NaN in gradients
         error = safe / measured - 1.0
         terms = jnp.where(scored, jnp.sqrt(error**2 + _SMOOTH**2) - _SMOOTH, 0.0)
         return jnp.sum(weights * terms) / jnp.maximum(jnp.sum(jnp.where(scored, weights, 0.0)), 1e-12)
 
-    u0 = np.asarray([_inverse(f, float(getattr(start, f))) for f in fields])
+    u0 = np.tile([_inverse(f, float(getattr(start, f))) for f in fields], (len(groups), 1))
     optimizer = optax.adam(optax.cosine_decay_schedule(learning_rate, steps, alpha=0.05))
 
     @jax.jit
@@ -233,28 +303,53 @@ def calibrate(rows=None, *, fields=DEFAULT_FIELDS, start: Efficiency = Efficienc
             history.append(float(value))
         history.append(float(jax.jit(loss)(u)))  # after the last update
         fitted_efficiency = jax.tree_util.tree_map(float, efficiency_of(u))
-    fitted_efficiency = fitted_efficiency.validate()
+    if per_engine:
+        fitted_efficiency = {name: eff.validate() for name, eff in fitted_efficiency.items()}
+        supported = rows[rows["unsupported"].eq("")] if "unsupported" in rows else rows
+        missing = sorted(set(engine_names(supported)) - set(fitted_efficiency))
+        if missing:
+            raise JaxparetoError("train", f"held-out rows of engines {missing} have no training rows to fit "
+                                          "their factors")
+        # rows the model cannot express are never predicted: their engines need no fitted factors
+        start_factors = {name: start for name in engine_names(rows)}
+        table_factors = {**start_factors, **fitted_efficiency}
+    else:
+        fitted_efficiency = fitted_efficiency.validate()
+        start_factors, table_factors = start, fitted_efficiency
+    every = prediction_fn(rows, options=options)
 
     def table(efficiency):
-        out = comparison_table(predictor, efficiency)
+        out = comparison_table(every, efficiency)
         out["split"] = np.where(test, "test", "train")
         return out
 
-    return CalibrationResult(fitted_efficiency, start, fields, test, table(start), table(fitted_efficiency),
-                             np.asarray(history), options)
+    return CalibrationResult(fitted_efficiency, start, fields, test, table(start_factors), table(table_factors),
+                             np.asarray(history), options, train)
+
+
+def _parsed_filter(text: str) -> dict:
+    """``"gpu=a,b; engine=c"`` -> {"gpu": ["a", "b"], "engine": ["c"]}."""
+    parsed = {}
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        column, _, values = part.partition("=")
+        parsed[column.strip()] = [v.strip() for v in values.split(",") if v.strip()]
+    return parsed
 
 
 def at_bounds(result: CalibrationResult, tolerance: float = 0.05) -> list[str]:
-    """Fitted fields within ``tolerance`` (share of the range) of a bound of `BOUNDS`: at the
-    upper bound a factor is standing in for missing physics; at the lower one the data do not
-    use it."""
+    """Fitted fields within ``tolerance`` (share of the range) of a bound of `BOUNDS` (per engine
+    when fitted per engine): at the upper bound a factor is standing in for missing physics; at
+    the lower one the data do not use it."""
+    fitted = result.efficiency if isinstance(result.efficiency, dict) else {"": result.efficiency}
     hits = []
-    for field in result.fields:
-        low, high = BOUNDS[field]
-        value = float(getattr(result.efficiency, field))
-        share = (value - low) / (high - low)
-        if share > 1 - tolerance:
-            hits.append(f"{field} = {value:.4g} is at its upper bound {high:g}")
-        elif share < tolerance:
-            hits.append(f"{field} = {value:.4g} is at its lower bound {low:g}")
+    for engine, efficiency in fitted.items():
+        where = f"{engine}: " if engine else ""
+        for field in result.fields:
+            low, high = BOUNDS[field]
+            value = float(getattr(efficiency, field))
+            share = (value - low) / (high - low)
+            if share > 1 - tolerance:
+                hits.append(f"{where}{field} = {value:.4g} is at its upper bound {high:g}")
+            elif share < tolerance:
+                hits.append(f"{where}{field} = {value:.4g} is at its lower bound {low:g}")
     return hits

@@ -51,7 +51,7 @@ from jaxpareto.definitions.axes import GridPoint
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.definitions.settings import Efficiency, Solver, solver_of
-from jaxpareto.measure.row_inputs import RowInputs, row_inputs
+from jaxpareto.measure.row_inputs import RowInputs, engine_names, row_inputs
 from jaxpareto.measure.validation_set import load_validation_set
 from jaxpareto.mapper import map_points
 from jaxpareto.physics.point import evaluate_point
@@ -62,18 +62,23 @@ BISECTION_STEPS = 64
 
 # The one place the rows are evaluated: every prediction of this module goes through `_outputs`.
 def _outputs(inputs: RowInputs, efficiency, solver, concurrency, options):
-    """`evaluate_point` vmapped over the rows at per-row ``concurrency`` under the model
-    ``options`` (default the seed's equations; the exact closed-loop solver where R(B) is
-    piecewise linear, else the damped one)."""
+    """`evaluate_point` vmapped over the rows at per-row ``concurrency`` and per-row factors
+    ``efficiency`` (an `Efficiency` of (rows,) arrays) under the model ``options`` (the exact
+    closed-loop solver where R(B) is piecewise linear, else the damped one)."""
 
-    def one(row, efficiency, solver):
-        point, workload = row
+    def one(row, solver):
+        point, workload, efficiency = row
         return evaluate_point(point, workload, efficiency, solver, options=options)
 
-    points = GridPoint(gpu=inputs.hw, model=inputs.model, tp=inputs.tp, concurrency=concurrency,
+    points = GridPoint(gpu=inputs.hw, model=inputs.model, engine=inputs.engine, tp=inputs.tp, concurrency=concurrency,
                        think_time_s=inputs.think_time_s, context_tokens=inputs.context_tokens, hit_rate=inputs.hit_rate)
-    return map_points(one, (points, inputs.workload),
-                      (efficiency, dataclasses.replace(solver, name=options.differentiable_solver)))
+    return map_points(one, (points, inputs.workload, efficiency),
+                      (dataclasses.replace(solver, name=options.differentiable_solver),))
+
+
+def _row_efficiency(inputs: RowInputs, table: Efficiency) -> Efficiency:
+    """Each row's factors from a table with a leading engine axis (`Predictor.engines`)."""
+    return jax.tree_util.tree_map(lambda column: column[inputs.engine_index], table)
 
 
 def _group_throughput(out, inputs: RowInputs):
@@ -111,8 +116,10 @@ def _solve_server(inputs: RowInputs, efficiency, solver, options, steps):
     return c0, reachable, cmax, x_hi
 
 
-def _predict(inputs: RowInputs, efficiency, solver, *, options, steps):
-    """Predictions and diagnostics; a pure function of ``efficiency`` (differentiable)."""
+def _predict(inputs: RowInputs, table, solver, *, options, steps):
+    """Predictions and diagnostics; a pure function of the per-engine factors ``table``
+    (differentiable)."""
+    efficiency = _row_efficiency(inputs, table)
     frozen = jax.lax.stop_gradient(efficiency)
     c0, reachable, cmax, x_max = _solve_server(inputs, frozen, solver, options, steps)
 
@@ -160,6 +167,11 @@ class Predictor:
     output tokens/s, TPOT/ITL or TTFT in ms, KV capacity in tokens. It is jitted, and
     ``jax.grad`` of any scalar function of it gives gradients for every `Efficiency` field.
 
+    The factors are one `Efficiency` for every row, or a mapping engine name -> `Efficiency`
+    covering `engines` (the rows' ``engine`` column; "seed" for rows that name none), each row
+    evaluated with its engine's factors (per-engine calibration). Rows whose layout the model
+    cannot express (``unsupported``) are predicted NaN.
+
     For ``dtype="float64"`` call it (and take gradients) inside ``jax.enable_x64(True)``;
     `predict` and `validate` do that themselves; outside it, a call raises `JaxparetoError`.
 
@@ -168,43 +180,74 @@ class Predictor:
     """
 
     def __init__(self, rows: pd.DataFrame, *, solver: Solver = Solver(), dtype: str = "float64",
-                 prefill: str = "isl", options: ModelOptions = ModelOptions(),
+                 prefill: str | None = None, options: ModelOptions = ModelOptions(),
                  bisection_steps: int = BISECTION_STEPS):
         self.rows = rows.reset_index(drop=True)
         self.dtype = dtype
-        self.inputs = row_inputs(self.rows, dtype, prefill)
-        dt = np.dtype(dtype)
-        solver = solver_of(solver).validate()  # its controls; the name is the options' differentiable_solver
         if not isinstance(options, ModelOptions):
             raise JaxparetoError("options", f"expected jaxpareto ModelOptions, got {type(options).__name__}")
+        self.options = options
+        self.prefill = default_prefill(options) if prefill is None else prefill
+        self.inputs = row_inputs(self.rows, dtype, self.prefill)
+        self.engines = engine_names(self.rows)
+        unsupported = self.rows["unsupported"] if "unsupported" in self.rows else pd.Series("", index=self.rows.index)
+        self.unsupported = unsupported.fillna("").to_numpy(dtype=object)
+        dt = np.dtype(dtype)
+        solver = solver_of(solver).validate()  # its controls; the name is the options' differentiable_solver
         self.solver = dataclasses.replace(
             solver, damping=np.asarray(solver.damping, dt), tol=np.asarray(solver.tol, dt),
             max_iter=np.asarray(solver.max_iter, np.int32))
-        self._jitted = _jitted_predict(options.validate(), int(bisection_steps))
+        any_server = bool(self.rows["load"].eq("server").any())  # else no bisection to run
+        self._jitted = _jitted_predict(options.validate(), int(bisection_steps) if any_server else 0)
 
-    def evaluate(self, efficiency: Efficiency) -> tuple[jax.Array, dict[str, jax.Array]]:
+    def evaluate(self, efficiency) -> tuple[jax.Array, dict[str, jax.Array]]:
         """(predictions (rows,), diagnostics of `details`) as JAX arrays: traceable, for losses
         that need to know which rows are scored (``feasible``, ``reachable``)."""
         return self._run(efficiency)
 
-    def _run(self, efficiency: Efficiency):
+    def factor_table(self, efficiency) -> Efficiency:
+        """The factors as an `Efficiency` of (engines,) arrays, in the order of `engines`.
+
+        Raises:
+            JaxparetoError: a mapping missing one of the rows' engines.
+        """
+        if isinstance(efficiency, Efficiency):
+            return jax.tree_util.tree_map(lambda x: jnp.full(len(self.engines), x), efficiency)
+        if not hasattr(efficiency, "keys"):
+            raise JaxparetoError("efficiency", f"expected an Efficiency or engine -> Efficiency, got "
+                                               f"{type(efficiency).__name__}")
+        missing = [name for name in self.engines if name not in efficiency]
+        if missing:
+            raise JaxparetoError("efficiency", f"no factors for engines {missing}", sorted(efficiency))
+        return jax.tree_util.tree_map(lambda *x: jnp.stack([jnp.asarray(v) for v in x]),
+                                      *[efficiency[name] for name in self.engines])
+
+    def _run(self, efficiency):
         dt = np.dtype(self.dtype)
         if jax.dtypes.canonicalize_dtype(dt) != dt:
             raise JaxparetoError("dtype", f"{self.dtype} needs jax.enable_x64(True) around the call and jax.grad")
-        efficiency = jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype=dt), efficiency)
-        return self._jitted(self.inputs, efficiency, self.solver)
+        table = jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype=dt), self.factor_table(efficiency))
+        prediction, details = self._jitted(self.inputs, table, self.solver)
+        supported = jnp.asarray(self.unsupported == "")
+        return jnp.where(supported, prediction, jnp.nan), {**details, "supported": supported}
 
-    def __call__(self, efficiency: Efficiency) -> jax.Array:
+    def __call__(self, efficiency) -> jax.Array:
         """Predictions of every row, shape (rows,), in the rows' units."""
         return self._run(efficiency)[0]
 
-    def details(self, efficiency: Efficiency) -> dict[str, np.ndarray]:
+    def details(self, efficiency) -> dict[str, np.ndarray]:
         """Predictions and diagnostics per row as NumPy arrays: ``prediction``, ``concurrency``
         (sessions per group evaluated; server rows: the matched C), ``concurrency_eff``,
         ``concurrency_max``, ``reachable`` (server rows whose load the model can serve),
         ``max_load_tokens_per_s`` (whole-system throughput at concurrency_max), ``feasible``."""
         prediction, details = self._run(efficiency)
         return {"prediction": np.asarray(prediction), **{k: np.asarray(v) for k, v in details.items()}}
+
+
+def default_prefill(options: ModelOptions) -> str:
+    """How rows are prefilled by default: the whole prompt under the measured profile, the
+    seed's ISL within the ISL + OSL / 2 context otherwise (`jaxpareto.measure.row_inputs`)."""
+    return "prompt" if options.profile == "measured" else "isl"
 
 
 def validation_rows(rows) -> pd.DataFrame:
@@ -222,7 +265,7 @@ def validation_rows(rows) -> pd.DataFrame:
     return rows
 
 
-def prediction_fn(rows=None, *, solver: Solver = Solver(), dtype: str = "float64", prefill: str = "isl",
+def prediction_fn(rows=None, *, solver: Solver = Solver(), dtype: str = "float64", prefill: str | None = None,
                   options: ModelOptions = ModelOptions()) -> Predictor:
     """The rows' predictions as a function of `Efficiency` (for calibration by ``jax.grad``).
 
@@ -230,7 +273,8 @@ def prediction_fn(rows=None, *, solver: Solver = Solver(), dtype: str = "float64
         rows: DataFrame from `jaxpareto.measure.validation_set.load_validation_set`, a CSV path, or None
             for the shipped set.
         solver: closed-loop solver controls. dtype: "float64" (default) or "float32".
-        prefill: "isl" (TTFT prefills the prompt) or "context" (the whole context L).
+        prefill: "isl", "context" or "prompt" (`jaxpareto.measure.row_inputs`); None: the
+            options' default (`default_prefill`).
         options: the model's equations (`jaxpareto.definitions.options.ModelOptions`; default the seed's).
             ``ModelOptions(prefill_model="shared")`` makes TTFT at a server load include the wait
             for prefill capacity. The closed loop uses the exact solver where it applies.
@@ -252,12 +296,16 @@ def prediction_fn(rows=None, *, solver: Solver = Solver(), dtype: str = "float64
     return Predictor(validation_rows(rows), solver=solver, dtype=dtype, prefill=prefill, options=options)
 
 
-def check_efficiency(efficiency: Efficiency) -> Efficiency:
-    """``efficiency`` itself, once checked.
+def check_efficiency(efficiency):
+    """``efficiency`` itself (an `Efficiency`, or engine name -> `Efficiency`), once checked.
 
     Raises:
         JaxparetoError: not an `Efficiency`, or a field out of its bounds.
     """
+    if hasattr(efficiency, "keys") and not isinstance(efficiency, Efficiency):
+        for value in efficiency.values():
+            check_efficiency(value)
+        return efficiency
     if not isinstance(efficiency, Efficiency):
         raise JaxparetoError("efficiency", f"expected a jaxpareto Efficiency, got {type(efficiency).__name__}")
     efficiency.validate()  # raises on a bad value; the object itself is passed on unchanged
@@ -265,7 +313,7 @@ def check_efficiency(efficiency: Efficiency) -> Efficiency:
 
 
 def predict(rows=None, efficiency: Efficiency = Efficiency(), solver: Solver = Solver(), dtype: str = "float64",
-            prefill: str = "isl", options: ModelOptions = ModelOptions()) -> np.ndarray:
+            prefill: str | None = None, options: ModelOptions = ModelOptions()) -> np.ndarray:
     """The model's prediction of each row's metric (see the module docstring for how).
 
     Args:

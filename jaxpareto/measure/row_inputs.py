@@ -5,8 +5,10 @@ standard-serving special case of the seed (SPEC.md section 3): think time Z = 0,
 cache, a context of ISL + OSL / 2 tokens (the session-average context of a request decoding OSL
 tokens after an ISL-token prompt) unless the row gives ``context_tokens``, and the row's OSL.
 
-Prefill. By default (``prefill="isl"``) TTFT prefills the ISL prompt tokens while decode and KV
-memory see the ISL + OSL / 2 context. `evaluate_point` has one context per point, so this is
+Prefill. Under the measured profile (``prefill="prompt"``, its default) the context is the ISL
+prompt, prefilled whole (h = 0) with no prefix, and the profile itself lets decode and KV
+memory see the mean context ISL + OSL / 2. Under the seed (``prefill="isl"``, its default) TTFT
+prefills the ISL prompt tokens while decode and KV memory see the ISL + OSL / 2 context. `evaluate_point` has one context per point, so this is
 passed as h = 1 with ΔL = ISL (eq. 2 then prefills min(ΔL, L) = ISL): it encodes "only the prompt
 is prefilled", not a cache. ``prefill="context"`` is the literal special case (h = 0, the whole
 context L prefilled), which over-counts prefill by OSL / 2 tokens (9x for ISL/OSL 128/2048).
@@ -24,6 +26,7 @@ import jax
 import numpy as np
 import pandas as pd
 
+from jaxpareto.definitions.engine import SEED_ENGINE, EngineParams, resolve_engine
 from jaxpareto.definitions.settings import DTYPES
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.hardware import HardwareParams
@@ -32,7 +35,7 @@ from jaxpareto.definitions.settings import Workload
 from jaxpareto.mapper import stack_params
 from jaxpareto.measure.validation_set import COLUMNS, row_gpu, row_model
 
-PREFILL = ("isl", "context")
+PREFILL = ("isl", "context", "prompt")
 #: Concurrency offered to offline rows: above any concurrency_max, so memory sets the batch.
 OFFLINE_CONCURRENCY = 1e9
 #: metric -> row of the stacked candidate predictions (`jaxpareto.measure.predict`).
@@ -46,6 +49,9 @@ class RowInputs:
 
     Attributes:
         hw, model: per-row GPU and model (`HardwareParams`, `ModelParams` tables).
+        engine: per-row serving engine's memory and chunk settings (`EngineParams`; rows with
+            no engine: the seed's); its factors are not used (the predictor's `Efficiency` is).
+        engine_index: per row, the index of its engine in `engine_names` (rows,).
         tp: GPUs per TP group G. gpus: GPUs of the whole system.
         concurrency: sessions per group offered (offline rows: `OFFLINE_CONCURRENCY` unless the
             row gives one; server and static rows: 1, unused).
@@ -60,6 +66,8 @@ class RowInputs:
 
     hw: HardwareParams
     model: ModelParams
+    engine: EngineParams
+    engine_index: np.ndarray
     tp: np.ndarray
     gpus: np.ndarray
     concurrency: np.ndarray
@@ -78,13 +86,21 @@ def _check_choice(field: str, value: str, allowed) -> None:
         raise JaxparetoError(field, f"unknown value {value!r}", allowed)
 
 
+def engine_names(rows: pd.DataFrame) -> tuple[str, ...]:
+    """The engines the rows name, sorted ("seed" for rows that name none)."""
+    column = rows["engine"] if "engine" in rows else pd.Series("", index=rows.index)
+    return tuple(sorted(set(column.replace("", SEED_ENGINE))))
+
+
 def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl") -> RowInputs:
     """Arrays of the rows for the JAX function (see `RowInputs`).
 
     Args:
         rows: DataFrame from `jaxpareto.measure.validation_set.load_validation_set`.
         dtype: "float64" or "float32".
-        prefill: "isl" (TTFT prefills the prompt) or "context" (the whole context L).
+        prefill: "isl" (TTFT prefills the prompt within the ISL + OSL / 2 context), "context" (the
+            whole context L) or "prompt" (the context is the prompt, prefilled whole; for the
+            measured profile).
 
     Returns:
         `RowInputs` with a leading axis of rows.
@@ -105,7 +121,7 @@ def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl")
     num = functools.partial(np.asarray, dtype=dt)
     isl, osl = num(rows["isl"]), num(rows["osl"])
     context = num(rows["context_tokens"])
-    context = np.where(np.isnan(context), isl + osl / 2.0, context)
+    context = np.where(np.isnan(context), isl if prefill == "prompt" else isl + osl / 2.0, context)
     load = rows["load"].to_numpy()
     given = num(rows["concurrency"])
     concurrency = np.where(np.isnan(given), np.where(load == "offline", OFFLINE_CONCURRENCY, 1.0), given)
@@ -119,15 +135,20 @@ def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl")
     workload = Workload(**{f.name: np.full(n, getattr(defaults, f.name), dtype=dt)
                            for f in dataclasses.fields(Workload)})
     workload = dataclasses.replace(workload, osl=osl, delta_tokens=isl, kv_context_tokens=np.zeros(n, dt))
+    names = engine_names(rows)
+    row_engines = [r.get("engine") or SEED_ENGINE for r in records]
+    factors_off = {name: resolve_engine(name).model_copy(update={"efficiency": {}}).to_params() for name in names}
     return RowInputs(
         hw=stack_params([row_gpu(r).to_params() for r in records], dt),
+        engine=stack_params([factors_off[name] for name in row_engines], dt),
+        engine_index=np.asarray([names.index(name) for name in row_engines], np.int32),
         model=stack_params([row_model(r).to_params() for r in records], dt),
         tp=tp,
         gpus=gpus,
         concurrency=concurrency,
         think_time_s=np.zeros(n, dt),
         context_tokens=context.astype(dt),
-        hit_rate=np.full(n, 1.0 if prefill == "isl" else 0.0, dt),
+        hit_rate=np.full(n, 1.0 if prefill == "isl" else 0.0, dt),  # "isl": h = 1 with ΔL = ISL
         workload=workload,
         metric=np.asarray([METRIC_CODE[m] for m in rows["metric"]], np.int32),
         server=server,

@@ -16,14 +16,17 @@ from jaxpareto.definitions.settings import Efficiency, Solver
 from jaxpareto.measure.predict import Predictor, check_efficiency, prediction_fn
 
 
-def _flags(rows: pd.DataFrame, details: dict) -> list[str]:
+def _flags(rows: pd.DataFrame, details: dict, capped: bool = True) -> list[str]:
     flags = []
     for i, row in rows.iterrows():
-        if not details["feasible"][i]:
+        reason = row.get("unsupported", "")
+        if reason:
+            flags.append(f"unsupported: {reason}")
+        elif not details["feasible"][i]:
             flags.append("infeasible: weights or one session do not fit")
         elif row["load"] == "server" and not details["reachable"][i]:
             flags.append(f"unreachable: model serves at most {details['max_load_tokens_per_s'][i]:,.0f} tokens/s")
-        elif row["load"] == "concurrency" and row["concurrency"] > details["concurrency_max"][i]:
+        elif capped and row["load"] == "concurrency" and row["concurrency"] > details["concurrency_max"][i]:
             flags.append(f"memory caps concurrency at {int(details['concurrency_max'][i])}")
         else:
             flags.append("")
@@ -58,14 +61,14 @@ def mape_summary(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def validate(rows=None, efficiency: Efficiency = Efficiency(), solver: Solver = Solver(), dtype: str = "float64",
-             prefill: str = "isl", options: ModelOptions = ModelOptions()) -> pd.DataFrame:
+             prefill: str | None = None, options: ModelOptions = ModelOptions()) -> pd.DataFrame:
     """Compare the model with every row of the validation set.
 
     Args:
         rows: DataFrame from `load_validation_set`, a CSV path, or None for the shipped set.
         efficiency: efficiency factors (default the seed's).
         solver: closed-loop solver controls. dtype: "float64" (default) or "float32".
-        prefill: "isl" (TTFT prefills the prompt) or "context" (the whole context L).
+        prefill: how rows are prefilled (`jaxpareto.measure.predict.prediction_fn`).
         options: the model's equations (default the seed's).
 
     Returns:
@@ -100,6 +103,25 @@ def comparison_table(predictor: Predictor, efficiency: Efficiency) -> pd.DataFra
     table["measured"] = rows["value"].astype(np.float64)
     table["predicted"] = details["prediction"].astype(np.float64)
     table["rel_error"] = table["predicted"] / table["measured"] - 1.0
-    table["flag"] = _flags(rows, details)
+    table["flag"] = _flags(rows, details, predictor.options.memory_caps_concurrency)
     table.attrs["mape"] = mape_summary(table)
     return table
+
+
+def prediction_rows(rows: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    """Every input row with its prediction: the rows' own columns, then ``predicted`` (NaN where
+    the model cannot predict the row), ``error_pct`` ((predicted / measured - 1) x 100) and
+    ``reason`` (why a row is not predicted or not scored; "" for a scored row), for
+    ``jaxpareto validate --out``.
+
+    Args:
+        rows: the validation rows (`jaxpareto.measure.validation_set.load_validation_set`).
+        table: `validate`'s table of those rows.
+    """
+    out = rows.reset_index(drop=True).drop(columns=["unsupported"], errors="ignore").copy()
+    out["predicted"] = table["predicted"].to_numpy()
+    out["error_pct"] = table["rel_error"].to_numpy() * 100.0
+    flag = table["flag"].to_numpy(dtype=object)
+    missing = ~np.isfinite(out["predicted"].to_numpy(dtype=float))
+    out["reason"] = np.where(missing & (flag == ""), "no finite prediction (the closed loop did not converge)", flag)
+    return out

@@ -3,8 +3,7 @@
 ``jaxpareto/data/validation.csv`` holds one row per published measurement (106 rows), each with
 its source: a short name (``source``, what the MAPE summary groups by) and the exact repository,
 file or page (``reference``). Values are as published; the project measured none of them. The
-rows come from the project's fact sheets (``shared/data/hardware_models_measured.md`` section C,
-``shared/data/measured_serving_extra.md``):
+rows come from the project's fact sheets:
 
 - MLPerf Inference v5.1 (36 rows): offline tokens/s, and the server scenario's mean TTFT and TPOT
   with the tokens/s they were logged at, for llama2-70b-99 (8x B200, 8x H200 Nebius, 16x H100
@@ -45,6 +44,18 @@ for TensorRT-LLM engines, bf16 weights in the vLLM blog, and the InferenceX stat
 
 Llama-2-70B is not in the catalog (a catalog test pins its model list), so `LLAMA_2_70B` is
 defined here from its ``config.json``.
+
+Optional columns (blank in the rows above) describe the serving run: ``engine`` (one of
+`ENGINES`) and ``engine_version``; ``mode`` (`MODES`: blank = ``agg``, ``disagg`` = separate
+prefill and decode workers); the parallel layout ``pp``, ``attention_dp``, ``moe_tp``, ``moe_ep``
+(blank: 1, 1, ``tp``, 1). Rows whose layout the model cannot express yet load like any other, and
+`unsupported_reason` (the loaded ``unsupported`` column) says why; they are kept, never
+approximated.
+
+``jaxpareto/data/aiconfigurator_silicon.csv`` is a second set in this schema: AIConfigurator's
+measured serving runs (mean TTFT and TPOT at a fixed concurrency, vLLM, SGLang and TensorRT-LLM
+on H100, H200, B200, B300 and GB200), converted by ``scripts/import_aiconfigurator.py``, which
+states its rules and per-row assumptions.
 """
 
 from __future__ import annotations
@@ -104,16 +115,28 @@ METRICS: dict[str, tuple[str, str]] = {
 #: ``load_tokens_per_s``), ``concurrency`` (the row's concurrency), ``static`` (no load).
 LOADS = ("offline", "server", "concurrency", "static")
 STATISTICS = ("mean", "median", "fit", "exact")
+#: Serving engines a row may name (``engine``; blank: not given).
+ENGINES = ("vllm", "sglang", "trtllm")
+#: ``agg``: prefill and decode share the GPUs; ``disagg``: separate prefill and decode workers.
+MODES = ("agg", "disagg")
 
-# column -> kind: "str" (non-empty), "opt_str" (may be blank), "int", "num", "opt_num"
+# column -> kind: "str" (non-empty), "opt_str" (may be blank), "int", "opt_int" (blank: a
+# default, see `_LAYOUT_DEFAULTS`), "num", "opt_num"
 COLUMNS: dict[str, str] = {
     "id": "str",
     "source": "str",
     "reference": "str",
+    "engine": "opt_str",
+    "engine_version": "opt_str",
     "model": "str",
     "gpu": "str",
     "gpus": "int",
     "tp": "int",
+    "pp": "opt_int",
+    "attention_dp": "opt_int",
+    "moe_tp": "opt_int",
+    "moe_ep": "opt_int",
+    "mode": "opt_str",
     "weight_dtype": "str",
     "expert_weight_dtype": "opt_str",
     "kv_dtype": "str",
@@ -130,6 +153,10 @@ COLUMNS: dict[str, str] = {
     "unit": "str",
     "notes": "opt_str",
 }
+
+#: Values of blank layout columns: pipeline stages, attention data-parallel ranks, MoE tensor- and
+#: expert-parallel ways (``moe_tp`` blank: the row's ``tp``).
+_LAYOUT_DEFAULTS = {"pp": 1, "attention_dp": 1, "moe_tp": None, "moe_ep": 1}
 
 
 def default_path() -> Path:
@@ -157,7 +184,7 @@ def _parse(kind: str, text: str, where: str):
         raise JaxparetoError(where, f"not a number: {text!r}") from None
     if not math.isfinite(number) or number <= 0:
         raise JaxparetoError(where, f"must be a finite number > 0, got {text!r}")
-    if kind == "int":
+    if kind in ("int", "opt_int"):
         if not number.is_integer():
             raise JaxparetoError(where, f"must be a whole number, got {text!r}")
         return int(number)
@@ -173,12 +200,12 @@ def _check_row(row: dict, where) -> None:
     if row["gpus"] % row["tp"]:
         raise JaxparetoError(where("tp"), f"the {row['gpus']} GPUs do not split into TP groups of {row['tp']}")
     for field, allowed in (("weight_dtype", WEIGHT_DTYPE_BYTES), ("kv_dtype", KV_DTYPE_BYTES), ("load", LOADS),
-                           ("metric", METRICS), ("statistic", STATISTICS)):
+                           ("metric", METRICS), ("statistic", STATISTICS), ("mode", MODES)):
         if row[field] not in allowed:
             raise JaxparetoError(where(field), f"unknown value {row[field]!r}", list(allowed))
-    if row["expert_weight_dtype"] and row["expert_weight_dtype"] not in WEIGHT_DTYPE_BYTES:
-        raise JaxparetoError(where("expert_weight_dtype"), f"unknown value {row['expert_weight_dtype']!r}",
-                             ["", *WEIGHT_DTYPE_BYTES])
+    for field, allowed in (("expert_weight_dtype", WEIGHT_DTYPE_BYTES), ("engine", ENGINES)):
+        if row[field] and row[field] not in allowed:
+            raise JaxparetoError(where(field), f"unknown value {row[field]!r}", ["", *allowed])
     unit = METRICS[row["metric"]][0]
     if row["unit"] != unit:
         raise JaxparetoError(where("unit"), f"{row['metric']} is measured in {unit}, got {row['unit']!r}", [unit])
@@ -213,18 +240,21 @@ def load_validation_set(path: str | Path | None = None) -> pd.DataFrame:
             ``jaxpareto/data/validation.csv``.
 
     Returns:
-        One row per measurement, columns as in `COLUMNS`: strings (blank optional strings as
-        ""), ``gpus`` and ``tp`` as int, numbers as float (blank optional numbers NaN). Units:
+        One row per measurement, columns as in `COLUMNS` and ``unsupported`` (`unsupported_reason`,
+        "" for a layout the model expresses): strings (blank optional strings as "", blank
+        ``mode`` as "agg"), ``gpus``, ``tp``, ``pp``, ``attention_dp``, ``moe_tp``, ``moe_ep``
+        as int (blank: 1, 1, ``tp``, 1), numbers as float (blank optional numbers NaN). Units:
         ``isl``, ``osl``, ``context_tokens`` in tokens, ``concurrency`` in sessions,
         ``load_tokens_per_s`` in output tokens/s of the whole system (``capacity_tokens_per_s``: the
         same system's measured offline throughput, given for server rows), ``value`` in ``unit``.
 
     Raises:
         JaxparetoError: a missing or unknown column, or a row with a bad field (empty
-            ``source``/``reference``, unknown model, GPU, dtype, load, metric or statistic, a
-            non-positive number, a unit that does not match the metric, GPUs that do not split
-            into TP groups, a server row without its load...), naming the row's id, its line
-            and the field; a duplicate id; an unreadable file.
+            ``source``/``reference``, unknown model, GPU, dtype, load, metric, statistic,
+            engine or mode, a non-positive number, a layout size that is not a whole number, a
+            unit that does not match the metric, GPUs that do not split into TP groups, a server
+            row without its load...), naming the row's id, its line and the field; a duplicate
+            id; an unreadable file.
     """
     path = default_path() if path is None else Path(path)
     try:
@@ -248,13 +278,61 @@ def load_validation_set(path: str | Path | None = None) -> pd.DataFrame:
             return _where(row_id, line, field)
 
         row = {name: _parse(kind, record[name], where(name)) for name, kind in COLUMNS.items()}
+        _fill_defaults(row)
         if row["id"] in seen:
             raise JaxparetoError(where("id"), "duplicate id")
         seen.add(row["id"])
         _check_row(row, where)
         rows.append(row)
     table = pd.DataFrame(rows, columns=list(COLUMNS))
-    return table.astype({"gpus": "int64", "tp": "int64"})
+    table["unsupported"] = [unsupported_reason(row) for row in rows]
+    return table.astype({name: "int64" for name in ("gpus", "tp", *_LAYOUT_DEFAULTS)})
+
+
+def _fill_defaults(row: dict) -> None:
+    """Blank ``mode`` and layout columns of a parsed row to their defaults (`_LAYOUT_DEFAULTS`)."""
+    row["mode"] = row["mode"] or "agg"
+    for name, default in _LAYOUT_DEFAULTS.items():
+        if math.isnan(row[name]):
+            row[name] = row["tp"] if default is None else default
+
+
+def unsupported_reason(row) -> str:
+    """Why the model cannot express a row's serving layout yet, "" when it can.
+
+    The model serves one TP group (weights, attention and experts split ``tp`` ways) with prefill
+    and decode on the same GPUs. Reasons, joined with "; ": ``mode`` disagg, ``pp`` > 1,
+    ``attention_dp`` > 1, ``moe_ep`` > 1, for MoE models an expert split ``moe_tp`` x
+    ``moe_ep`` other than ``tp`` x ``attention_dp`` GPUs, and a ``tp`` that does not divide the
+    model's attention heads (vLLM, SGLang and TensorRT-LLM shard whole heads: such a run used a
+    layout the row does not give).
+
+    Args:
+        row: a row of `load_validation_set` (a mapping; blank layout fields take their defaults).
+    """
+    tp = int(row["tp"])
+    sizes = []
+    for name, default in _LAYOUT_DEFAULTS.items():
+        value = row.get(name)
+        blank = value is None or value == "" or pd.isna(value)
+        sizes.append((tp if default is None else default) if blank else int(value))
+    pp, attention_dp, moe_tp, moe_ep = sizes
+    reasons = []
+    if (row.get("mode") or "agg") == "disagg":
+        reasons.append("disaggregated prefill/decode")
+    if pp > 1:
+        reasons.append(f"pipeline parallelism (pp {pp})")
+    if attention_dp > 1:
+        reasons.append(f"attention data parallelism (attention_dp {attention_dp})")
+    if moe_ep > 1:
+        reasons.append(f"expert parallelism (moe_ep {moe_ep})")
+    model = {**catalog.models(), **EXTRA_MODELS}.get(row["model"])
+    if model is not None and model.experts and moe_tp * moe_ep != tp * attention_dp:
+        reasons.append(f"MoE split moe_tp {moe_tp} x moe_ep {moe_ep} over tp {tp} x attention_dp {attention_dp} "
+                       f"GPUs")
+    if model is not None and model.attention_heads and model.attention_heads % tp:
+        reasons.append(f"tp {tp} does not divide the {model.attention_heads} attention heads")
+    return "; ".join(reasons)
 
 
 def row_model(row) -> Model:

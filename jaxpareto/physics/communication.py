@@ -13,6 +13,12 @@ bandwidth term on (1 = the link's peak) and absorbs achieved-bandwidth losses wh
 ``latency`` (`Efficiency.allreduce_latency_us`) is the fixed cost of one all-reduce. G = 1 has
 neither. GPUs without interconnect data, and models without ``hidden_size``, get no bandwidth
 term.
+
+Latency growing with TP (``latency_per_peer=True``, the measured profile): the small-message
+all-reduce of decode and chunked prefill is the one-shot kind (vLLM's custom all-reduce,
+TensorRT-LLM's one-shot kernel, NCCL's LL protocol), in which each GPU reads the other G - 1
+GPUs' buffers, so its latency is (G - 1) x ``latency`` (a ring would take 2 (G - 1) steps:
+Thakur, Rabenseifner and Gropp 2005).
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ class AllReduce(NamedTuple):
 
 
 def allreduce_time(hw: HardwareParams, model: ModelParams, tp: jax.Array, scale: jax.Array,
-                   latency_us: jax.Array) -> AllReduce:
+                   latency_us: jax.Array, latency_per_peer: bool = False) -> AllReduce:
     """The module docstring's t for one forward pass, split into per-token and fixed parts.
 
     Args:
@@ -51,7 +57,8 @@ def allreduce_time(hw: HardwareParams, model: ModelParams, tp: jax.Array, scale:
         model: one model; ``layers``, ``hidden_size`` (NaN when unknown).
         tp: G [GPUs].
         scale: multiplier on the bandwidth term (0: off).
-        latency_us: one all-reduce's fixed latency [µs].
+        latency_us: one all-reduce's fixed latency [µs]; per peer GPU with ``latency_per_peer``.
+        latency_per_peer: the latency grows as G - 1 (static; the measured profile).
     """
     known = jnp.isfinite(hw.interconnect_gbs) & jnp.isfinite(model.hidden_size) & (tp > 1)
     link = jnp.where(known, hw.interconnect_gbs, 1.0)  # double where: no NaN in gradients
@@ -59,5 +66,6 @@ def allreduce_time(hw: HardwareParams, model: ModelParams, tp: jax.Array, scale:
     passes = ALLREDUCES_PER_LAYER * model.layers
     ring = 2.0 * (tp - 1.0) / tp
     per_token = scale * passes * ring * hidden * ACTIVATION_BYTES / (link * BYTES_PER_GB) * MS_PER_S
-    fixed = jnp.where(tp > 1, passes * latency_us / 1000.0, 0.0)
+    peers = tp - 1.0 if latency_per_peer else 1.0
+    fixed = jnp.where(tp > 1, passes * latency_us * peers / 1000.0, 0.0)
     return AllReduce(jnp.where(known, per_token, 0.0), fixed)

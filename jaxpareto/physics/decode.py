@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxpareto.definitions.hardware import HardwareParams
+from jaxpareto.physics.attention import decode_pairs
 from jaxpareto.physics.memory import kv_bytes
 from jaxpareto.definitions.model import ModelParams
 from jaxpareto.definitions.units import BYTES_PER_GB, FLOPS_PER_PARAM_PER_TOKEN, FLOPS_PER_TFLOPS, MS_PER_S, PARAMS_PER_B
@@ -28,7 +29,8 @@ class DecodeCoefficients(NamedTuple):
         experts: E (0 for dense).
         experts_per_token: K (0 for dense).
         kv_ms: one session's KV reads L x κ / (min(G, n_kv) x BW) [ms].
-        compute_ms: one session's matmuls 2 x P_active / (G x F) [ms].
+        compute_ms: one session's matmuls 2 x P_active / (G x F) [ms] (plus its attention under the
+            measured profile).
         elementwise_overhead: multiplier on memory time (1.10).
         eta_decode: η_d.
         fixed_ms: time every step adds whatever the batch (`Efficiency.decode_overhead_ms` and
@@ -94,6 +96,7 @@ def decode_coefficients(
     tflops: jax.Array,
     eta_decode: jax.Array,
     elementwise_overhead: jax.Array,
+    attention_tflops: jax.Array | None = None,
 ) -> DecodeCoefficients:
     """Per-point constants of seed eq. 3.
 
@@ -105,16 +108,24 @@ def decode_coefficients(
         tflops: F per GPU [TFLOPS] (`jaxpareto.definitions.hardware.effective_tflops`).
         eta_decode: η_d.
         elementwise_overhead: memory-time multiplier.
+        attention_tflops: F of the attention kernels per GPU [TFLOPS]; given (the measured
+            profile), each session's step also computes its attention over the context
+            (`jaxpareto.physics.attention`), split over the G GPUs like the heads.
     """
     bw = hw.bandwidth_gbs
+    matmul_ms = FLOPS_PER_PARAM_PER_TOKEN * model.params_active_b * PARAMS_PER_B / (tp * tflops * FLOPS_PER_TFLOPS) \
+        * MS_PER_S
+    if attention_tflops is not None:
+        full, window = decode_pairs(context_tokens, model.kv_window_tokens)
+        flops = full * model.decode_pair_flops + window * model.decode_window_pair_flops
+        matmul_ms = matmul_ms + flops / (tp * attention_tflops * FLOPS_PER_TFLOPS) * MS_PER_S
     return DecodeCoefficients(
         nonmoe_ms=model.nonmoe_params_b * model.nonmoe_weight_bytes / (tp * bw) * MS_PER_S,
         expert_ms=model.expert_params_b * model.expert_weight_bytes / (tp * bw) * MS_PER_S,
         experts=model.experts,
         experts_per_token=model.experts_per_token,
         kv_ms=kv_bytes(model, context_tokens) / BYTES_PER_GB / (jnp.minimum(tp, model.kv_heads) * bw) * MS_PER_S,
-        compute_ms=FLOPS_PER_PARAM_PER_TOKEN * model.params_active_b * PARAMS_PER_B / (tp * tflops * FLOPS_PER_TFLOPS)
-        * MS_PER_S,
+        compute_ms=matmul_ms,
         elementwise_overhead=elementwise_overhead,
         eta_decode=eta_decode,
     )

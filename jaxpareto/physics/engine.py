@@ -69,7 +69,7 @@ class EngineTurn(NamedTuple):
 
 
 def step_ms(step: DecodeStep, eta_decode: jax.Array, elementwise_overhead: jax.Array,
-            prefill_tokens: jax.Array, prefill_ms_per_token: jax.Array) -> jax.Array:
+            prefill_tokens: jax.Array, prefill_ms_per_token: jax.Array, extra_weight_ms: jax.Array = 0.0) -> jax.Array:
     """T(B, p): one engine step carrying the batch's decode tokens and ``prefill_tokens`` [ms].
 
     Args:
@@ -77,8 +77,10 @@ def step_ms(step: DecodeStep, eta_decode: jax.Array, elementwise_overhead: jax.A
         eta_decode, elementwise_overhead: η_d and the memory-time multiplier of eq. 3.
         prefill_tokens: p, prefill tokens in the step.
         prefill_ms_per_token: c_p, eq. 2's TTFT of one token [ms].
+        extra_weight_ms: weights the prefill tokens load beyond the decode batch's (routed
+            experts only they touch; the measured profile) [ms at peak bandwidth].
     """
-    memory_ms = (step.t_weight_ms + step.t_kv_ms) * elementwise_overhead / eta_decode
+    memory_ms = (step.t_weight_ms + extra_weight_ms + step.t_kv_ms) * elementwise_overhead / eta_decode
     compute_ms = step.t_compute_ms / eta_decode + prefill_tokens * prefill_ms_per_token
     return jnp.maximum(memory_ms, compute_ms) + step.t_fixed_ms
 
@@ -88,7 +90,7 @@ _LOAD_BRACKET = 40.0  # s = -ln(1 - ρ) in [0, 40]: ρ up to 1 - 4e-18
 
 def shared_turn(step: DecodeStep, batch: jax.Array, concurrency: jax.Array, prefill_tokens: jax.Array,
                 osl: jax.Array, chunk_tokens: jax.Array, prefill_ms_per_token: jax.Array, eta_decode: jax.Array,
-                elementwise_overhead: jax.Array) -> EngineTurn:
+                elementwise_overhead: jax.Array, extra_weight_ms=None) -> EngineTurn:
     """TTFT and TPOT of a turn in the shared engine at batch B (module docstring).
 
     Args:
@@ -100,13 +102,16 @@ def shared_turn(step: DecodeStep, batch: jax.Array, concurrency: jax.Array, pref
         chunk_tokens: P, prefill tokens per step at most [tokens] (> 0).
         prefill_ms_per_token: c_p [ms].
         eta_decode, elementwise_overhead: of eq. 3.
+        extra_weight_ms: p -> weights a step's p prefill tokens load beyond the decode batch's
+            [ms] (the measured profile's prefill roofline); None: none.
 
     Returns:
         `EngineTurn`. ρ is the root of X R - B, increasing in s = -ln(1 - ρ), found by
         `jaxpareto.physics.roots.increasing_root` (implicit derivative).
     """
     def t(p):
-        return step_ms(step, eta_decode, elementwise_overhead, p, prefill_ms_per_token)
+        extra = 0.0 if extra_weight_ms is None else extra_weight_ms(p)
+        return step_ms(step, eta_decode, elementwise_overhead, p, prefill_ms_per_token, extra)
 
     t0 = t(0.0)
     tokens = jnp.maximum(prefill_tokens, 1e-6)  # a turn with nothing to prefill still waits one step
@@ -131,3 +136,38 @@ def shared_turn(step: DecodeStep, batch: jax.Array, concurrency: jax.Array, pref
     zero = 0.0 * batch
     root = increasing_root(lambda s: turn_at(s)[0], zero, zero + _LOAD_BRACKET)
     return turn_at(root)[1]
+
+
+def synchronised_turn(step_full: DecodeStep, step_half: DecodeStep, batch: jax.Array, prefill_tokens: jax.Array,
+                      osl: jax.Array, chunk_tokens: jax.Array, prefill_ms_per_token: jax.Array,
+                      eta_decode: jax.Array, elementwise_overhead: jax.Array, extra_weight_ms=None) -> EngineTurn:
+    """TTFT and TPOT when the B sessions' turns start together (``arrivals="synchronised"``).
+
+    A benchmark at fixed concurrency with fixed output lengths starts its C requests at once, and
+    with Z = 0 they stay in step: all finish their OSL tokens together, and the next turns start
+    together. Each such wave is a burst of B prefills of L_prefill tokens, carried in chunks of
+    P tokens by S = max(B L_prefill / P, 1) steps of T(B / 2, min(B L_prefill, P)) (on average
+    half the wave already decodes in them); the k-th prefill completes after k / B of the burst,
+
+        TTFT = S (B + 1) / (2 B),
+
+    and as every session of the wave ends with the last one, OSL - 1 decode steps after the burst,
+    its TPOT is the wave's length after its first token over its OSL - 1 tokens:
+
+        TPOT = T(B, 0) + (S - TTFT) / (OSL - 1).
+
+    Args:
+        step_full, step_half: the decode steps at B and at B / 2.
+        batch: B [sessions] (> 0). prefill_tokens: L_prefill per turn [tokens].
+        osl: output tokens per turn. chunk_tokens: P. prefill_ms_per_token: c_p [ms].
+        eta_decode, elementwise_overhead: of eq. 3. extra_weight_ms: as in `shared_turn`.
+    """
+    burst_tokens = jnp.maximum(batch * prefill_tokens, 1e-6)
+    per_step = jnp.minimum(burst_tokens, chunk_tokens)
+    extra = 0.0 if extra_weight_ms is None else extra_weight_ms(per_step)
+    mixed = step_ms(step_half, eta_decode, elementwise_overhead, per_step, prefill_ms_per_token, extra)
+    burst = jnp.maximum(burst_tokens / chunk_tokens, 1.0) * mixed
+    ttft = burst * (batch + 1.0) / (2.0 * jnp.maximum(batch, 1.0))
+    decode = step_ms(step_full, eta_decode, elementwise_overhead, 0.0, prefill_ms_per_token)
+    tpot = decode + (burst - ttft) / jnp.maximum(osl - 1.0, 1.0)
+    return EngineTurn(ttft, tpot, 0.0 * batch + 1.0)

@@ -7,6 +7,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxpareto.definitions.engine import EngineParams
 from jaxpareto.definitions.hardware import HardwareParams
 from jaxpareto.definitions.model import ModelParams
 from jaxpareto.definitions.units import BYTES_PER_GB
@@ -20,7 +21,8 @@ class MemoryBudget(NamedTuple):
 
     Attributes:
         weights_gb: M_model = P_total x d [GB].
-        available_gb: M_avail = G x M_gpu - M_model [GB] (may be <= 0).
+        available_gb: M_avail = G x M_gpu - M_model [GB] (may be <= 0); with an engine, what it
+            leaves for KV (`jaxpareto.definitions.engine`).
         kv_per_session_gb: L̄ x κ x r_kv / 1e9 [GB].
         concurrency_max: floor(M_avail / kv_per_session_gb), >= 0 [sessions].
         concurrency_eff: min(C, concurrency_max) [sessions].
@@ -53,6 +55,7 @@ def memory_budget(
     tp: jax.Array,
     concurrency: jax.Array,
     kv_context_tokens: jax.Array,
+    engine: EngineParams | None = None,
 ) -> MemoryBudget:
     """Seed eq. 5 for one point.
 
@@ -62,12 +65,17 @@ def memory_budget(
         tp: G, GPUs in the tensor-parallel group (scalar).
         concurrency: C, sessions offered (scalar).
         kv_context_tokens: L̄, context held in KV per session [tokens] (scalar).
+        engine: the serving engine's memory settings; None: the seed's (all of HBM).
 
     Returns:
         `MemoryBudget` of scalars.
     """
     weights_gb = model.weights_gb
     available_gb = tp * hw.memory_gb - weights_gb
+    if engine is not None:  # u x G M - W - G r, or u x (G M - W - G r) for TensorRT-LLM
+        u, reserve = engine.gpu_memory_utilization, tp * engine.activation_reserve_gb
+        available_gb = jnp.where(engine.after_weights > 0, u * (available_gb - reserve),
+                                 u * tp * hw.memory_gb - weights_gb - reserve)
     kv_per_session_gb = kv_bytes(model, kv_context_tokens) * kv_replication(tp, model.kv_heads) / BYTES_PER_GB
     sessions = jnp.floor(jnp.maximum(available_gb, 0.0) / kv_per_session_gb)
     concurrency_max = jnp.minimum(sessions, _INT32_MAX)

@@ -14,11 +14,14 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxpareto.definitions.engine import EngineParams
+from jaxpareto.physics.attention import causal_pairs, window_pairs
 from jaxpareto.physics.cache import cache_survival, lru_survival
 from jaxpareto.physics.communication import allreduce_time
 from jaxpareto.physics.closed_loop import LoopInputs, active_ratio, solve_closed_loop
-from jaxpareto.physics.decode import DecodeCoefficients, DecodeStep, decode_coefficients, decode_step, tpot_lines
-from jaxpareto.physics.engine import shared_turn
+from jaxpareto.physics.decode import (DecodeCoefficients, DecodeStep, decode_coefficients, decode_step,
+                                     experts_touched, tpot_lines)
+from jaxpareto.physics.engine import shared_turn, step_ms, synchronised_turn
 from jaxpareto.definitions.hardware import effective_tflops
 from jaxpareto.physics.intensity import operational_intensity
 from jaxpareto.physics.memory import kv_bytes, kv_replication, memory_budget
@@ -26,7 +29,7 @@ from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.physics.prefill import PrefillWork, prefill_tokens, prefill_work, ttft_ms
 from jaxpareto.definitions.axes import GridPoint
 from jaxpareto.definitions.settings import SOLVERS, Efficiency, Solver, Workload
-from jaxpareto.definitions.units import BYTES_PER_GB, MS_PER_S
+from jaxpareto.definitions.units import BYTES_PER_GB, FLOPS_PER_TFLOPS, MS_PER_S
 
 DECODE_MEMORY, DECODE_COMPUTE, DECODE_NONE = 0, 1, -1
 # The fixed point's tolerance floor, in units of the dtype's eps, with the shared engine or LRU.
@@ -98,7 +101,10 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
       the running sessions leave free, with every session not running (C - B_run: paused or
       waiting) competing for them; misses may hit the host tier, which they compete for too.
     - ``prefill_model="shared"``: TTFT and TPOT from the chunked-prefill engine (`jaxpareto.physics.engine`).
+    - ``profile="measured"``: sessions beyond the ``slots`` wait as under the LRU model, and a
+      prefill chunk also loads the routed experts its tokens touch.
     """
+    queue = options.cache_model == "lru" or options.profile == "measured"
     if options.cache_model == "lru":
         batch_run = jnp.minimum(batch, turn.slots)
         idle = jnp.maximum(turn.concurrency - batch_run, 0.0)
@@ -112,24 +118,55 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         lifetime = gpu.lifetime_s
         isolated_ttft = work.tokens * turn.prefill_ms_per_token + turn.ttft_fixed_ms + work.delay_ms
     else:
-        batch_run = batch
+        batch_run = jnp.minimum(batch, turn.slots) if queue else batch
         zero = 0.0 * turn.hit_rate
         work = PrefillWork(turn.prefill_tokens, turn.hit_rate, zero, zero)
         lifetime = zero + jnp.inf
         isolated_ttft = turn.ttft_ms
     step = decode_step(turn.decode, batch_run, options.expert_routing)
     if options.prefill_model == "shared":
-        engine = shared_turn(step, batch_run, turn.concurrency, work.tokens, turn.osl, turn.chunk_tokens,
-                             turn.prefill_ms_per_token, turn.decode.eta_decode, turn.decode.elementwise_overhead)
+        extra = prefill_expert_ms(turn.decode, batch_run, options) if options.profile == "measured" else None
+        if options.arrivals == "synchronised":
+            half = decode_step(turn.decode, batch_run / 2.0, options.expert_routing)
+            engine = synchronised_turn(step, half, batch_run, work.tokens, turn.osl, turn.chunk_tokens,
+                                       turn.prefill_ms_per_token, turn.decode.eta_decode,
+                                       turn.decode.elementwise_overhead, extra)
+        else:
+            engine = shared_turn(step, batch_run, turn.concurrency, work.tokens, turn.osl, turn.chunk_tokens,
+                                 turn.prefill_ms_per_token, turn.decode.eta_decode,
+                                 turn.decode.elementwise_overhead, extra)
         ttft = engine.ttft_ms + turn.ttft_overhead_ms + work.delay_ms
         tpot, load = engine.tpot_ms, engine.prefill_load
     else:
         ttft, tpot, load = isolated_ttft, step.tpot_ms, 0.0 * batch
     wait = 0.0 * batch
-    if options.cache_model == "lru":
+    if queue:
         wait = (ttft + tpot * turn.osl) * (jnp.maximum(batch / turn.slots, 1.0) - 1.0)
         ttft = ttft + wait
     return TurnState(ttft + tpot * turn.osl, wait, ttft, tpot, step, batch_run, work, lifetime, load)
+
+
+def prefill_expert_ms(decode: DecodeCoefficients, batch: jax.Array, options: ModelOptions):
+    """p -> the routed experts p prefill tokens load beyond those of a decode batch B [ms at peak
+    bandwidth] (measured profile: prefill reads the weights once per chunk, and a MoE chunk the
+    experts its tokens touch; dense models: 0)."""
+    def extra(p):
+        touched = experts_touched(batch + p, decode.experts, decode.experts_per_token, options.expert_routing)
+        alone = experts_touched(batch, decode.experts, decode.experts_per_token, options.expert_routing)
+        return (touched - alone) * decode.expert_ms
+    return extra
+
+
+def isolated_prefill_ms(decode: DecodeCoefficients, tokens: jax.Array, chunk_tokens: jax.Array,
+                        prefill_ms_per_token: jax.Array, options: ModelOptions) -> jax.Array:
+    """A prefill of ``tokens`` alone on the GPUs as a roofline (the measured profile's eq. 2):
+    ceil-free max(tokens / P, 1) chunks of min(tokens, P) tokens, each step the larger of its
+    compute and the weights (and experts) it reads, plus the step's fixed time [ms]."""
+    idle = decode_step(decode, 0.0 * tokens, options.expert_routing)
+    chunk = jnp.minimum(tokens, chunk_tokens)
+    one = step_ms(idle, decode.eta_decode, decode.elementwise_overhead, chunk, prefill_ms_per_token,
+                  prefill_expert_ms(decode, 0.0 * tokens, options)(chunk))
+    return jnp.maximum(tokens / chunk_tokens, 1.0) * one
 
 
 def turn_latency_ms(turn: TurnLatency, batch: jax.Array, options: ModelOptions = ModelOptions()) -> jax.Array:
@@ -183,6 +220,14 @@ class PointOutputs(NamedTuple):
     iterations: jax.Array
 
 
+def engine_efficiency(efficiency: Efficiency, engine: EngineParams | None) -> Efficiency:
+    """The factors at a point: the engine's own where it sets them, else the shared ones."""
+    if engine is None:
+        return efficiency
+    return jax.tree_util.tree_map(lambda own, mask, shared: jnp.where(mask > 0, own, shared),
+                                  engine.efficiency, engine.efficiency_mask, efficiency)
+
+
 def evaluate_point(
     point: GridPoint,
     workload: Workload,
@@ -216,14 +261,19 @@ def evaluate_point(
         ValueError: an unknown solver or option, or "exact" with a non-linear R(B).
     """
     options.validate()
+    measured = options.profile == "measured"
+    engine = point.get("engine")
+    efficiency = engine_efficiency(efficiency, engine)
     if solver.name not in SOLVERS or (solver.name == "exact" and not options.piecewise_linear):
         raise ValueError(f"solver {solver.name!r} not in {SOLVERS}, or 'exact' with {options} (not piecewise linear)")
     hw, model, tp, concurrency = point.gpu, point.model, point.tp, point.concurrency
     think_time_s, context_tokens, hit_rate = point.think_time_s, point.context_tokens, point.hit_rate
     lru = options.cache_model == "lru"
-    kv_context = jnp.where(workload.kv_context_tokens > 0, workload.kv_context_tokens, context_tokens)
-    memory = memory_budget(hw, model, tp, concurrency, kv_context)
-    if lru:  # every session is admitted; the memory only bounds how many run at once
+    # the measured profile: decode attends, and KV holds, the turn's mean context L + OSL / 2
+    decode_context = context_tokens + workload.osl / 2.0 if measured else context_tokens
+    kv_context = jnp.where(workload.kv_context_tokens > 0, workload.kv_context_tokens, decode_context)
+    memory = memory_budget(hw, model, tp, concurrency, kv_context, engine)
+    if not options.memory_caps_concurrency:  # every session is admitted; memory bounds how many run
         ok = (memory.available_gb > 0) & (memory.concurrency_max >= 1)
         admitted = concurrency
     else:
@@ -238,9 +288,19 @@ def evaluate_point(
                                              workload.pause_sigma)
     hit_tokens = jnp.minimum(workload.delta_tokens, context_tokens)
     tokens = prefill_tokens(context_tokens, workload.delta_tokens, hit_rate)
-    allreduce = allreduce_time(hw, model, tp, efficiency.allreduce_scale, efficiency.allreduce_latency_us)
+    allreduce = allreduce_time(hw, model, tp, efficiency.allreduce_scale, efficiency.allreduce_latency_us,
+                               latency_per_peer=measured)
     prefill_ms_per_token = ttft_ms(model.params_active_b, 1.0, tp, tflops, efficiency.eta_prefill) \
         + allreduce.per_token_ms
+    attention_tflops = effective_tflops(hw, 16.0) if measured else None
+    if measured:  # the turn's attention FLOPs, spread over its prefill tokens
+        prefix = jnp.maximum(context_tokens - tokens, 0.0)
+        flops = model.attention_pair_flops * causal_pairs(tokens, prefix) \
+            + model.attention_window_pair_flops * window_pairs(tokens, prefix, model.kv_window_tokens)
+        attention_ms = flops / (tp * attention_tflops * FLOPS_PER_TFLOPS) * MS_PER_S / efficiency.eta_prefill
+        prefill_ms_per_token = prefill_ms_per_token + attention_ms / jnp.maximum(tokens, 1.0)
+    step_fixed_ms = efficiency.decode_overhead_ms + model.layers * efficiency.layer_overhead_us / 1000.0 \
+        + allreduce.fixed_ms
     ttft_fixed_ms = efficiency.ttft_overhead_ms + allreduce.fixed_ms
     think_ms = think_time_s * MS_PER_S
     # host tier: per GPU, each rank loads its share of the context's KV over its own link
@@ -249,19 +309,27 @@ def evaluate_point(
     tier_load_ms = jnp.where(link > 0, load_gb / jnp.where(link > 0, link, 1.0) * MS_PER_S, jnp.inf)
 
     coefficients = decode_coefficients(
-        hw, model, tp, context_tokens, tflops, efficiency.eta_decode, efficiency.elementwise_overhead
-    )._replace(fixed_ms=efficiency.decode_overhead_ms + allreduce.fixed_ms, allreduce_ms=allreduce.per_token_ms)
+        hw, model, tp, decode_context, tflops, efficiency.eta_decode, efficiency.elementwise_overhead,
+        attention_tflops)._replace(fixed_ms=step_fixed_ms, allreduce_ms=allreduce.per_token_ms)
+    chunk_tokens = workload.prefill_chunk_tokens
+    if engine is not None:
+        chunk_tokens = jnp.where(engine.prefill_chunk_tokens > 0, engine.prefill_chunk_tokens, chunk_tokens)
     zero = 0.0 * tokens
+    if measured:  # prefill as a roofline, chunk by chunk, with each step's fixed time
+        isolated_ttft = isolated_prefill_ms(coefficients, tokens, chunk_tokens, prefill_ms_per_token, options) \
+            + efficiency.ttft_overhead_ms
+    else:
+        isolated_ttft = tokens * prefill_ms_per_token + ttft_fixed_ms  # eq. 2 (+ the opt-in fixed terms)
     turn = TurnLatency(
-        ttft_ms=tokens * prefill_ms_per_token + ttft_fixed_ms,  # eq. 2 (+ the opt-in fixed terms)
+        ttft_ms=isolated_ttft,
         ttft_fixed_ms=ttft_fixed_ms + zero, ttft_overhead_ms=efficiency.ttft_overhead_ms + zero,
         osl=workload.osl, decode=coefficients, prefill_ms_per_token=prefill_ms_per_token,
         context_tokens=context_tokens + zero, hit_tokens=hit_tokens + zero, hit_rate=hit_rate + zero,
         prefill_tokens=tokens, concurrency=concurrency_eff + zero, slots=slots + zero, think_time_s=think_time_s + zero,
         pause_sigma=workload.pause_sigma + zero, tier_slots=workload.tier_capacity_gb / memory.kv_per_session_gb + zero,
-        tier_load_ms=tier_load_ms + zero, chunk_tokens=workload.prefill_chunk_tokens + zero,
+        tier_load_ms=tier_load_ms + zero, chunk_tokens=chunk_tokens + zero,
     )
-    if options.prefill_model == "shared" or options.cache_model == "lru":
+    if options.prefill_model == "shared" or options.cache_model == "lru" or measured:
         # R(B) then holds inner roots solved to the dtype's rounding (about 1e-6 relative in
         # float32): a tighter tolerance than that would cycle to max_iter on rounding noise
         floor = _INNER_ROOT_EPS * jnp.finfo(think_ms.dtype).eps

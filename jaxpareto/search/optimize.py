@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from jaxpareto.dataset.plan import plan_sweep
-from jaxpareto.definitions.axes import AXIS_BY_NAME, CONCURRENCY_RANGE, TP_CHOICES
+from jaxpareto.definitions.axes import AXIS_BY_NAME, CONCURRENCY_RANGE, SCENARIO_AXES, TP_CHOICES
 from jaxpareto.definitions.checks import check_number
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.hardware import Hardware
@@ -92,8 +92,8 @@ def optimize(
 
     Args:
         gpu, model: names or definitions; a list of them (or a list for any of
-            ``think_time_s``, ``context_tokens``, ``hit_rate``) searches every combination and
-            returns a Dataset.
+            ``think_time_s``, ``context_tokens``, ``hit_rate`` or another scenario axis given
+            by keyword, e.g. ``engine``) searches every combination and returns a Dataset.
         think_time_s, context_tokens, hit_rate: the workload (as in `jaxpareto.sweep`).
         objective: output to optimise; ``sense`` "max" (default) or "min".
         constraints: SLOs ``{output: ("<=" | ">=", limit)}``; memory (C <= concurrency_max)
@@ -133,6 +133,8 @@ def optimize(
         return least_hardware(gpu, model, think_time_s, context_tokens, hit_rate, variables=variables,
                               constraints=constraints, tp=tp, concurrency=concurrency, **settings)
     scenario = dict(gpu=gpu, model=model, think_time_s=think_time_s, context_tokens=context_tokens, hit_rate=hit_rate)
+    # any other scenario axis given by keyword (e.g. engine) is a scenario argument too: a list batches
+    scenario.update({a: settings.pop(a) for a in SCENARIO_AXES if a in settings})
     batched = any(_is_batch(v) for v in scenario.values())
     n_points = len(tp_choices) * (hi - lo + 1)
     chosen = method if method != "auto" else ("exhaustive" if n_points <= AUTO_EXHAUSTIVE_MAX_POINTS else "gradient")

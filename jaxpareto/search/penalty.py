@@ -28,10 +28,11 @@ HARDENING = 1e4
 
 def evaluate_with_memory(point: GridPoint, workload: Workload, efficiency: Efficiency, solver: Solver,
                          options: ModelOptions) -> tuple[PointOutputs, MemoryBudget]:
-    """`evaluate_point` and the point's memory budget (whose KV room the memory term needs)."""
+    """`evaluate_point` and the point's memory budget (whose KV room the memory term needs),
+    with the point's serving engine's share of memory (the seed's without an engine)."""
     out = evaluate_point(point, workload, efficiency, solver, options=options)
     kv_context = jnp.where(workload.kv_context_tokens > 0, workload.kv_context_tokens, point.context_tokens)
-    return out, memory_budget(point.gpu, point.model, point.tp, point.concurrency, kv_context)
+    return out, memory_budget(point.gpu, point.model, point.tp, point.concurrency, kv_context, point.get("engine"))
 
 
 def relative_violations(out: PointOutputs, memory: MemoryBudget, concurrency, constraints, limits=None,

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxpareto.dataset.plan import plan_sweep
-from jaxpareto.definitions.axes import AXIS_BY_NAME, GridPoint
+from jaxpareto.definitions.axes import AXIS_BY_NAME, SCENARIO_AXES, GridPoint
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.settings import Solver
 from jaxpareto.mapper import stack_params
@@ -127,15 +127,14 @@ class _Search:
     def __init__(self, plan, variables, constraints, certify: bool):
         self.variables, self.constraints = variables, constraints
         self.hw = plan.gpus[0].to_params()
-        z, ctx, h = np.meshgrid(plan.axes["think_time_s"], plan.axes["context_tokens"], plan.axes["hit_rate"],
-                                indexing="ij")
-        n_models = len(plan.models)
-        # the scenarios (every model with every workload), stacked once
-        self.scenarios = GridPoint(
-            model=stack_params([plan.models[i].to_params() for i in np.repeat(np.arange(n_models), z.size)],
-                               np.float64),
-            think_time_s=np.tile(z.reshape(-1), n_models), context_tokens=np.tile(ctx.reshape(-1), n_models),
-            hit_rate=np.tile(h.reshape(-1), n_models))
+        # the scenarios (every combination of the scenario axes but the GPU: models, engines,
+        # workloads), stacked once, in the axis table's order (the first model's first workload first)
+        axes = [a for a in SCENARIO_AXES if a != "gpu"]
+        grids = np.meshgrid(*(np.arange(len(plan.coords[a])) for a in axes), indexing="ij")
+        index = {a: g.reshape(-1) for a, g in zip(axes, grids)}
+        self.scenarios = GridPoint(**{
+            a: stack_params([plan.definitions[a][i].to_params() for i in index[a]], np.float64)
+            if AXIS_BY_NAME[a].categorical else np.asarray(plan.axes[a])[index[a]] for a in axes})
         self.tp = float(plan.axes["tp"][0])
         self.c = float(plan.axes["concurrency"][0])
         self.workload, self.efficiency, self.options = plan.workload, plan.efficiency, plan.options

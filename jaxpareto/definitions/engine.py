@@ -1,0 +1,141 @@
+"""Serving engines (vLLM, SGLang, TensorRT-LLM): what each reserves of GPU memory, how many
+tokens a step carries, and its own calibrated efficiency factors.
+
+`Engine` is the validated definition (``jaxpareto/data/engines.toml`` or user input);
+`EngineParams` the pytree of floats the physics receives at each grid point. The ``seed``
+engine changes nothing: all of HBM beyond the weights holds KV (seed eq. 5), the workload's
+chunk size, and the shared `Efficiency` factors.
+
+KV memory of one TP group of G GPUs with M_gpu each (`jaxpareto.physics.memory`):
+
+- ``memory_basis="total"`` (vLLM ``gpu_memory_utilization``, SGLang ``mem_fraction_static``):
+  u x G x M_gpu - weights - G x reserve;
+- ``memory_basis="after_weights"`` (TensorRT-LLM ``free_gpu_memory_fraction``):
+  u x (G x M_gpu - weights - G x reserve).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.resources
+import tomllib
+from collections.abc import Mapping
+from typing import Literal
+
+import jax
+import pydantic
+
+from jaxpareto.definitions.base import Definition
+from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.definitions.settings import Efficiency
+
+MEMORY_BASES = ("total", "after_weights")
+SEED_ENGINE = "seed"
+
+
+class Engine(Definition):
+    """One serving engine as the model sees it.
+
+    Attributes:
+        name: the dataset's ``engine`` coordinate.
+        gpu_memory_utilization: u in (0, 1], the share of memory the engine may use (module
+            docstring for what it is a share of).
+        memory_basis: "total" or "after_weights".
+        activation_reserve_gb: memory per GPU kept for activations, CUDA graphs and workspace
+            besides the weights and KV [GB], >= 0.
+        prefill_chunk_tokens: tokens one engine step carries at most (vLLM
+            ``max_num_batched_tokens``, SGLang ``chunked_prefill_size``, TensorRT-LLM
+            ``max_num_tokens``); 0: the workload's ``prefill_chunk_tokens``.
+        efficiency: `Efficiency` fields this engine sets (calibrated factors); the others come
+            from the shared `Efficiency` of the run.
+        sources: field name -> where its value comes from.
+
+    Raises:
+        pydantic.ValidationError (a ValueError) naming the field; an unknown efficiency field.
+    """
+
+    name: str = pydantic.Field(min_length=1)
+    gpu_memory_utilization: float = pydantic.Field(default=1.0, gt=0, le=1)
+    memory_basis: Literal["total", "after_weights"] = "total"
+    activation_reserve_gb: float = pydantic.Field(default=0.0, ge=0)
+    prefill_chunk_tokens: int = pydantic.Field(default=0, ge=0)
+    efficiency: dict[str, float] = pydantic.Field(default_factory=dict)
+    sources: dict[str, str] = pydantic.Field(default_factory=dict)
+
+    @pydantic.field_validator("efficiency")
+    @classmethod
+    def _known_factors(cls, value):
+        known = {f.name for f in dataclasses.fields(Efficiency)}
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise ValueError(f"unknown efficiency fields {unknown}; allowed: {sorted(known)}")
+        Efficiency(**value).validate()  # each factor within its bounds
+        return value
+
+    def to_params(self) -> "EngineParams":
+        """Numeric form: the engine's factors with a 0/1 mask of the ones it sets."""
+        defaults = Efficiency()
+        own = {f.name: float(self.efficiency.get(f.name, getattr(defaults, f.name)))
+               for f in dataclasses.fields(Efficiency)}
+        mask = {f.name: float(f.name in self.efficiency) for f in dataclasses.fields(Efficiency)}
+        return EngineParams(
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            after_weights=float(self.memory_basis == "after_weights"),
+            activation_reserve_gb=self.activation_reserve_gb,
+            prefill_chunk_tokens=float(self.prefill_chunk_tokens),
+            efficiency=Efficiency(**own),
+            efficiency_mask=Efficiency(**mask),
+        )
+
+    def with_efficiency(self, factors: Mapping[str, float]) -> "Engine":
+        """A copy whose calibrated factors are ``factors`` (over the ones it had)."""
+        return Engine(**{**self.model_dump(), "efficiency": {**self.efficiency, **dict(factors)}})
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class EngineParams:
+    """One engine as scalars (or, stacked, a table with a leading engine axis); see `Engine`.
+
+    ``after_weights`` is 1.0 for ``memory_basis="after_weights"``; ``efficiency_mask`` holds
+    1.0 for each `Efficiency` field the engine sets and 0.0 where the shared factor applies.
+    """
+
+    gpu_memory_utilization: jax.Array | float
+    after_weights: jax.Array | float
+    activation_reserve_gb: jax.Array | float
+    prefill_chunk_tokens: jax.Array | float
+    efficiency: Efficiency
+    efficiency_mask: Efficiency
+
+
+def seed_engine() -> Engine:
+    """The engine of the seed's equations: nothing reserved, nothing of its own."""
+    return Engine(name=SEED_ENGINE, sources={"all": "seed eq. 5: all HBM beyond the weights holds KV"})
+
+
+@functools.cache
+def engines() -> dict[str, Engine]:
+    """The shipped engines by name: ``seed`` and those of ``jaxpareto/data/engines.toml``."""
+    text = importlib.resources.files("jaxpareto").joinpath("data/engines.toml").read_text()
+    table = tomllib.loads(text)["engine"]
+    return {SEED_ENGINE: seed_engine(), **{name: Engine(name=name, **fields) for name, fields in table.items()}}
+
+
+def resolve_engine(item: str | Engine, custom: Mapping[str, Engine] | None = None) -> Engine:
+    """An `Engine` from a shipped name, a custom name, or a definition.
+
+    Raises:
+        JaxparetoError: unknown name (the message lists the known names) or wrong type.
+    """
+    custom = custom or {}
+    if isinstance(item, Engine):
+        return item
+    if isinstance(item, str):
+        if item in custom:
+            return custom[item]
+        if item in engines():
+            return engines()[item]
+        raise JaxparetoError("engine", f"unknown name {item!r}", sorted({*custom, *engines()}))
+    raise JaxparetoError("engine", f"expected a name or a jaxpareto.Engine, got {type(item).__name__}")

@@ -1,0 +1,169 @@
+"""How far the model's TTFT, TPOT and throughput are from measured serving runs, on rows the fit
+never saw (the README's fidelity tables).
+
+By default it reads the measured runs converted from AIConfigurator's silicon sample
+(``jaxpareto/data/aiconfigurator_silicon.csv``, `scripts/import_aiconfigurator.py`), fits the
+measured profile's factors per engine on the Hopper rows only (H100, H200), and prints the MAPE
+of three models on the same supported rows:
+
+- the seed profile with the seed's factors (what the first version shipped);
+- the measured profile with the seed's factors (the physics alone);
+- the measured profile with the Hopper-fitted factors (``--calibration``, or fitted here).
+
+Errors are split by partition (train = Hopper, test = Blackwell), engine, GPU, model family and
+concurrency band. Throughput is each run's output tokens/s, C x OSL / (TTFT + (OSL - 1) TPOT)
+(Little's law at Z = 0), from the measured and from the predicted latencies. Rows whose layout the
+model cannot express (disaggregated, EP, attention-DP, PP, TP not dividing the heads) are counted
+apart, never scored.
+
+With ``--aiconfigurator FILE`` (`scripts/aiconfigurator_baseline.py`'s output) it adds
+AIConfigurator's own estimate on its sample of test rows, next to ours on the same rows.
+
+    python scripts/fidelity_report.py [--calibration hopper-measured] [--markdown OUT.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from jaxpareto.definitions.calibration_file import calibration_factors  # noqa: E402
+from jaxpareto.definitions.options import ModelOptions  # noqa: E402
+from jaxpareto.definitions.settings import Efficiency  # noqa: E402
+from jaxpareto.measure.calibrate import calibrate, train_mask  # noqa: E402
+from jaxpareto.measure.row_inputs import engine_names  # noqa: E402
+from jaxpareto.measure.validate import validate  # noqa: E402
+from jaxpareto.measure.validation_set import load_validation_set  # noqa: E402
+
+DATA = ROOT / "jaxpareto" / "data" / "aiconfigurator_silicon.csv"
+TRAIN = "gpu=h100-sxm,h200-sxm"
+MEASURED = ModelOptions(profile="measured", prefill_model="shared")
+BANDS = (0, 4, 32, 256, np.inf)
+FAMILIES = {"llama": "Llama-3.1 (dense)", "qwen3-32b": "Qwen3-32B (dense)", "qwen3-235b": "Qwen3-235B (MoE)",
+            "deepseek": "DeepSeek-V3/R1 (MoE, MLA)", "kimi": "Kimi-K2.5 (MoE, MLA)", "gpt-oss": "gpt-oss-120b (MoE)"}
+
+
+def family(model: str) -> str:
+    return next((label for prefix, label in FAMILIES.items() if model.startswith(prefix)), model)
+
+
+def runs(rows: pd.DataFrame, table: pd.DataFrame, split: np.ndarray) -> pd.DataFrame:
+    """One line per measured run (its TTFT and TPOT rows side by side), with throughput."""
+    frame = rows.assign(predicted=table["predicted"].to_numpy(), flag=table["flag"].to_numpy(),
+                        split=np.where(split, "test", "train"))
+    frame["run"] = frame["id"].str.replace(r"-(ttft|tpot)$", "", regex=True)
+    keys = ["run", "split", "model", "gpu", "engine", "tp", "concurrency", "isl", "osl"]
+    wide = frame.pivot_table(index=keys, columns="metric", values=["value", "predicted"], aggfunc="first")
+    wide.columns = [f"{'measured' if a == 'value' else 'predicted'}_{m}" for a, m in wide.columns]
+    wide = wide.reset_index()
+    for kind in ("measured", "predicted"):
+        latency = wide[f"{kind}_ttft_ms"] + (wide["osl"] - 1.0) * wide[f"{kind}_tpot_ms"]
+        wide[f"{kind}_throughput"] = wide["concurrency"] * wide["osl"] / latency * 1000.0
+    wide["family"] = wide["model"].map(family)
+    wide["band"] = pd.cut(wide["concurrency"], BANDS, labels=["C <= 4", "5-32", "33-256", "> 256"])
+    return wide
+
+
+METRICS = {"TTFT": "ttft_ms", "TPOT": "tpot_ms", "throughput": "throughput"}
+
+
+def mape_table(wide: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """MAPE [%] of each metric per group, and the runs scored."""
+    records = []
+    for key, group in wide.groupby(by, observed=True, sort=True):
+        record = dict(zip(by, key if isinstance(key, tuple) else (key,)))
+        for label, metric in METRICS.items():
+            error = (group[f"predicted_{metric}"] / group[f"measured_{metric}"] - 1.0).abs()
+            record[f"{label} %"] = float(error.mean() * 100) if error.notna().any() else np.nan
+        record["runs"] = int(group[f"predicted_{METRICS['TPOT']}"].notna().sum())
+        records.append(record)
+    return pd.DataFrame(records)
+
+
+def markdown(frame: pd.DataFrame) -> str:
+    cols = list(frame.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join(" --- " for _ in cols) + "|"]
+    for _, row in frame.iterrows():
+        lines.append("| " + " | ".join(f"{v:.0f}" if isinstance(v, float) and np.isfinite(v) else
+                                       "-" if isinstance(v, float) else str(v) for v in row) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default=str(DATA), help="validation CSV (default the AIConfigurator runs)")
+    parser.add_argument("--calibration", help="a calibration file or shipped name (default: fit here on --train)")
+    parser.add_argument("--train", default=TRAIN, help=f"rows the fit may read (default {TRAIN!r})")
+    parser.add_argument("--steps", type=int, default=300, help="Adam steps when fitting here (default 300)")
+    parser.add_argument("--aiconfigurator", help="CSV of scripts/aiconfigurator_baseline.py for the side-by-side")
+    parser.add_argument("--markdown", help="also write the tables to this Markdown file")
+    args = parser.parse_args(argv)
+
+    rows = load_validation_set(args.data)
+    supported = rows["unsupported"].eq("")
+    test = ~train_mask(rows, args.train)
+    print(f"{args.data}: {len(rows)} rows, {int(supported.sum())} of a layout the model expresses; "
+          f"{int((supported & ~test).sum())} train rows ({args.train}), {int((supported & test).sum())} test rows")
+    rows, test = rows[supported].reset_index(drop=True), test[supported.to_numpy()]
+
+    started = time.perf_counter()
+    if args.calibration:
+        fitted = calibration_factors(args.calibration, engine_names(rows))
+    else:
+        fitted = calibrate(rows, options=MEASURED, train=args.train, steps=args.steps, learning_rate=0.1).efficiency
+    models = {"seed profile, seed factors": (ModelOptions(), Efficiency()),
+              "measured profile, seed factors": (MEASURED, Efficiency()),
+              "measured profile, fitted on Hopper": (MEASURED, fitted)}
+    sections = []
+    for label, (options, efficiency) in models.items():
+        table = validate(rows, efficiency=efficiency, options=options)
+        wide = runs(rows, table, test)
+        predicted = wide["predicted_tpot_ms"].notna().mean() * 100
+        sections.append((f"{label}: {predicted:.1f} % of supported runs predicted",
+                         mape_table(wide, ["split"])))
+        if label.endswith("Hopper"):
+            final = wide
+    for by in (["split", "engine"], ["split", "gpu"], ["split", "family"], ["split", "band"]):
+        sections.append((f"measured profile, fitted on Hopper, by {by[-1]}", mape_table(final, by)))
+    if args.aiconfigurator:
+        aic = pd.read_csv(args.aiconfigurator)
+        aic = aic[aic["aic_status"].eq("ok")]
+        mine = final.set_index("run")
+        records = []
+        for _, row in aic.iterrows():
+            run = row["id_ttft"].removesuffix("-ttft")
+            if run in mine.index:
+                records.append({"engine": row["engine"],
+                                "AIConfigurator TTFT %": abs(row["aic_ttft_ms"] / row["measured_ttft_ms"] - 1) * 100,
+                                "AIConfigurator TPOT %": abs(row["aic_tpot_ms"] / row["measured_tpot_ms"] - 1) * 100,
+                                "jaxpareto TTFT %": abs(mine.loc[run, "predicted_ttft_ms"] /
+                                                        mine.loc[run, "measured_ttft_ms"] - 1) * 100,
+                                "jaxpareto TPOT %": abs(mine.loc[run, "predicted_tpot_ms"] /
+                                                        mine.loc[run, "measured_tpot_ms"] - 1) * 100})
+        side = pd.DataFrame(records)
+        if len(side):
+            table = side.groupby("engine").mean().reset_index()
+            table.loc[len(table)] = ["all", *side.drop(columns="engine").mean().tolist()]
+            table["runs"] = [int((side["engine"] == e).sum()) for e in table["engine"][:-1]] + [len(side)]
+            sections.append(("AIConfigurator's estimate and jaxpareto on the same held-out runs", table))
+    text = []
+    for title, table in sections:
+        print(f"\n{title}:\n{table.round(1).to_string(index=False)}")
+        text.append(f"**{title}**\n\n{markdown(table)}\n")
+    print(f"\n({time.perf_counter() - started:.0f} s)")
+    if args.markdown:
+        Path(args.markdown).write_text("\n".join(text))
+        print(f"wrote {args.markdown}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,226 @@
+"""The measured profile's physics, each term against an independent count, and the engine axis."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxpareto as jp
+from jaxpareto.definitions import catalog
+from jaxpareto.definitions.axes import GridPoint
+from jaxpareto.definitions.engine import Engine, engines, resolve_engine
+from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.definitions.model import Model
+from jaxpareto.definitions.options import ModelOptions
+from jaxpareto.definitions.settings import Efficiency, Solver, Workload
+from jaxpareto.physics.attention import causal_pairs, window_pairs
+from jaxpareto.physics.communication import allreduce_time
+from jaxpareto.physics.decode import DecodeCoefficients, decode_step
+from jaxpareto.physics.engine import synchronised_turn
+from jaxpareto.physics.memory import memory_budget
+from jaxpareto.physics.point import evaluate_point
+
+MEASURED = ModelOptions(profile="measured")
+
+
+@pytest.fixture(autouse=True)
+def _x64():
+    with jax.enable_x64(True):
+        yield
+
+
+def _explicit_pairs(new, prefix, window=None):
+    total = 0
+    for i in range(prefix, prefix + new):  # query at position i sees keys 0..i (causal)
+        keys = i + 1
+        total += keys if window is None else min(keys, window)
+    return total
+
+
+@pytest.mark.parametrize("new,prefix", [(1, 0), (7, 0), (5, 11), (64, 100), (300, 0)])
+def test_causal_pairs_count_every_query_key_pair(new, prefix):
+    assert float(causal_pairs(new, prefix)) == _explicit_pairs(new, prefix)
+
+
+@pytest.mark.parametrize("new,prefix,window", [(7, 0, 4), (5, 11, 4), (64, 100, 128), (300, 0, 128), (3, 2, 10)])
+def test_window_pairs_cap_each_query_at_the_window(new, prefix, window):
+    assert float(window_pairs(new, prefix, window)) == _explicit_pairs(new, prefix, window)
+
+
+def _tiny(**overrides):
+    fields = dict(name="tiny", params_total_b=0.01, layers=3, hidden_size=64, kv_heads=2, head_dim=16,
+                  attention_heads=4, weight_dtype="bf16", kv_dtype="bf16")
+    return Model(**{**fields, **overrides})
+
+
+def test_attention_flops_of_a_small_model_by_explicit_summation():
+    model = _tiny()
+    new, prefix = 9, 5
+    flops = 0
+    for _layer in range(model.layers):
+        for i in range(prefix, prefix + new):
+            for _key in range(i + 1):
+                for _head in range(model.attention_heads):
+                    flops += 2 * model.head_dim  # q . k
+                    flops += 2 * model.head_dim  # p * v accumulated over the head's width
+    assert model.attention_pair_flops * float(causal_pairs(new, prefix)) == flops
+
+
+def test_mla_pair_flops_from_its_dimensions():
+    v3 = catalog.models()["deepseek-v3"]
+    heads, layers = 128, 61
+    assert v3.attention_pair_flops == 2 * heads * (128 + 64 + 128) * layers  # prefill: expanded per head
+    assert v3.decode_pair_flops == 2 * heads * (2 * 512 + 64) * layers  # decode: absorbed, latent space
+
+
+def test_sliding_layers_get_their_own_pairs():
+    model = catalog.models()["gpt-oss-120b"]
+    assert model.attention_pair_flops == 4 * 64 * 64 * 18
+    assert model.attention_window_pair_flops == 4 * 64 * 64 * 18
+
+
+def _point(model="llama-3.1-70b", gpu="h100-sxm", engine="seed", tp=4, concurrency=1, context=8192, hit=0.0):
+    hw = catalog.gpus()[gpu].to_params()
+    m = (catalog.models()[model] if isinstance(model, str) else model).to_params()
+    as_array = lambda x: jax.tree_util.tree_map(lambda v: jnp.asarray(v, jnp.float64), x)  # noqa: E731
+    return GridPoint(gpu=as_array(hw), model=as_array(m), engine=as_array(resolve_engine(engine).to_params()),
+                     tp=jnp.float64(tp), concurrency=jnp.float64(concurrency), think_time_s=jnp.float64(0.0),
+                     context_tokens=jnp.float64(context), hit_rate=jnp.float64(hit))
+
+
+def _shared(**fields):
+    as_array = lambda x: jax.tree_util.tree_map(lambda v: jnp.asarray(v, jnp.float64), x)  # noqa: E731
+    workload = as_array(Workload(**{"osl": 256.0, **fields}))
+    solver = dataclasses.replace(as_array(Solver()), max_iter=jnp.int32(10_000))
+    return workload, as_array(Efficiency()), solver
+
+
+def test_isolated_prefill_is_a_roofline_of_compute_and_weights():
+    """One request on Llama-3.1-70B at TP 4: TTFT against an independent float64 count."""
+    workload, efficiency, solver = _shared(osl=1.0)
+    out = evaluate_point(_point(context=8192), workload, efficiency, solver, MEASURED)
+    model, gpu = catalog.models()["llama-3.1-70b"], catalog.gpus()["h100-sxm"]
+    tp, n, chunk = 4, 8192, 8192  # the seed engine uses the workload's 8192-token chunk
+    linear = 2 * model.params_active_b * 1e9 * n
+    attention = 4 * 64 * 128 * 80 * (n * (n + 1) / 2)
+    compute_ms = (linear + attention) / (tp * gpu.tflops_fp16 * 1e12) * 1e3 / 0.65
+    weights_ms = model.params_total_b * 2 / (tp * gpu.bandwidth_gbs) * 1e3 * 1.10 / 0.40
+    assert compute_ms > weights_ms
+    assert float(out.ttft_ms) == pytest.approx(max(compute_ms, weights_ms) * max(n / chunk, 1), rel=1e-9)
+
+
+def test_moe_prefill_at_small_batch_is_bound_by_the_experts_it_loads():
+    workload, efficiency, solver = _shared(osl=1.0)
+    out = evaluate_point(_point(model="deepseek-v3", gpu="h200-sxm", tp=8, context=64), workload, efficiency, solver,
+                         MEASURED)
+    model, gpu = catalog.models()["deepseek-v3"], catalog.gpus()["h200-sxm"]
+    touched = min(64 * 8, 256)  # the seed's routing: min(T K, E)
+    weights_gb = model.nonmoe_params_b + touched * model.expert_params_b  # fp8: one byte each
+    weights_ms = weights_gb / (8 * gpu.bandwidth_gbs) * 1e3 * 1.10 / 0.40
+    assert float(out.ttft_ms) == pytest.approx(weights_ms, rel=1e-9)
+
+
+def test_decode_attention_adds_to_the_step_compute():
+    workload, efficiency, solver = _shared()
+    seed = evaluate_point(_point(concurrency=1), workload, efficiency, solver, ModelOptions())
+    measured = evaluate_point(_point(concurrency=1), workload, efficiency, solver, MEASURED)
+    model, gpu = catalog.models()["llama-3.1-70b"], catalog.gpus()["h100-sxm"]
+    context = 8192 + 256 / 2  # the turn's mean context
+    attention_ms = context * 4 * 64 * 128 * 80 / (4 * gpu.tflops_fp16 * 1e12) * 1e3
+    batch = float(measured.batch_eff)
+    linear_ms = float(seed.t_compute_ms) / float(seed.batch_eff)
+    assert float(measured.t_compute_ms) == pytest.approx(batch * (linear_ms + attention_ms), rel=1e-9)
+
+
+def test_allreduce_latency_grows_with_the_peer_gpus():
+    hw, model = catalog.gpus()["h100-sxm"].to_params(), catalog.models()["llama-3.1-70b"].to_params()
+    at = {g: float(allreduce_time(hw, model, g, 0.0, 10.0, latency_per_peer=True).fixed_ms) for g in (1, 2, 8)}
+    assert at[1] == 0.0
+    assert at[2] == pytest.approx(2 * 80 * 10e-3)  # two all-reduces per layer, one peer
+    assert at[8] / at[2] == pytest.approx(7.0)
+    flat = float(allreduce_time(hw, model, 8, 0.0, 10.0).fixed_ms)
+    assert flat == pytest.approx(at[2])  # the seed's reading: one latency whatever G
+
+
+def test_engine_memory_reserves_follow_each_engine():
+    hw, model = catalog.gpus()["h100-sxm"].to_params(), catalog.models()["llama-3.1-70b"].to_params()
+    weights = catalog.models()["llama-3.1-70b"].weight_memory_gb
+    expected = {"seed": 4 * 80 - weights, "vllm": 0.9 * 4 * 80 - weights - 4 * 2.0,
+                "sglang": 0.88 * 4 * 80 - weights, "trtllm": 0.9 * (4 * 80 - weights - 4 * 1.0)}
+    for name, available in expected.items():
+        budget = memory_budget(hw, model, 4.0, 1.0, 8192.0, engines()[name].to_params())
+        assert float(budget.available_gb) == pytest.approx(available, rel=1e-12), name
+    assert float(memory_budget(hw, model, 4.0, 1.0, 8192.0).available_gb) == pytest.approx(expected["seed"])
+
+
+def test_sessions_beyond_kv_memory_wait_and_their_wait_is_in_ttft():
+    workload, efficiency, solver = _shared()
+    out = evaluate_point(_point(concurrency=400, context=32768), workload, efficiency, solver, MEASURED)
+    slots = float(out.concurrency_max)
+    assert 1 <= slots < 400
+    assert int(out.concurrency_eff) == 400  # every session admitted
+    assert bool(out.converged)
+    batch = float(out.batch_eff)
+    assert batch == pytest.approx(slots)  # at most M run
+    latency, wait = float(out.latency_ms), float(out.memory_wait_ms)
+    # R = R_run x B / M with Z = 0 (B = C): the wait is R - R_run
+    assert wait == pytest.approx(latency * (1 - slots / 400), rel=1e-5)
+    assert float(out.ttft_ms) > wait
+    seed = evaluate_point(_point(concurrency=400, context=32768), workload, efficiency, solver, ModelOptions())
+    assert int(seed.concurrency_eff) == int(seed.concurrency_max)  # the seed turns the rest away
+
+
+def test_synchronised_turn_against_the_burst_formula():
+    c = DecodeCoefficients(nonmoe_ms=jnp.float64(5.0), expert_ms=jnp.float64(0.0), experts=jnp.float64(0.0),
+                           experts_per_token=jnp.float64(0.0), kv_ms=jnp.float64(0.01), compute_ms=jnp.float64(0.02),
+                           elementwise_overhead=jnp.float64(1.0), eta_decode=jnp.float64(1.0),
+                           fixed_ms=jnp.float64(1.0))
+    batch, tokens, osl, chunk, c_p = 16.0, 2048.0, 101.0, 8192.0, 0.01
+    turn = synchronised_turn(decode_step(c, batch), decode_step(c, batch / 2), jnp.float64(batch),
+                             jnp.float64(tokens), jnp.float64(osl), jnp.float64(chunk), jnp.float64(c_p),
+                             jnp.float64(1.0), jnp.float64(1.0))
+    mixed = max(5.0 + 8 * 0.01, 8 * 0.02 + chunk * c_p) + 1.0  # T(B/2, P)
+    burst = batch * tokens / chunk * mixed
+    ttft = burst * (batch + 1) / (2 * batch)
+    decode = max(5.0 + 16 * 0.01, 16 * 0.02) + 1.0
+    assert float(turn.ttft_ms) == pytest.approx(ttft)
+    assert float(turn.tpot_ms) == pytest.approx(decode + (burst - ttft) / (osl - 1))
+
+
+def test_engine_axis_sweeps_and_names_unknown_engines():
+    ds = jp.sweep(gpu="h100-sxm", model="llama-3.1-70b", engine=["seed", "vllm", "trtllm"], tp=4,
+                  concurrency=[1, 64], context_tokens=8192, options=MEASURED)
+    assert list(ds.engine.values) == ["seed", "vllm", "trtllm"]
+    cmax = ds.concurrency_max.sel(concurrency=1).squeeze()
+    assert int(cmax.sel(engine="seed")) > int(cmax.sel(engine="trtllm")) > int(cmax.sel(engine="vllm"))
+    with pytest.raises(JaxparetoError, match="engine") as info:
+        jp.sweep(gpu="h100-sxm", model="llama-3.1-70b", engine="tgi", tp=4, concurrency=1)
+    assert "vllm" in str(info.value)
+
+
+def test_an_engine_uses_its_own_factors_and_the_shared_ones_elsewhere():
+    fast = Engine(name="fast", efficiency={"eta_decode": 0.8})
+    ds = jp.sweep(gpu="h100-sxm", model="llama-3.1-8b", engine=[fast, "seed"], tp=1, concurrency=1,
+                  context_tokens=1024, eta_decode=0.4)
+    tpot = ds.tpot_ms.squeeze()
+    assert float(tpot.sel(engine="seed")) == pytest.approx(2 * float(tpot.sel(engine="fast")), rel=1e-6)
+    with pytest.raises(ValueError, match="unknown efficiency fields"):
+        Engine(name="bad", efficiency={"eta_decodes": 0.8})
+
+
+def test_the_seed_profile_is_unchanged_by_the_engine_axis():
+    plain = jp.sweep(gpu="h100-sxm", model="llama-3.1-70b", tp=[4, 8], concurrency=[1, 64, 512])
+    assert list(plain.engine.values) == ["seed"]
+    with_engine = jp.sweep(gpu="h100-sxm", model="llama-3.1-70b", engine="seed", tp=[4, 8],
+                           concurrency=[1, 64, 512])
+    np.testing.assert_array_equal(plain.tpot_ms.values, with_engine.tpot_ms.values)
+    # the seed's worked example, TPOT of Llama-3.1-70B at B = 1 on 4x H100 (eq. 3)
+    model, gpu = catalog.models()["llama-3.1-70b"], catalog.gpus()["h100-sxm"]
+    weights_ms = model.params_total_b * 2 / (4 * gpu.bandwidth_gbs) * 1e3
+    kv_ms = 16384 * model.kv_bytes_per_token / 1e9 / (4 * gpu.bandwidth_gbs) * 1e3
+    tpot = (weights_ms + kv_ms) * 1.10 / 0.40
+    assert float(plain.tpot_ms.sel(tp=4, concurrency=1).squeeze()) == pytest.approx(tpot, rel=1e-5)

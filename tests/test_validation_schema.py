@@ -1,0 +1,162 @@
+"""The validation-set schema's serving-run columns (engine, mode, parallel layout, `unsupported`)
+and the AIConfigurator converter (scripts/import_aiconfigurator.py) with the set it wrote."""
+
+import csv
+import importlib.util
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from jaxpareto.definitions import catalog
+from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.measure.validation_set import COLUMNS, ENGINES, default_path, load_validation_set, unsupported_reason
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("import_aiconfigurator", ROOT / "scripts" / "import_aiconfigurator.py")
+importer = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(importer)
+
+AIC = ROOT / "jaxpareto" / "data" / "aiconfigurator_silicon.csv"
+SOURCE_COLUMNS = (
+    "id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,gemm_quant_mode,"
+    "moe_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,moe_ep_size,prefill_batch_size,"
+    "prefill_num_workers,prefill_tp_size,prefill_pp_size,prefill_attention_dp_size,prefill_moe_tp_size,"
+    "prefill_moe_ep_size,decode_batch_size,decode_num_workers,decode_tp_size,decode_pp_size,"
+    "decode_attention_dp_size,decode_moe_tp_size,decode_moe_ep_size,silicon_ttft_ms,silicon_tpot_ms").split(",")
+AGG = dict(pp_size="1", attention_dp_size="1", mode="agg")
+# Six source rows in silicon_sample.csv's layout: TensorRT-LLM FP8 Llama (KV fp8), vLLM Qwen3-32B with
+# no quant mode (bf16), SGLang DeepSeek-R1 NVFP4 with expert parallelism, a MiniMax row (not in the
+# catalog), a disaggregated TensorRT-LLM Kimi K2.5 run and vLLM serving an NVIDIA FP8 checkpoint.
+SOURCE = [
+    dict(AGG, id="llama70", silicon_data_source="db; silicon_concurrency=8", backend="trtllm", backend_version="1.0",
+         model_path="meta-llama/Llama-3.1-70B", system="h100_sxm", precision="fp8", isl="1024", osl="128",
+         gemm_quant_mode="fp8", moe_quant_mode="fp8", batch_size="8", tp_size="2", moe_tp_size="2", moe_ep_size="1",
+         silicon_ttft_ms="100.5", silicon_tpot_ms="20.25"),
+    dict(AGG, id="qwen32", silicon_data_source="db; silicon_concurrency=4", backend="vllm", backend_version="0.12.0",
+         model_path="Qwen/Qwen3-32B", system="h200_sxm", isl="4000", osl="1000", batch_size="4", tp_size="1",
+         moe_tp_size="0", moe_ep_size="0", silicon_ttft_ms="300", silicon_tpot_ms="15"),
+    dict(AGG, id="dsr1", silicon_data_source="db; silicon_concurrency=64", backend="sglang", backend_version="0.5.9",
+         model_path="deepseek-ai/DeepSeek-R1", system="b200_sxm", precision="fp4", isl="1024", osl="1024",
+         gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4", batch_size="64", tp_size="8", moe_tp_size="1",
+         moe_ep_size="8", silicon_ttft_ms="900", silicon_tpot_ms="12"),
+    dict(AGG, id="minimax", silicon_data_source="db; silicon_concurrency=8", backend="vllm", backend_version="0.19.0",
+         model_path="MiniMaxAI/MiniMax-M2.5", system="b300_sxm", precision="fp8", isl="1024", osl="1024",
+         gemm_quant_mode="fp8", moe_quant_mode="fp8", batch_size="8", tp_size="4", moe_tp_size="4", moe_ep_size="1",
+         silicon_ttft_ms="200", silicon_tpot_ms="17"),
+    dict(id="kimi", silicon_data_source="db; silicon_concurrency=32", backend="trtllm", backend_version="1.1.0",
+         model_path="moonshotai/Kimi-K2.5", system="gb200", precision="fp4", mode="disagg", isl="8192", osl="1024",
+         gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4", prefill_num_workers="2", prefill_tp_size="4",
+         prefill_pp_size="1", prefill_attention_dp_size="1", prefill_moe_tp_size="1", prefill_moe_ep_size="4",
+         decode_num_workers="1", decode_tp_size="4", decode_pp_size="1", decode_attention_dp_size="1",
+         decode_moe_tp_size="1", decode_moe_ep_size="4", silicon_ttft_ms="700", silicon_tpot_ms="9.5"),
+    dict(AGG, id="llama8nv", silicon_data_source="db; silicon_concurrency=1", backend="vllm", backend_version="0.11",
+         model_path="nvidia/Llama-3.1-8B-Instruct-FP8", system="h200_sxm", precision="fp8", isl="1024", osl="1024",
+         gemm_quant_mode="fp8", moe_quant_mode="fp8", batch_size="1", tp_size="1", moe_tp_size="1", moe_ep_size="1",
+         silicon_ttft_ms="20", silicon_tpot_ms="4"),
+]
+
+
+def test_shipped_validation_csv_loads_with_layout_defaults():
+    rows = load_validation_set()
+    assert len(rows) == 106
+    assert list(rows.columns) == [*COLUMNS, "unsupported"]
+    assert (rows["pp"] == 1).all() and (rows["attention_dp"] == 1).all() and (rows["moe_ep"] == 1).all()
+    assert (rows["moe_tp"] == rows["tp"]).all() and rows["moe_tp"].dtype == "int64"
+    assert (rows["mode"] == "agg").all() and (rows["engine"] == "").all() and (rows["unsupported"] == "").all()
+
+
+def _shipped_with(tmp_path, field, value):
+    frame = pd.read_csv(default_path(), dtype=str, keep_default_na=False)
+    frame.loc[0, field] = value
+    path = tmp_path / "validation.csv"
+    frame.to_csv(path, index=False)
+    return path
+
+
+def test_unknown_engine_is_refused_naming_the_field(tmp_path):
+    with pytest.raises(JaxparetoError, match=r"\.engine.*unknown value 'tgi'") as error:
+        load_validation_set(_shipped_with(tmp_path, "engine", "tgi"))
+    assert all(engine in str(error.value) for engine in ENGINES)
+    with pytest.raises(JaxparetoError, match=r"\.mode.*unknown value"):
+        load_validation_set(_shipped_with(tmp_path, "mode", "split"))
+    with pytest.raises(JaxparetoError, match=r"\.pp.*whole number"):
+        load_validation_set(_shipped_with(tmp_path, "pp", "1.5"))
+
+
+def test_computed_unsupported_column_is_not_a_csv_column(tmp_path):
+    frame = pd.read_csv(default_path(), dtype=str, keep_default_na=False).assign(unsupported="")
+    frame.to_csv(tmp_path / "v.csv", index=False)
+    with pytest.raises(JaxparetoError, match="unknown.*unsupported"):
+        load_validation_set(tmp_path / "v.csv")
+
+
+def test_unsupported_reason_names_each_layout():
+    row = dict(model="deepseek-v3", tp=8, pp=1, attention_dp=1, moe_tp=8, moe_ep=1, mode="agg")
+    assert unsupported_reason(row) == ""
+    assert unsupported_reason(dict(model="llama-3.1-70b", tp=4)) == ""  # blank layout: plain TP
+    assert unsupported_reason(row | dict(mode="disagg")) == "disaggregated prefill/decode"
+    assert unsupported_reason(row | dict(pp=2, moe_tp=4)) == "pipeline parallelism (pp 2); MoE split moe_tp 4 x " \
+                                                               "moe_ep 1 over tp 8 x attention_dp 1 GPUs"
+    assert unsupported_reason(row | dict(tp=1, attention_dp=8, moe_tp=1, moe_ep=8)) == (
+        "attention data parallelism (attention_dp 8); expert parallelism (moe_ep 8)")
+    assert unsupported_reason(row | dict(moe_tp=1, moe_ep=8)) == "expert parallelism (moe_ep 8)"
+
+
+def test_converter_on_a_small_source(tmp_path, capsys):
+    source = tmp_path / "silicon_sample.csv"
+    with open(source, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=SOURCE_COLUMNS, restval="")
+        writer.writeheader()
+        writer.writerows(SOURCE)
+    out = tmp_path / "aic.csv"
+    assert importer.main(["--source", str(source), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "source rows read: 6" in printed and "5 source rows, 10 validation rows" in printed
+    assert f"dropped     1: {importer.DROP_MODEL}" in printed
+    with pytest.raises(SystemExit):  # no silent overwrite
+        importer.main(["--source", str(source), "--out", str(out)])
+
+    rows = load_validation_set(out)
+    assert list(pd.read_csv(out).columns) == list(COLUMNS)
+    assert list(rows["id"]) == sorted(rows["id"]) and len(rows) == 10
+    by_id = rows.set_index("id")
+    llama = by_id.loc["aic-llama70-ttft"]
+    assert (llama["value"], by_id.loc["aic-llama70-tpot", "value"]) == (100.5, 20.25)
+    assert (llama["model"], llama["gpu"], llama["engine"], llama["engine_version"]) == (
+        "llama-3.1-70b", "h100-sxm", "trtllm", "1.0")
+    assert (llama["gpus"], llama["tp"], llama["concurrency"], llama["load"], llama["statistic"]) == (
+        2, 2, 8.0, "concurrency", "mean")
+    assert (llama["weight_dtype"], llama["expert_weight_dtype"], llama["kv_dtype"]) == ("fp8", "", "fp8")
+    assert "row id llama70; db; silicon_concurrency=8" in llama["reference"]
+    qwen = by_id.loc["aic-qwen32-tpot"]
+    assert (qwen["weight_dtype"], qwen["kv_dtype"], qwen["engine"], qwen["unsupported"]) == ("bf16", "bf16", "vllm", "")
+    dsr1 = by_id.loc["aic-dsr1-ttft"]
+    assert (dsr1["model"], dsr1["weight_dtype"], dsr1["expert_weight_dtype"], dsr1["kv_dtype"]) == (
+        "deepseek-v3", "fp4", "fp4", "bf16")  # SGLang: KV in the activation dtype
+    assert "DeepSeek-V3's architecture" in dsr1["notes"] and dsr1["unsupported"] == "expert parallelism (moe_ep 8)"
+    assert not by_id.index.str.contains("minimax").any()
+    kimi = by_id.loc["aic-kimi-tpot"]
+    assert (kimi["mode"], kimi["gpus"], kimi["tp"], kimi["concurrency"]) == ("disagg", 12, 4, 32.0)
+    assert (kimi["weight_dtype"], kimi["expert_weight_dtype"], kimi["kv_dtype"]) == ("bf16", "fp4", "fp8")
+    assert "disaggregated prefill/decode" in kimi["unsupported"]
+    assert by_id.loc["aic-llama8nv-ttft", "kv_dtype"] == "fp8"  # NVIDIA ModelOpt checkpoint, even on vLLM
+
+
+@pytest.fixture(scope="module")
+def aic():
+    return load_validation_set(AIC)
+
+
+def test_shipped_aiconfigurator_set(aic):
+    assert set(aic["source"]) == {"AIConfigurator silicon"} and len(aic) > 5000
+    assert set(aic["model"]) <= set(catalog.models()) and set(aic["gpu"]) <= set(catalog.gpus())
+    metrics = aic.groupby(aic["id"].str.rsplit("-", n=1).str[0])["metric"].agg(frozenset)
+    assert (metrics == frozenset({"ttft_ms", "tpot_ms"})).all()
+    assert (aic["unit"] == "ms").all() and (aic["load"] == "concurrency").all()
+    assert aic["unsupported"].eq("").any() and aic["unsupported"].ne("").any()
+    blackwell = {"b200", "b300", "gb200"}
+    assert blackwell <= set(aic["gpu"])
+    for engine in ENGINES:
+        gpus = set(aic.loc[aic["engine"] == engine, "gpu"])
+        assert {"h100-sxm", "h200-sxm"} <= gpus and gpus & blackwell, engine
