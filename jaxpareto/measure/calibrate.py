@@ -261,8 +261,8 @@ def calibrate(rows=None, *, fields=None, start: Efficiency = Efficiency(), test_
     if per_engine is None:
         per_engine = len(engines) > 1
     measured = fit_rows["value"].to_numpy(np.float64)
-    fitted = (fit_rows["metric"].isin(FITTED_METRICS) & fit_rows.get("unsupported", "").eq("")).to_numpy() \
-        if "unsupported" in fit_rows else fit_rows["metric"].isin(FITTED_METRICS).to_numpy()
+    supported = fit_rows["unsupported"].eq("") if "unsupported" in fit_rows else True
+    fitted = (fit_rows["metric"].isin(FITTED_METRICS) & supported).to_numpy()
     metric_codes = pd.Categorical(fit_rows["metric"]).codes
     # each metric weighs the same: 1 / (its training rows) / (metrics present)
     counts = np.bincount(metric_codes, weights=fitted.astype(float), minlength=metric_codes.max() + 1)
