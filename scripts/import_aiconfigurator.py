@@ -66,6 +66,8 @@ MODELS: dict[str, tuple[str, str]] = {
     "nvidia/DeepSeek-V3.1-NVFP4": ("deepseek-v3", "NVIDIA NVFP4 checkpoint; DeepSeek-V3's architecture"),
     "openai/gpt-oss-120b": ("gpt-oss-120b", "checkpoint: MXFP4 experts, bf16 elsewhere"),
     "moonshotai/Kimi-K2.5": ("kimi-k2.5", "checkpoint: INT4 experts, bf16 elsewhere"),
+    "MiniMaxAI/MiniMax-M2.5": ("minimax-m2.5", ""),
+    "Qwen/Qwen3.5-397B-A17B": ("qwen3.5-397b-a17b", "hybrid: 45 linear-attention + 15 full layers"),
 }
 #: AIConfigurator system -> catalog GPU (gb300 has no catalog entry).
 GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200"}

@@ -16,8 +16,12 @@ def reference_point(gpu: dict, model: dict, tp: int, concurrency: int, think_tim
                     eta_prefill: float = 0.65, eta_decode: float = 0.40, overhead: float = 1.10,
                     damping: float = 0.4, tol: float = 1e-6, max_iter: int = 10_000) -> dict:
     """All outputs for one point; ``gpu``/``model`` are plain dicts of the definitions."""
-    d = BYTES[model["weight_dtype"]]
-    d_expert = BYTES[model.get("expert_weight_dtype") or model["weight_dtype"]]
+    scale_bits = model.get("weight_scale_bits") or 0.0
+
+    def stored(dtype):  # bytes per weight with group scales on the quantised formats
+        return BYTES[dtype] + (scale_bits / 8 if BYTES[dtype] < 2 else 0.0)
+    d = stored(model["weight_dtype"])
+    d_expert = stored(model.get("expert_weight_dtype") or model["weight_dtype"])
     routed = (model.get("experts_per_token") or 0) * (model.get("expert_params_b") or 0.0)
     # matmuls run at the rate of the dtype holding most active weights
     dtype = (model.get("expert_weight_dtype") or model["weight_dtype"]) if routed > model["nonmoe_params_b"] \
@@ -33,10 +37,21 @@ def reference_point(gpu: dict, model: dict, tp: int, concurrency: int, think_tim
     kv_width = 1.0 if model.get("kv_dtype") == "fp8" else 2.0
     sliding = model.get("sliding_layers") or 0
     window = model.get("sliding_window") or 0
+    state, n_state = 0.0, 1
     if model.get("attention") == "mla":
         kappa = (model["kv_lora_rank"] + model["rope_head_dim"]) * model["layers"] * kv_width
         kappa_window = 0.0
         n_kv = 1
+    elif model.get("layer_groups"):  # hybrid: per group of layers
+        groups = model["layer_groups"]
+        width = {g_i: (1 if g.get("k_eq_v") else 2) * g.get("kv_heads", 0) * g.get("head_dim", 0) * kv_width * g["count"]
+                 for g_i, g in enumerate(groups)}
+        kappa = sum(width[i] for i, g in enumerate(groups) if g["attention"] == "full")
+        kappa_window = sum(width[i] for i, g in enumerate(groups) if g["attention"] in ("sliding", "chunked"))
+        window = max([g.get("window") or 0 for g in groups] + [0])
+        state = sum(g["count"] * g.get("state_bytes", 0.0) for g in groups if g["attention"] in ("linear", "mamba"))
+        n_state = min([g["state_heads"] for g in groups if g["attention"] in ("linear", "mamba")] + [10**9])
+        n_kv = next(g["kv_heads"] for g in groups if g["attention"] == "full")
     else:
         kappa = 2 * (model["layers"] - sliding) * model["kv_heads"] * model["head_dim"] * kv_width
         kappa_window = 2 * sliding * model["kv_heads"] * model["head_dim"] * kv_width
@@ -52,10 +67,16 @@ def reference_point(gpu: dict, model: dict, tp: int, concurrency: int, think_tim
     p_nonmoe = model["nonmoe_params_b"]
     bw = gpu["bandwidth_gbs"]
 
-    m_model = p_nonmoe * d + experts * p_expert * d_expert if experts else p_total * d
+    table = model.get("input_embedding_params_b") or 0.0  # untied input table: in memory at 16 bits, not read
+    kept = model.get("unquantised_params_b") or 0.0  # non-expert weights a quantised checkpoint keeps 16-bit
+    nonmoe_bytes = (p_nonmoe - kept) * d + kept * 2.0
+    if experts:
+        m_model = nonmoe_bytes + experts * p_expert * d_expert + table * 2.0
+    else:
+        m_model = (p_total - table - kept) * d + kept * 2.0 + table * 2.0
     m_avail = tp * gpu["memory_gb"] - m_model
     r_kv = tp / min(tp, n_kv)
-    kv_gb = seq_kv(context_tokens) * r_kv / 1e9
+    kv_gb = (seq_kv(context_tokens) * r_kv + state * tp / min(tp, n_state)) / 1e9
     c_max = math.floor(max(m_avail, 0.0) / kv_gb)
     c_eff = min(concurrency, c_max)
     out = {"kv_per_session_gb": kv_gb, "concurrency_max": c_max, "concurrency_eff": c_eff,
@@ -69,10 +90,10 @@ def reference_point(gpu: dict, model: dict, tp: int, concurrency: int, think_tim
 
     def step(b):
         if experts:
-            t_weight = p_nonmoe * d / (tp * bw) * 1e3 + (min(b * top_k, experts) / tp) * p_expert * d_expert / bw * 1e3
+            t_weight = nonmoe_bytes / (tp * bw) * 1e3 + (min(b * top_k, experts) / tp) * p_expert * d_expert / bw * 1e3
         else:
-            t_weight = p_active * d / (tp * bw) * 1e3
-        t_kv = b * seq_kv(context_tokens) / (min(tp, n_kv) * bw * 1e9) * 1e3
+            t_weight = nonmoe_bytes / (tp * bw) * 1e3
+        t_kv = b * (seq_kv(context_tokens) / min(tp, n_kv) + state / min(tp, n_state)) / (bw * 1e9) * 1e3
         t_compute = 2 * p_active * 1e9 * b / (tp * flops * 1e12) * 1e3
         tpot = max((t_weight + t_kv) * overhead, t_compute) / eta_decode
         return t_weight, t_kv, t_compute, tpot

@@ -24,17 +24,20 @@ def test_gpt_oss_sliding_window_kv(tokens, expected):
 
 
 def test_kimi_mixed_precision_weight_memory():
-    # INT4 routed experts (0.5 B) with every other weight in BF16, against all-FP4.
+    # INT4 routed experts (4 bits + a bf16 scale per group of 32 = 0.5625 B) with every other
+    # weight, the input table included, in BF16; against all-FP4 without scales.
     experts = 384 * KIMI.expert_params_b
-    assert KIMI.weight_memory_gb == pytest.approx(experts * 0.5 + KIMI.nonmoe_params_b * 2, rel=1e-9)
-    all_fp4 = KIMI.model_copy(update={"weight_dtype": "fp4", "expert_weight_dtype": None})
-    assert all_fp4.weight_memory_gb == pytest.approx(KIMI.params_total_b * 0.5, rel=1e-4)
-    assert KIMI.weight_memory_gb - all_fp4.weight_memory_gb == pytest.approx(KIMI.nonmoe_params_b * 1.5, rel=1e-6)
+    table = KIMI.input_embedding_params_b
+    assert KIMI.weight_memory_gb == pytest.approx(experts * 0.5625 + (KIMI.nonmoe_params_b + table) * 2, rel=1e-9)
+    all_fp4 = KIMI.model_copy(update={"weight_dtype": "fp4", "expert_weight_dtype": None, "weight_scale_bits": 0.0})
+    assert all_fp4.weight_memory_gb == pytest.approx((KIMI.params_total_b - table) * 0.5 + table * 2, rel=1e-4)
+    assert KIMI.weight_memory_gb - all_fp4.weight_memory_gb == pytest.approx(
+        KIMI.nonmoe_params_b * 1.5 + experts * 0.0625, rel=1e-6)
     assert KIMI.compute_dtype == "int4" and GPT_OSS.compute_dtype == "fp4"  # the experts dominate active weights
     # t_weight: the non-expert part at 2 bytes, each touched expert at 0.5
     ds = jp.sweep(gpu="h200-sxm", model=KIMI, tp=8, concurrency=1, context_tokens=1, hit_rate=0.0)
     nonmoe_ms = KIMI.nonmoe_params_b * 2 / (8 * 4800) * 1e3
-    expert_ms = 8 / 8 * KIMI.expert_params_b * 0.5 / 4800 * 1e3
+    expert_ms = 8 / 8 * KIMI.expert_params_b * 0.5625 / 4800 * 1e3
     assert float(ds.t_weight_ms.squeeze()) == pytest.approx(nonmoe_ms + expert_ms, rel=1e-5)
 
 

@@ -42,8 +42,9 @@ def test_operational_intensity_and_ridge():
     # by hand for the long prompt: FLOPs / (prefill bytes + decode bytes)
     cell = ds.sel(gpu="h100-sxm", context_tokens=32768).squeeze()
     model = jp.catalog.models()["llama-3.1-70b"]
-    flops = 2 * 70.55e9 * (32768 + 128)
-    prefill = 70.55e9 * 2 + 32768 * model.kv_bytes_per_token
-    decode = 128 * (70.55e9 * 2 / float(cell.batch_eff) + 32768 * model.kv_bytes_per_token)
+    active = model.params_active_b * 1e9  # 69.50B: what a token reads, without the input table
+    flops = 2 * active * (32768 + 128)
+    prefill = active * 2 + 32768 * model.kv_bytes_per_token
+    decode = 128 * (active * 2 / float(cell.batch_eff) + 32768 * model.kv_bytes_per_token)
     assert float(cell.operational_intensity) == pytest.approx(flops / (prefill + decode), rel=1e-4)
     assert float(cell.prefill_share) == pytest.approx(float(cell.ttft_ms / cell.latency_ms), rel=1e-6)

@@ -108,7 +108,7 @@ def test_isolated_prefill_is_a_roofline_of_compute_and_weights():
     linear = 2 * model.params_active_b * 1e9 * n
     attention = 4 * 64 * 128 * 80 * (n * (n + 1) / 2)
     compute_ms = (linear + attention) / (tp * gpu.tflops_fp16 * 1e12) * 1e3 / 0.65
-    weights_ms = model.params_total_b * 2 / (tp * gpu.bandwidth_gbs) * 1e3 * 1.10 / 0.40
+    weights_ms = model.params_active_b * 2 / (tp * gpu.bandwidth_gbs) * 1e3 * 1.10 / 0.40
     assert compute_ms > weights_ms
     assert float(out.ttft_ms) == pytest.approx(max(compute_ms, weights_ms) * max(n / chunk, 1), rel=1e-9)
 
@@ -119,7 +119,11 @@ def test_moe_prefill_at_small_batch_is_bound_by_the_experts_it_loads():
                          MEASURED)
     model, gpu = catalog.models()["deepseek-v3"], catalog.gpus()["h200-sxm"]
     touched = min(64 * 8, 256)  # the seed's routing: min(T K, E)
-    weights_gb = model.nonmoe_params_b + touched * model.expert_params_b  # fp8: one byte each
+    # fp8 with one float32 scale per 128 x 128 block; the LM head and norms stay bf16
+    weights_gb = model.nonmoe_params_b * model.nonmoe_weight_bytes + touched * model.expert_params_b * (1 + 32 / 16384 / 8)
+    assert model.nonmoe_weight_bytes == pytest.approx(
+        ((model.nonmoe_params_b - model.unquantised_params_b) * (1 + 32 / 16384 / 8) + model.unquantised_params_b * 2)
+        / model.nonmoe_params_b)
     weights_ms = weights_gb / (8 * gpu.bandwidth_gbs) * 1e3 * 1.10 / 0.40
     assert float(out.ttft_ms) == pytest.approx(weights_ms, rel=1e-9)
 
@@ -220,7 +224,7 @@ def test_the_seed_profile_is_unchanged_by_the_engine_axis():
     np.testing.assert_array_equal(plain.tpot_ms.values, with_engine.tpot_ms.values)
     # the seed's worked example, TPOT of Llama-3.1-70B at B = 1 on 4x H100 (eq. 3)
     model, gpu = catalog.models()["llama-3.1-70b"], catalog.gpus()["h100-sxm"]
-    weights_ms = model.params_total_b * 2 / (4 * gpu.bandwidth_gbs) * 1e3
+    weights_ms = model.params_active_b * 2 / (4 * gpu.bandwidth_gbs) * 1e3  # without the input table
     kv_ms = 16384 * model.kv_bytes_per_token / 1e9 / (4 * gpu.bandwidth_gbs) * 1e3
     tpot = (weights_ms + kv_ms) * 1.10 / 0.40
     assert float(plain.tpot_ms.sel(tp=4, concurrency=1).squeeze()) == pytest.approx(tpot, rel=1e-5)

@@ -42,12 +42,13 @@ def test_moe_active_experts_kimi():
     # E_active = min(10 x 8, 384) = 80 experts, 10 per GPU on 8 GPUs.
     kimi = jp.catalog.models()["kimi-k2.5"]
     nonmoe_ms = kimi.nonmoe_params_b * 2.0 / (8 * 3350) * 1e3  # BF16 outside the INT4 experts
-    expert_ms = 10 * kimi.expert_params_b * 0.5 / 3350 * 1e3
+    # INT4 with a bf16 scale per group of 32: 4.5 bits = 0.5625 B per weight
+    expert_ms = 10 * kimi.expert_params_b * 0.5625 / 3350 * 1e3
     step = _step(kimi, batch=10.0)
     assert float(step.t_weight_ms) == pytest.approx(nonmoe_ms + expert_ms, rel=1e-6)
     # Saturated: a batch of 1,000 touches all 384 experts, 48 per GPU.
     saturated = _step(kimi, batch=1000.0)
-    assert float(saturated.t_weight_ms) == pytest.approx(nonmoe_ms + 48 * kimi.expert_params_b * 0.5 / 3350 * 1e3, rel=1e-6)
+    assert float(saturated.t_weight_ms) == pytest.approx(nonmoe_ms + 48 * kimi.expert_params_b * 0.5625 / 3350 * 1e3, rel=1e-6)
 
 
 def test_kimi_expert_is_summed_over_moe_layers():

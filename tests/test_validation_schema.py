@@ -26,7 +26,7 @@ SOURCE_COLUMNS = (
     "decode_attention_dp_size,decode_moe_tp_size,decode_moe_ep_size,silicon_ttft_ms,silicon_tpot_ms").split(",")
 AGG = dict(pp_size="1", attention_dp_size="1", mode="agg")
 # Six source rows in silicon_sample.csv's layout: TensorRT-LLM FP8 Llama (KV fp8), vLLM Qwen3-32B with
-# no quant mode (bf16), SGLang DeepSeek-R1 NVFP4 with expert parallelism, a MiniMax row (not in the
+# no quant mode (bf16), SGLang DeepSeek-R1 NVFP4 with expert parallelism, a GLM-5 row (not in the
 # catalog), a disaggregated TensorRT-LLM Kimi K2.5 run and vLLM serving an NVIDIA FP8 checkpoint.
 SOURCE = [
     dict(AGG, id="llama70", silicon_data_source="db; silicon_concurrency=8", backend="trtllm", backend_version="1.0",
@@ -41,7 +41,7 @@ SOURCE = [
          gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4", batch_size="64", tp_size="8", moe_tp_size="1",
          moe_ep_size="8", silicon_ttft_ms="900", silicon_tpot_ms="12"),
     dict(AGG, id="minimax", silicon_data_source="db; silicon_concurrency=8", backend="vllm", backend_version="0.19.0",
-         model_path="MiniMaxAI/MiniMax-M2.5", system="b300_sxm", precision="fp8", isl="1024", osl="1024",
+         model_path="zhipuai/GLM-5", system="b300_sxm", precision="fp8", isl="1024", osl="1024",
          gemm_quant_mode="fp8", moe_quant_mode="fp8", batch_size="8", tp_size="4", moe_tp_size="4", moe_ep_size="1",
          silicon_ttft_ms="200", silicon_tpot_ms="17"),
     dict(id="kimi", silicon_data_source="db; silicon_concurrency=32", backend="trtllm", backend_version="1.1.0",

@@ -11,14 +11,12 @@ from jaxpareto.definitions import catalog
 
 def _cmd_catalog(args: argparse.Namespace) -> int:
     gpus = pd.DataFrame([g.model_dump(exclude={"sources"}) for g in catalog.gpus().values()])
-    models = pd.DataFrame(
-        [{**m.model_dump(exclude={"sources"}), "kv_bytes_per_token": int(m.kv_bytes_per_token)}
-         for m in catalog.models().values()]
-    ).convert_dtypes()
+    models = pd.DataFrame([_model_row(m) for m in catalog.models().values()]).convert_dtypes()
     with pd.option_context("display.width", 250, "display.max_columns", 30):
         print("GPUs (memory GB, bandwidth GB/s, dense TFLOPS, interconnect GB/s one way):")
         print(gpus.to_string(index=False, na_rep="-"))
-        print("\nModels (params in billions, KV bytes per token):")
+        print("\nModels (params in billions; active without the untied input table, published: the publisher's "
+              "figure; KV bytes per token of context; state MB per session whatever its length; layers by kind):")
         shown = models.dropna(axis=1, how="all")
         print(shown.astype(object).where(shown.notna(), "-").to_string(index=False))
     if args.sources:
@@ -28,6 +26,35 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
                 for field, source in entry.sources.items():
                     print(f"  {kind} {name}.{field}: {source}")
     return 0
+
+
+def _layers(model) -> str:
+    """``80 full``, ``36 linear + 12 full``, ``61 mla``: the layers by attention kind."""
+    if model.attention == "mla":
+        return f"{model.layers} mla"
+    counts: dict[str, int] = {}
+    for group in model.groups:
+        kind = f"{group.attention}({group.window})" if group.window else group.attention
+        counts[kind] = counts.get(kind, 0) + group.count
+    return " + ".join(f"{n} {kind}" for kind, n in counts.items())
+
+
+def _model_row(model) -> dict:
+    """One row of the model table: the numbers the physics uses, not every field."""
+    dtype = model.weight_dtype if model.expert_weight_dtype is None else f"{model.weight_dtype}/{model.expert_dtype}"
+    return {
+        "name": model.name,
+        "params_total_b": round(model.params_total_b, 2),
+        "params_active_b": round(model.params_active_b, 2),
+        "published_active_b": model.params_active_published_b,
+        "weights": dtype,
+        "weights_gb": round(model.weight_memory_gb, 1),
+        "experts": f"{model.experts_per_token}/{model.experts}" if model.is_moe else None,
+        "layers": _layers(model),
+        "kv_bytes_per_token": int(model.kv_bytes_per_token),
+        "state_mb_per_session": round(model.state_bytes_per_sequence / 1e6, 1),
+        "max_context_tokens": model.max_context_tokens,
+    }
 
 
 def register(subparsers) -> argparse.ArgumentParser:

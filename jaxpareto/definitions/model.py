@@ -18,7 +18,8 @@ import pydantic
 
 from jaxpareto.definitions.hf_config import hf_config_fields
 from jaxpareto.definitions.base import Definition, finite_positive
-from jaxpareto.definitions.units import COMPUTE_BITS, KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES
+from jaxpareto.definitions.layers import GROWING, RECURRENT, WINDOWED, LayerGroup
+from jaxpareto.definitions.units import COMPUTE_BITS, KV_DTYPE_BYTES, UNQUANTISED_WEIGHT_BYTES, weight_bytes
 
 WeightDtype = Literal["fp16", "bf16", "fp8", "fp4", "int4"]
 KvDtype = Literal["fp16", "bf16", "fp8"]
@@ -54,6 +55,25 @@ class Model(Definition):
         sliding_window: tokens a sliding-window attention layer keeps (gpt-oss: 128).
         sliding_layers: how many of the ``layers`` use that window (the rest see the whole
             context): KV(T) = full layers x T + sliding layers x min(T, window), per token width.
+        layer_groups: per-layer description of a hybrid model (`jaxpareto.definitions.layers`):
+            groups of identical layers, each full, sliding, chunked, linear or Mamba, with its
+            own KV heads and widths or fixed state. Replaces ``kv_heads``/``head_dim`` and
+            ``sliding_window``/``sliding_layers`` (not given then); the counts must add up to
+            ``layers``. KV sharding under TP follows the full-attention layers' KV heads.
+        input_embedding_params_b: the untied input embedding table V x hidden [billions]. It is
+            in ``params_total_b`` (memory) but not in ``params_active_b`` or ``nonmoe_params_b``:
+            a step looks up B rows of it, it computes nothing (SPEC.md section 2, revision of
+            2026-11-30). 0 when tied (the table is then the output head, counted once) or unknown.
+        unquantised_params_b: the part of ``nonmoe_params_b`` a quantised checkpoint keeps at 16
+            bits (output head, norms, routers, modules its quantisation config skips)
+            [billions]. The input table is always stored at 16 bits.
+        weight_scale_bits: bits of group scales and zero points per quantised weight: AWQ/GPTQ
+            4-bit group 128 with zeros 16/128 + 4/128; MXFP4 8/32; NVFP4 8/16; compressed-tensors
+            group 32 16/32 (the formats' specifications). 0: not counted.
+        max_context_tokens: the longest context the model serves [tokens]
+            (``max_position_embeddings``, or a RoPE scaling's extension). None: unknown.
+        params_active_published_b: the publisher's active-parameter figure, for display (Meta
+            and Qwen count the input table, DeepSeek and OpenAI do not) [billions].
         attention_heads: query heads (config.json ``num_attention_heads``); with ``head_dim``
             (GQA) or the MLA dimensions it sets the attention FLOPs of the measured profile
             (`jaxpareto.physics.attention`). None: those FLOPs are not counted.
@@ -92,16 +112,32 @@ class Model(Definition):
     attention_heads: int | None = pydantic.Field(default=None, gt=0)
     qk_nope_head_dim: int | None = pydantic.Field(default=None, gt=0)
     v_head_dim: int | None = pydantic.Field(default=None, gt=0)
+    layer_groups: tuple[LayerGroup, ...] | None = None
+    input_embedding_params_b: float = pydantic.Field(default=0.0, ge=0.0)
+    unquantised_params_b: float = pydantic.Field(default=0.0, ge=0.0)
+    weight_scale_bits: float = pydantic.Field(default=0.0, ge=0.0, le=8.0)
+    max_context_tokens: int | None = pydantic.Field(default=None, gt=0)
+    params_active_published_b: float | None = None
     sources: dict[str, str] = pydantic.Field(default_factory=dict)
 
-    @pydantic.field_validator("params_total_b", "params_active_b", "expert_params_b", "nonmoe_params_b")
+    @pydantic.field_validator("layer_groups", mode="before")
+    @classmethod
+    def _groups(cls, value):
+        if isinstance(value, list):  # from TOML or JSON
+            return tuple(LayerGroup(**g) if isinstance(g, dict) else g for g in value)
+        return value
+
+    @pydantic.field_validator("params_total_b", "params_active_b", "expert_params_b", "nonmoe_params_b",
+                              "params_active_published_b")
     @classmethod
     def _positive(cls, value, info):
         return finite_positive(value, info.field_name)
 
     @pydantic.model_validator(mode="after")
     def _complete(self) -> "Model":
-        if self.attention == "gqa":
+        if self.layer_groups is not None:
+            self._check_groups()
+        elif self.attention == "gqa":
             if self.kv_heads is None or self.head_dim is None:
                 raise ValueError("attention='gqa' needs kv_heads and head_dim")
         elif self.kv_lora_rank is None or self.rope_head_dim is None:
@@ -118,6 +154,9 @@ class Model(Definition):
         if self.expert_weight_dtype is not None and not self.is_moe:
             raise ValueError("expert_weight_dtype needs experts (MoE models only)")
         update = self._moe_split() if self.is_moe else self._dense_split()
+        nonmoe = update.get("nonmoe_params_b", self.nonmoe_params_b)
+        if self.unquantised_params_b > nonmoe * (1 + _MOE_CONSISTENCY_RTOL):
+            raise ValueError(f"unquantised_params_b ({self.unquantised_params_b}) exceeds nonmoe_params_b ({nonmoe:.4g})")
         if self.params_active_b is not None and self.params_total_b is not None:
             if self.params_active_b > self.params_total_b * (1 + _MOE_CONSISTENCY_RTOL):
                 raise ValueError("params_active_b must not exceed params_total_b")
@@ -125,12 +164,31 @@ class Model(Definition):
             object.__setattr__(self, key, value)
         return self
 
+    def _check_groups(self) -> None:
+        groups = self.layer_groups
+        if self.attention != "gqa":
+            raise ValueError("layer_groups describe GQA-style layers; MLA models are uniform (attention='mla')")
+        if sum(g.count for g in groups) != self.layers:
+            raise ValueError(f"layer_groups counts add up to {sum(g.count for g in groups)}, not layers={self.layers}")
+        if self.sliding_layers or self.sliding_window is not None:
+            raise ValueError("give sliding layers as layer_groups entries, not sliding_window/sliding_layers")
+        if self.kv_heads is not None or self.head_dim is not None:
+            raise ValueError("with layer_groups, give kv_heads and head_dim per group, not for the model")
+        windows = {g.window for g in groups if g.attention in WINDOWED}
+        if len(windows) > 1:
+            raise ValueError(f"layer_groups have windows {sorted(windows)}; one window size is modelled")
+        if not any(g.attention in GROWING + WINDOWED for g in groups):
+            raise ValueError("layer_groups need at least one attention layer (full, sliding or chunked)")
+
     def _dense_split(self) -> dict:
         if self.experts_per_token is not None or self.expert_params_b is not None:
             raise ValueError("experts_per_token/expert_params_b need experts (MoE models only)")
         if self.params_total_b is None:
             raise ValueError("params_total_b is required")
-        active = self.params_total_b if self.params_active_b is None else self.params_active_b
+        if self.input_embedding_params_b >= self.params_total_b:
+            raise ValueError("input_embedding_params_b must be less than params_total_b")
+        active = self.params_total_b - self.input_embedding_params_b if self.params_active_b is None \
+            else self.params_active_b
         if self.nonmoe_params_b is not None and abs(self.nonmoe_params_b - active) > _MOE_CONSISTENCY_RTOL * active:
             raise ValueError("nonmoe_params_b of a dense model must equal params_active_b")
         return {"params_active_b": active, "nonmoe_params_b": active}
@@ -149,11 +207,11 @@ class Model(Definition):
                     "a MoE model needs expert_params_b and nonmoe_params_b, or params_total_b "
                     "and params_active_b with experts > experts_per_token"
                 )
-            expert = (total - active) / (e - k)
-            nonmoe = total - e * expert
-            if nonmoe <= 0:
-                raise ValueError("params_total_b and params_active_b give a negative non-expert part")
-        derived_total = nonmoe + e * expert
+            expert = (total - self.input_embedding_params_b - active) / (e - k)
+            nonmoe = active - k * expert
+            if nonmoe <= 0 or expert <= 0:
+                raise ValueError("params_total_b and params_active_b give a negative non-expert or expert part")
+        derived_total = nonmoe + e * expert + self.input_embedding_params_b
         derived_active = nonmoe + k * expert
         for field, given, derived in (
             ("params_total_b", total, derived_total),
@@ -162,7 +220,7 @@ class Model(Definition):
             if given is not None and abs(given - derived) > _MOE_CONSISTENCY_RTOL * derived:
                 raise ValueError(
                     f"{field}={given} disagrees with nonmoe_params_b + experts x expert_params_b "
-                    f"= {derived:.4g} by more than 1 %"
+                    f"(+ input_embedding_params_b for the total) = {derived:.4g} by more than 1 %"
                 )
         return {
             "expert_params_b": expert,
@@ -176,64 +234,123 @@ class Model(Definition):
         return self.experts is not None
 
     @property
-    def kv_heads_sharded(self) -> int:
-        """n_kv: how many GPUs the KV cache can be split over (1 for MLA's shared latent)."""
-        return 1 if self.attention == "mla" else int(self.kv_heads)
-
-    def _kv_width(self, layers: int) -> float:
-        width = KV_DTYPE_BYTES[self.kv_dtype]
+    def groups(self) -> tuple[LayerGroup, ...]:
+        """The per-layer description: ``layer_groups``, or for a uniform GQA model its full and
+        sliding layers (empty for MLA, whose layers are all alike)."""
+        if self.layer_groups is not None:
+            return self.layer_groups
         if self.attention == "mla":
-            return float((self.kv_lora_rank + self.rope_head_dim) * layers * width)
-        return float(2 * layers * self.kv_heads * self.head_dim * width)
+            return ()
+        uniform = dict(kv_heads=self.kv_heads, head_dim=self.head_dim)
+        full = self.layers - self.sliding_layers
+        groups = [LayerGroup(count=full, attention="full", **uniform)] if full else []
+        if self.sliding_layers:
+            groups.append(LayerGroup(count=self.sliding_layers, attention="sliding", window=self.sliding_window,
+                                     **uniform))
+        return tuple(groups)
+
+    @property
+    def kv_heads_sharded(self) -> int:
+        """n_kv: how many GPUs the KV cache can be split over (1 for MLA's shared latent; for a
+        hybrid model the KV heads of its full-attention layers)."""
+        if self.attention == "mla":
+            return 1
+        attending = [g for g in self.groups if g.attention in GROWING] or \
+            [g for g in self.groups if g.attention in WINDOWED]
+        return int(attending[0].kv_heads)
+
+    @property
+    def state_heads(self) -> int:
+        """Heads the fixed recurrent state splits over under TP (the fewest of any group; 1 without
+        recurrent layers, where it does not matter)."""
+        return min((g.state_heads for g in self.groups if g.attention in RECURRENT), default=1)
+
+    def _mla_width(self, layers: int) -> float:
+        return float((self.kv_lora_rank + self.rope_head_dim) * layers * KV_DTYPE_BYTES[self.kv_dtype])
+
+    def _kv_width(self, kinds: tuple[str, ...]) -> float:
+        width = KV_DTYPE_BYTES[self.kv_dtype]
+        return float(sum(g.kv_width(width) for g in self.groups if g.attention in kinds))
 
     @property
     def kv_bytes_per_token(self) -> float:
-        """KV-cache bytes per token of context κ of the full-attention layers (SPEC.md section 3).
+        """KV-cache bytes per token of context κ: the part that grows with the context, of the
+        full-attention layers (SPEC.md section 3).
 
-        gqa: 2 x layers x kv_heads x head_dim x kv bytes (Llama-3.1-70B fp16: 327,680 B);
-        mla: (kv_lora_rank + rope_head_dim) x layers x kv bytes (DeepSeek-V3: 70,272 B).
-        Sliding-window layers are not counted here (see `kv_window_bytes_per_token`).
+        gqa: 2 x layers x kv_heads x head_dim x kv bytes (Llama-3.1-70B fp16: 327,680 B), one
+        tensor instead of two where keys double as values; mla: (kv_lora_rank + rope_head_dim) x
+        layers x kv bytes (DeepSeek-V3: 70,272 B). Sliding, chunked, linear and Mamba layers are
+        not counted here (`kv_window_bytes_per_token`, `fixed_state_bytes`).
         """
-        return self._kv_width(self.layers - self.sliding_layers)
+        if self.attention == "mla":
+            return self._mla_width(self.layers)
+        return self._kv_width(GROWING)
 
     @property
     def kv_window_bytes_per_token(self) -> float:
-        """KV bytes per token of the sliding-window layers, held for at most the window."""
-        return self._kv_width(self.sliding_layers) if self.sliding_layers else 0.0
+        """KV bytes per token of the sliding-window and chunked layers, held for at most the window."""
+        return self._kv_width(WINDOWED) if self.attention != "mla" else 0.0
 
-    def _pair_flops(self, layers: int, absorbed: bool) -> float:
-        if self.attention_heads is None:
+    @property
+    def kv_window_tokens(self) -> int:
+        """The window (chunk) of the sliding (chunked) layers [tokens]; 0 without such layers."""
+        return next((g.window for g in self.groups if g.attention in WINDOWED), 0)
+
+    @property
+    def fixed_state_bytes(self) -> float:
+        """Fixed state of one sequence in the linear-attention and Mamba layers [B]: it does not
+        grow with the context (recurrent state and convolution window, `LayerGroup.state_bytes`)."""
+        return float(sum(g.count * g.state_bytes for g in self.groups if g.attention in RECURRENT))
+
+    @property
+    def state_bytes_per_sequence(self) -> float:
+        """What one session holds whatever its length [B]: the fixed recurrent state plus the
+        sliding and chunked layers' KV at their cap (the window)."""
+        return self.fixed_state_bytes + self.kv_window_bytes_per_token * self.kv_window_tokens
+
+    def _pair_flops(self, kinds: tuple[str, ...], absorbed: bool) -> float:
+        if self.attention_heads is None and self.layer_groups is None:
             return 0.0
         if self.attention == "mla":
+            if kinds != GROWING:
+                return 0.0
             if absorbed:  # decode attends in the latent space: scores over d_c + d_rope, values d_c
-                return float(2 * self.attention_heads * (2 * self.kv_lora_rank + self.rope_head_dim) * layers)
+                return float(2 * self.attention_heads * (2 * self.kv_lora_rank + self.rope_head_dim) * self.layers)
             return float(2 * self.attention_heads * (self.qk_nope_head_dim + self.rope_head_dim + self.v_head_dim)
-                         * layers)
-        return float(4 * self.attention_heads * self.head_dim * layers)
+                         * self.layers)
+        return float(sum(g.pair_flops(self.attention_heads) for g in self.groups if g.attention in kinds))
 
     @property
     def attention_pair_flops(self) -> float:
         """Attention FLOPs per (query, key) pair summed over the full-attention layers, as prefill
         computes them: QK^T and PV, 2 x heads x head_dim each (GQA); MLA expanded per head,
-        2 x heads x (qk_nope + rope + v) (DeepSeek-V3 report, section 2.1.1). 0 without heads."""
-        return self._pair_flops(self.layers - self.sliding_layers, absorbed=False)
+        2 x heads x (qk_nope + rope + v) (DeepSeek-V3 report, section 2.1.1). 0 without heads.
+        Linear and Mamba layers attend to no pairs (their per-token state update, about
+        4 x value heads x key dim x value dim FLOPs, under 2 % of a token's matmuls, is not counted)."""
+        return self._pair_flops(GROWING, absorbed=False)
 
     @property
     def attention_window_pair_flops(self) -> float:
-        """The same per pair for the sliding-window layers (which see at most the window)."""
-        return self._pair_flops(self.sliding_layers, absorbed=False)
+        """The same per pair for the sliding-window and chunked layers (which see at most the
+        window; a chunked query sees on average half its chunk, so this is an upper bound there)."""
+        return self._pair_flops(WINDOWED, absorbed=False)
 
     @property
     def decode_pair_flops(self) -> float:
         """Attention FLOPs per (query, key) pair over the full layers in decode: as prefill for GQA;
         MLA with the up-projections absorbed, 2 x heads x (2 d_c + d_rope) (how vLLM, SGLang and
         TensorRT-LLM run MLA decode)."""
-        return self._pair_flops(self.layers - self.sliding_layers, absorbed=True)
+        return self._pair_flops(GROWING, absorbed=True)
 
     def kv_bytes(self, tokens: float) -> float:
-        """KV bytes of one sequence of ``tokens``: κ x T + κ_window x min(T, window)."""
-        window = min(tokens, self.sliding_window or 0)
+        """KV bytes of one sequence of ``tokens``: κ x T + κ_window x min(T, window) (without the
+        fixed recurrent state; `session_bytes` adds it)."""
+        window = min(tokens, self.kv_window_tokens)
         return self.kv_bytes_per_token * tokens + self.kv_window_bytes_per_token * window
+
+    def session_bytes(self, tokens: float) -> float:
+        """Everything one session of ``tokens`` holds [B]: growing KV, windows and fixed state."""
+        return self.kv_bytes(tokens) + self.fixed_state_bytes
 
     @property
     def expert_dtype(self) -> str:
@@ -241,13 +358,34 @@ class Model(Definition):
         return self.expert_weight_dtype or self.weight_dtype
 
     @property
+    def nonmoe_weight_bytes(self) -> float:
+        """Bytes per weight of the non-expert part read each step: the quantised share at
+        ``weight_dtype`` with its scales, ``unquantised_params_b`` at 16 bits."""
+        quantised = weight_bytes(self.weight_dtype, self.weight_scale_bits)
+        if not self.unquantised_params_b:
+            return quantised
+        kept = self.unquantised_params_b
+        return ((self.nonmoe_params_b - kept) * quantised + kept * UNQUANTISED_WEIGHT_BYTES) / self.nonmoe_params_b
+
+    @property
+    def expert_weight_bytes(self) -> float:
+        """Bytes per weight of the routed experts, with their scales."""
+        return weight_bytes(self.expert_dtype, self.weight_scale_bits)
+
+    @property
     def weight_memory_gb(self) -> float:
         """M_model [GB] (seed eq. 5): P_total x d for one dtype; with mixed precision the
-        non-expert params at ``weight_dtype`` plus E x expert params at ``expert_dtype``."""
+        non-expert params at ``weight_dtype`` plus E x expert params at ``expert_dtype``; group
+        scales (``weight_scale_bits``) on quantised weights, and the input table and
+        ``unquantised_params_b`` at 16 bits."""
+        table = self.input_embedding_params_b * UNQUANTISED_WEIGHT_BYTES
         if not self.is_moe:
-            return self.params_total_b * WEIGHT_DTYPE_BYTES[self.weight_dtype]
-        return (self.nonmoe_params_b * WEIGHT_DTYPE_BYTES[self.weight_dtype]
-                + self.experts * self.expert_params_b * WEIGHT_DTYPE_BYTES[self.expert_dtype])
+            quantised = weight_bytes(self.weight_dtype, self.weight_scale_bits)
+            kept = self.unquantised_params_b
+            stored = self.params_total_b - self.input_embedding_params_b - kept
+            return stored * quantised + kept * UNQUANTISED_WEIGHT_BYTES + table
+        return (self.nonmoe_params_b * self.nonmoe_weight_bytes
+                + self.experts * self.expert_params_b * self.expert_weight_bytes) + table
 
     @property
     def compute_dtype(self) -> str:
@@ -266,19 +404,21 @@ class Model(Definition):
             experts=float(self.experts or 0),
             experts_per_token=float(self.experts_per_token or 0),
             weights_gb=self.weight_memory_gb,
-            nonmoe_weight_bytes=WEIGHT_DTYPE_BYTES[self.weight_dtype],
-            expert_weight_bytes=WEIGHT_DTYPE_BYTES[self.expert_dtype],
+            nonmoe_weight_bytes=self.nonmoe_weight_bytes,
+            expert_weight_bytes=self.expert_weight_bytes,
             compute_bits=float(COMPUTE_BITS[self.compute_dtype]),
             kv_bytes_per_token=self.kv_bytes_per_token,
             kv_window_bytes_per_token=self.kv_window_bytes_per_token,
-            kv_window_tokens=float(self.sliding_window or 0),
+            kv_window_tokens=float(self.kv_window_tokens),
+            fixed_state_bytes=self.fixed_state_bytes,
+            state_heads=float(self.state_heads),
             kv_heads=float(self.kv_heads_sharded),
             layers=float(self.layers),
             hidden_size=math.nan if self.hidden_size is None else float(self.hidden_size),
             attention_pair_flops=self.attention_pair_flops,
             attention_window_pair_flops=self.attention_window_pair_flops,
             decode_pair_flops=self.decode_pair_flops,
-            decode_window_pair_flops=self._pair_flops(self.sliding_layers, absorbed=True),
+            decode_window_pair_flops=self._pair_flops(WINDOWED, absorbed=True),
         )
 
     @classmethod
@@ -311,7 +451,9 @@ class ModelParams:
     precision (16/8/4), ``kv_bytes_per_token`` κ of the full-attention layers and
     ``kv_window_bytes_per_token`` that of the sliding layers, held for at most
     ``kv_window_tokens`` [B, tokens], ``kv_heads`` n_kv (1 for MLA), and the attention FLOPs per
-    (query, key) pair of the full and sliding layers in prefill and decode (`Model.attention_pair_flops`).
+    (query, key) pair of the full and sliding layers in prefill and decode (`Model.attention_pair_flops`),
+    ``fixed_state_bytes`` the recurrent state of one sequence [B] and ``state_heads`` the heads it
+    splits over under TP.
     Dense models have ``experts = experts_per_token = expert_params_b = 0`` and
     ``nonmoe_params_b = params_active_b``.
     """
@@ -336,3 +478,5 @@ class ModelParams:
     attention_window_pair_flops: jax.Array | float = 0.0
     decode_pair_flops: jax.Array | float = 0.0
     decode_window_pair_flops: jax.Array | float = 0.0
+    fixed_state_bytes: jax.Array | float = 0.0
+    state_heads: jax.Array | float = 1.0

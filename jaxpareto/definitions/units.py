@@ -25,3 +25,12 @@ KV_DTYPE_BYTES: dict[str, float] = {"fp16": 2.0, "bf16": 2.0, "fp8": 1.0}
 # Compute precision of each weight dtype, as the number of bits of the tensor-core format
 # the seed assumes (section 5.1): int4 weight-only runs on 16-bit tensor cores.
 COMPUTE_BITS: dict[str, int] = {"fp16": 16, "bf16": 16, "fp8": 8, "fp4": 4, "int4": 16}
+# What a quantised checkpoint keeps in 16 bits (input table, head, norms, skipped modules).
+UNQUANTISED_WEIGHT_BYTES = 2.0
+
+
+def weight_bytes(dtype: str, scale_bits: float = 0.0) -> float:
+    """Bytes per stored weight of ``dtype``, with ``scale_bits`` of group scales and zero points
+    per weight when the format is quantised (not for fp16/bf16)."""
+    quantised = WEIGHT_DTYPE_BYTES[dtype] < UNQUANTISED_WEIGHT_BYTES
+    return WEIGHT_DTYPE_BYTES[dtype] + (scale_bits / 8.0 if quantised and scale_bits else 0.0)

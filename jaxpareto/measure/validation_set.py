@@ -335,6 +335,10 @@ def unsupported_reason(row) -> str:
     return "; ".join(reasons)
 
 
+#: Bits of scales per weight of NVFP4, the 4-bit float format of every measured FP4 run.
+NVFP4_SCALE_BITS = 8 / 16
+
+
 def row_model(row) -> Model:
     """The `Model` a row describes: its catalog (or `EXTRA_MODELS`) entry with the row's
     ``weight_dtype``, ``expert_weight_dtype`` (MoE only; blank keeps the entry's) and ``kv_dtype``."""
@@ -345,6 +349,11 @@ def row_model(row) -> Model:
         fields["expert_weight_dtype"] = row["expert_weight_dtype"]
     elif base.expert_weight_dtype is None:
         fields["expert_weight_dtype"] = None
+    dtypes = {fields["weight_dtype"], fields["expert_weight_dtype"] or fields["weight_dtype"]}
+    if dtypes != {base.weight_dtype, base.expert_dtype}:
+        # another checkpoint than the entry's: its scales are those of the measured runs' format
+        # (NVFP4: an FP8 scale per 16 weights; FP8 per tensor or per 128 x 128 block: ~0)
+        fields["weight_scale_bits"] = NVFP4_SCALE_BITS if "fp4" in dtypes else 0.0
     return Model(**fields)
 
 

@@ -28,7 +28,8 @@ class DecodeCoefficients(NamedTuple):
         expert_ms: one routed expert on one GPU's share, P_expert x d / (G x BW) [ms].
         experts: E (0 for dense).
         experts_per_token: K (0 for dense).
-        kv_ms: one session's KV reads L x κ / (min(G, n_kv) x BW) [ms].
+        kv_ms: one session's KV reads L x κ / (min(G, n_kv) x BW) [ms], plus its fixed recurrent
+            state (linear and Mamba layers) read once per step.
         compute_ms: one session's matmuls 2 x P_active / (G x F) [ms] (plus its attention under the
             measured profile).
         elementwise_overhead: multiplier on memory time (1.10).
@@ -124,7 +125,8 @@ def decode_coefficients(
         expert_ms=model.expert_params_b * model.expert_weight_bytes / (tp * bw) * MS_PER_S,
         experts=model.experts,
         experts_per_token=model.experts_per_token,
-        kv_ms=kv_bytes(model, context_tokens) / BYTES_PER_GB / (jnp.minimum(tp, model.kv_heads) * bw) * MS_PER_S,
+        kv_ms=kv_bytes(model, context_tokens) / BYTES_PER_GB / (jnp.minimum(tp, model.kv_heads) * bw) * MS_PER_S
+        + model.fixed_state_bytes / BYTES_PER_GB / (jnp.minimum(tp, model.state_heads) * bw) * MS_PER_S,
         compute_ms=matmul_ms,
         elementwise_overhead=elementwise_overhead,
         eta_decode=eta_decode,

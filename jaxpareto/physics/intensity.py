@@ -48,9 +48,9 @@ def operational_intensity(
     prefill_experts = experts_touched(prefill_tokens, model.experts, model.experts_per_token)
     prefill_weights = (model.nonmoe_params_b * model.nonmoe_weight_bytes
                        + prefill_experts * model.expert_params_b * model.expert_weight_bytes) * BYTES_PER_GB
-    prefill_bytes = prefill_weights + kv_bytes(model, prefill_tokens)
+    prefill_bytes = prefill_weights + kv_bytes(model, prefill_tokens) + model.fixed_state_bytes
     step_weights = step.t_weight_ms / MS_PER_S * tp * hw.bandwidth_gbs * BYTES_PER_GB  # all G GPUs' loads
-    decode_bytes = osl * (step_weights / jnp.maximum(batch, 1e-9) + kv_bytes(model, context_tokens))
+    decode_bytes = osl * (step_weights / jnp.maximum(batch, 1e-9) + kv_bytes(model, context_tokens) + model.fixed_state_bytes)
     return flops / (prefill_bytes + decode_bytes)
 
 

@@ -23,7 +23,8 @@ class MemoryBudget(NamedTuple):
         weights_gb: M_model = P_total x d [GB].
         available_gb: M_avail = G x M_gpu - M_model [GB] (may be <= 0); with an engine, what it
             leaves for KV (`jaxpareto.definitions.engine`).
-        kv_per_session_gb: L̄ x κ x r_kv / 1e9 [GB].
+        kv_per_session_gb: (KV(L̄) x r_kv + fixed state x r_state) / 1e9 [GB]; the seed's
+            L̄ x κ x r_kv / 1e9 for a model without windows or recurrent layers.
         concurrency_max: floor(M_avail / kv_per_session_gb), >= 0 [sessions].
         concurrency_eff: min(C, concurrency_max) [sessions].
         feasible: M_avail > 0 and concurrency_eff >= 1.
@@ -40,6 +41,18 @@ class MemoryBudget(NamedTuple):
 def kv_replication(tp: jax.Array, kv_heads: jax.Array) -> jax.Array:
     """r_kv = G / min(G, n_kv): copies of each KV head once TP exceeds the KV heads."""
     return tp / jnp.minimum(tp, kv_heads)
+
+
+def state_replication(tp: jax.Array, state_heads: jax.Array) -> jax.Array:
+    """Copies of the fixed recurrent state once TP exceeds the heads it splits over."""
+    return tp / jnp.minimum(tp, state_heads)
+
+
+def session_gb(model: ModelParams, tokens: jax.Array, tp: jax.Array) -> jax.Array:
+    """Memory one session of ``tokens`` takes over the TP group [GB]: its KV with the KV heads'
+    replication r_kv plus the fixed recurrent state of linear and Mamba layers with its own."""
+    return (kv_bytes(model, tokens) * kv_replication(tp, model.kv_heads)
+            + model.fixed_state_bytes * state_replication(tp, model.state_heads)) / BYTES_PER_GB
 
 
 def kv_bytes(model: ModelParams, tokens: jax.Array) -> jax.Array:
@@ -76,7 +89,7 @@ def memory_budget(
         u, reserve = engine.gpu_memory_utilization, tp * engine.activation_reserve_gb
         available_gb = jnp.where(engine.after_weights > 0, u * (available_gb - reserve),
                                  u * tp * hw.memory_gb - weights_gb - reserve)
-    kv_per_session_gb = kv_bytes(model, kv_context_tokens) * kv_replication(tp, model.kv_heads) / BYTES_PER_GB
+    kv_per_session_gb = session_gb(model, kv_context_tokens, tp)
     sessions = jnp.floor(jnp.maximum(available_gb, 0.0) / kv_per_session_gb)
     concurrency_max = jnp.minimum(sessions, _INT32_MAX)
     concurrency_eff = jnp.minimum(concurrency, concurrency_max)

@@ -24,7 +24,7 @@ from jaxpareto.physics.decode import (DecodeCoefficients, DecodeStep, decode_coe
 from jaxpareto.physics.engine import shared_turn, step_ms, synchronised_turn
 from jaxpareto.definitions.hardware import effective_tflops
 from jaxpareto.physics.intensity import operational_intensity
-from jaxpareto.physics.memory import kv_bytes, kv_replication, memory_budget
+from jaxpareto.physics.memory import memory_budget, session_gb
 from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.physics.prefill import PrefillWork, prefill_tokens, prefill_work, ttft_ms
 from jaxpareto.definitions.axes import GridPoint
@@ -304,7 +304,7 @@ def evaluate_point(
     ttft_fixed_ms = efficiency.ttft_overhead_ms + allreduce.fixed_ms
     think_ms = think_time_s * MS_PER_S
     # host tier: per GPU, each rank loads its share of the context's KV over its own link
-    load_gb = kv_bytes(model, context_tokens) * kv_replication(tp, model.kv_heads) / BYTES_PER_GB / tp
+    load_gb = session_gb(model, context_tokens, tp) / tp
     link = workload.tier_bandwidth_gbs
     tier_load_ms = jnp.where(link > 0, load_gb / jnp.where(link > 0, link, 1.0) * MS_PER_S, jnp.inf)
 
