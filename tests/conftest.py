@@ -1,3 +1,5 @@
+import os
+
 import jax
 import pytest
 from hypothesis import settings
@@ -5,7 +7,9 @@ from hypothesis import settings
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 # JIT compilation makes a first example slow; determinism matters more than a deadline.
-settings.register_profile("jaxpareto", deadline=None, derandomize=True, max_examples=40)
+# JAXPARETO_EXAMPLES=1000 runs more examples when probing.
+settings.register_profile("jaxpareto", deadline=None, derandomize=True,
+                          max_examples=int(os.environ.get("JAXPARETO_EXAMPLES", 40)))
 settings.load_profile("jaxpareto")
 
 

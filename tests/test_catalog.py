@@ -51,6 +51,11 @@ def test_catalog_agrees_with_hf_config(name):
     assert entry.kv_bytes_per_token == from_config.kv_bytes_per_token
     assert entry.kv_bytes(100_000) == from_config.kv_bytes(100_000)
     assert entry.attention == from_config.attention
+    if name.startswith("qwen3"):  # served with the YaRN scaling the model card gives for 128K
+        yarn = {"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}
+        import json
+        config = json.loads((FIXTURES / f"{name}.json").read_text())
+        from_config = jp.Model.from_hf_config({**config, **yarn})
     assert entry.max_context_tokens == from_config.max_context_tokens
     assert (entry.weight_dtype, entry.expert_dtype) == (from_config.weight_dtype, from_config.expert_dtype)
 

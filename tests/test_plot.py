@@ -336,3 +336,11 @@ def test_reduced_store_of_other_objectives_skips_every_plot(tmp_path, capsys):
 def test_png_pixels_are_size_times_dpi_rounded(grid, tmp_path, size, dpi, pixels):
     fig = jp.plot_frontier(grid, GPU, MODEL, think_times=[0.0], annotate=False, size=size, dpi=dpi)
     assert save(fig, tmp_path / "f.png") == pixels
+
+
+def test_a_pair_with_no_feasible_point_is_skipped_with_its_reason(tmp_path):
+    ds = jp.sweep(gpu="h100-sxm", model=["llama-3.1-8b", "deepseek-v3"], tp=[1, 2], concurrency=[1, 8],
+                  context_tokens=[8192, 32768], think_time_s=2.0, hit_rate=[0.0, 0.9])
+    written, skipped = jp.save_plots(ds, tmp_path)
+    assert not any("deepseek" in p.name for p in written) and any("llama-3.1-8b" in p.name for p in written)
+    assert "h100-sxm_deepseek-v3: no feasible point (weights exceed memory)" in skipped

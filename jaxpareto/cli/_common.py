@@ -4,13 +4,15 @@ frontier printer, the --out check, the table format, and the error for a renamed
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
 import xarray as xr
 
-from jaxpareto.dataset.pareto import frontier_table, pareto_front
+from jaxpareto.dataset.costs import COST_VARIABLES, add_costs
+from jaxpareto.dataset.pareto import TABLE_METRICS, frontier_table, pareto_front
 from jaxpareto.dataset.selection import headline_cell
 from jaxpareto.dataset.store import check_new_output
 from jaxpareto.definitions.errors import JaxparetoError
@@ -35,6 +37,94 @@ def check_file_out(path: str | Path, option: str, overwrite: bool) -> Path:
         raise JaxparetoError(option, f"{path} already exists; pass --overwrite to replace it"
                              if path.is_file() else f"{path} exists and is not a file; refusing to replace it")
     return path
+
+
+SLO_FORMS = ("NAME<=LIMIT", "NAME>=LIMIT", "NAME=LIMIT (an upper limit, as NAME<=LIMIT)")
+
+
+def parse_slos(items: Sequence[str] | None, *, upper_only: bool = False) -> dict[str, tuple[str, float]]:
+    """``--slo`` values, one syntax for every command: ``ttft_ms<=2000``, ``output_tokens_per_s_per_user>=20``,
+    or ``ttft_ms=2000`` (an upper limit). Returns name -> (operator, limit).
+
+    Raises:
+        JaxparetoError: ``--slo`` with a malformed item, a limit that is not a finite number, or
+            (``upper_only``) a lower limit.
+    """
+    slos = {}
+    for item in items or []:
+        for op in ("<=", ">=", "="):
+            name, sep, limit = str(item).partition(op)
+            if sep:
+                break
+        try:
+            value = float(limit) if sep and name.strip() else None
+        except ValueError:
+            value = None
+        if value is None or not math.isfinite(value):
+            raise JaxparetoError("--slo", f"expected a name and a number, got {item!r}", SLO_FORMS)
+        if upper_only and op == ">=":
+            raise JaxparetoError("--slo", f"{item!r}: these SLOs are upper limits (NAME<=LIMIT)")
+        slos[name.strip()] = ("<=" if op == "=" else op, value)
+    return slos
+
+
+def write_csv(table, path: str | None, overwrite: bool, what: str) -> None:
+    """Write a printed table to ``--csv`` as well (checked like every output file)."""
+    if path:
+        out = check_file_out(path, "--csv", overwrite)
+        table.to_csv(out, index=False)
+        print(f"wrote {len(table):,} {what} to {out}")
+
+
+def add_csv_option(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--csv", help=f"also write {what} to this CSV file")
+
+
+def add_scenario_options(p: argparse.ArgumentParser, *, required: bool) -> None:
+    """One scenario as flags (``size``, ``optimize`` without a spec); defaults shown in --help."""
+    from jaxpareto.definitions.axes import AXIS_BY_NAME, TP_CHOICES
+    from jaxpareto.definitions.settings import Workload
+
+    p.add_argument("--gpu", required=required, help="catalog GPU name")
+    p.add_argument("--model", required=required, help="catalog model name")
+    p.add_argument("--think-time-s", type=float, default=2.0, help="pause between turns Z [s] (default 2.0)")
+    p.add_argument("--context-tokens", type=int, default=32768, help="context of the turn L (default 32768)")
+    p.add_argument("--hit-rate", type=float, default=0.9, help="prefix-cache hit rate h (default 0.9)")
+    p.add_argument("--osl", type=float, default=Workload.osl, help=f"output tokens per turn (default {Workload.osl:g})")
+    p.add_argument("--delta-tokens", type=float, default=Workload.delta_tokens,
+                   help=f"tokens prefilled on a cache hit (default {Workload.delta_tokens:g})")
+    p.add_argument("--slo", action="append", metavar="NAME<=LIMIT",
+                   help="an SLO, e.g. ttft_ms<=2000, output_tokens_per_s_per_user>=20 (repeatable; NAME=LIMIT "
+                        "is an upper limit)")
+    p.add_argument("--tp", default=",".join(map(str, TP_CHOICES)),
+                   help=f"TP choices (default {','.join(map(str, TP_CHOICES))})")
+    p.add_argument("--max-concurrency", type=int, default=4096, help="most sessions per replica searched (default 4096)")
+    p.add_argument("--engine", default=AXIS_BY_NAME["engine"].default,
+                   help="serving engine: seed (default: the seed's memory and factors), vllm, sglang or trtllm")
+    add_calibration_option(p)
+
+
+def scenario_kwargs(args: argparse.Namespace) -> dict:
+    """The keywords of `jaxpareto.optimize` / `size_deployment` from `add_scenario_options`' flags."""
+    try:
+        tp = tuple(int(t) for t in args.tp.split(","))
+    except ValueError:
+        raise JaxparetoError("--tp", f"expected comma-separated integers, got {args.tp!r}") from None
+    kwargs = dict(gpu=args.gpu, model=args.model, think_time_s=args.think_time_s, context_tokens=args.context_tokens,
+                  hit_rate=args.hit_rate, constraints=parse_slos(args.slo), tp=tp,
+                  concurrency=(1, args.max_concurrency), osl=args.osl, delta_tokens=args.delta_tokens,
+                  engine=args.engine)
+    if args.calibration:
+        kwargs["calibration"] = args.calibration
+    return kwargs
+
+
+def describe_scenario(args: argparse.Namespace) -> str:
+    """The scenario's settings as one line, defaults included (what an answer assumed)."""
+    slos = ", ".join(f"{n} {op} {v:g}" for n, (op, v) in parse_slos(args.slo).items()) or "none (memory only)"
+    return (f"scenario: think time {args.think_time_s:g} s, context {args.context_tokens:,} tokens, hit rate "
+            f"{args.hit_rate:g}, OSL {args.osl:g}, {args.delta_tokens:,.0f} tokens prefilled on a hit, engine "
+            f"{args.engine}{f', calibration {args.calibration}' if args.calibration else ''}; SLOs: {slos}")
 
 
 class Report:
@@ -62,10 +152,15 @@ class Report:
         """The headline cell (`jaxpareto.dataset.selection.headline_cell`) outside the front's dims."""
         return headline_cell(coords, headline, self.dims, self.axes, source)
 
-    def print_frontier(self, ds: xr.Dataset, selection: dict) -> None:
+    def print_frontier(self, ds: xr.Dataset, selection: dict, prices: Mapping | None = None) -> None:
+        """The headline cell's frontier; with ``prices`` (a spec's [prices]) its costs too."""
         cell = ds.sel(selection)
+        if prices:
+            cell = add_costs(cell, **prices)
+        costs = [name for name in COST_VARIABLES if name in cell.data_vars]
         front = pareto_front(cell, x=self.x, y=self.y, dims=self.dims, maximize=self.maximize)
-        table = frontier_table(cell, front, x=self.x, y=self.y, dims=self.dims, drop_ties=True)
+        table = frontier_table(cell, front, x=self.x, y=self.y, dims=self.dims, drop_ties=True,
+                               metrics=(*TABLE_METRICS, *costs))
         where = ", ".join(f"{k}={v}" for k, v in selection.items())
         senses = " and ".join(f"{'max' if m else 'min'} {n}" for n, m in zip((self.x, self.y), self.maximize))
         print(f"\nPareto frontier ({senses}) over {', '.join(self.dims)} at {where}:")

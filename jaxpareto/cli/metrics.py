@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
+from jaxpareto.cli._common import parse_slos
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.measure.metrics import PERCENTILE_METHODS, SLO_NAMES, check_summary_path, metrics, write_summary
 from jaxpareto.measure.records import FORMATS
-from jaxpareto.measure.values import finite_number
 
 
 def summary_table(ds: xr.Dataset) -> str:
@@ -29,12 +29,11 @@ def summary_table(ds: xr.Dataset) -> str:
 
 
 def _parse_slo(items: Sequence[str] | None) -> dict[str, float]:
-    limits = {}
-    for item in items or []:
-        name, sep, limit = item.partition("<=") if "<=" in item else item.partition("=")
-        if not sep or finite_number(limit) is None:
-            raise JaxparetoError("--slo", f"expected NAME=LIMIT_MS such as ttft_ms=2000, got {item!r}", SLO_NAMES)
-        limits[name.strip()] = float(limit)
+    """``--slo`` upper limits in ms (``ttft_ms<=2000`` or ``ttft_ms=2000``), checked by name."""
+    limits = {name: value for name, (_, value) in parse_slos(items, upper_only=True).items()}
+    for name in limits:
+        if name not in SLO_NAMES:
+            raise JaxparetoError("--slo", f"unknown SLO {name!r}", SLO_NAMES)
     return limits
 
 
@@ -66,7 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--percentiles", default="50,90,95,99", help="comma-separated percentiles (default 50,90,95,99)")
     p.add_argument("--percentile-method", choices=PERCENTILE_METHODS, default="linear",
                    help="linear (numpy's default, seed 002 appendix A) or nearest_rank")
-    p.add_argument("--slo", action="append", metavar="NAME=LIMIT_MS",
+    p.add_argument("--slo", action="append", metavar="NAME<=LIMIT_MS",
                    help=f"goodput SLO in ms, one of {', '.join(SLO_NAMES)} (repeatable)")
     p.add_argument("--benchmark", type=int, help="GuideLLM report: index of the benchmark to summarise")
     p.add_argument("--out", help="also write the summary: .json, .nc (netCDF3) or .zarr")

@@ -1,22 +1,103 @@
-"""``jaxpareto optimize SPEC``: the best TP and concurrency per scenario under the spec's
-``[optimize]`` SLOs, as a table."""
+"""``jaxpareto optimize``: the best TP and concurrency under SLOs, for every scenario of a spec
+(``jaxpareto optimize SPEC``, its ``[optimize]`` table) or for one scenario given as flags
+(``jaxpareto optimize --gpu h100-sxm --model llama-3.1-70b --slo ttft_ms<=2000``)."""
 
 from __future__ import annotations
 
 import argparse
+import textwrap
 import time
 
+import numpy as np
 import pandas as pd
 
-from jaxpareto.cli._common import FLOAT_FORMAT, add_calibration_option, add_output_options, add_solver_option, \
-    SearchMethod, new_output
-from jaxpareto.definitions.options import SEARCH_METHODS
+from jaxpareto.cli._common import (FLOAT_FORMAT, SearchMethod, add_csv_option, add_output_options,
+                                   add_scenario_options, add_solver_option, check_file_out, describe_scenario,
+                                   new_output, scenario_kwargs, write_csv)
 from jaxpareto.dataset.store import to_zarr
+from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.definitions.options import SEARCH_METHODS
 from jaxpareto.definitions.spec import load_spec
+from jaxpareto.search.constraints import NUMERIC_OUTPUTS
 from jaxpareto.search.optimize import optimize
+
+#: Short column names of the printed table (the CSV keeps the dataset's names).
+SHORT = {"think_time_s": "Z_s", "context_tokens": "L", "hit_rate": "h", "tp": "TP", "concurrency": "C",
+         "output_tokens_per_s_per_user": "tok/s/user", "output_tokens_per_s_per_gpu": "tok/s/GPU"}
+SHOWN = ("ttft_ms", "output_tokens_per_s_per_user")  # TPOT = 1000 / tok/s/user; in the CSV
+
+
+def _short(binding: str) -> str:
+    """A binding constraint with the outputs' short names."""
+    for name in ("output_tokens_per_s_per_user", "output_tokens_per_s_per_gpu"):
+        binding = binding.replace(name, SHORT[name])
+    return binding
+
+
+def _wrapped(text: str) -> str:
+    return textwrap.fill(text, width=100, subsequent_indent="  ")
+
+
+def _print_table(ds, csv: str | None, overwrite: bool) -> None:
+    """One row per scenario, at most about 100 characters wide: constant axes go to a header
+    line, long names are abbreviated (legend printed), and infeasible scenarios' reasons are
+    listed below the table. ``--csv`` gets every column under its full name."""
+    full = ds[["feasible", "tp", "concurrency", "value", *[c for c in SHOWN if c in ds], "binding", "reason"]] \
+        .to_dataframe().reset_index()
+    dims = [d for d in ds.feasible.dims]
+    constant = {d: full[d].iloc[0] for d in dims if full[d].nunique() == 1}
+    if constant:
+        print(_wrapped("every scenario: " + ", ".join(f"{d} {v}" for d, v in constant.items())))
+    table = full.drop(columns=[*constant, "feasible", "reason"])
+    table["binding"] = table["binding"].map(_short)
+    metrics = [c for c in SHOWN if c in table and c != ds.attrs["objective"]]
+    table = table[[*[d for d in dims if d not in constant], "tp", "concurrency", "value", *metrics, "binding"]]
+    table = table.rename(columns=SHORT)
+    legend = [f"{s} = {n}" for n, s in SHORT.items() if s in table.columns and n not in ("tp",)]
+    print(_wrapped(f"value = {ds.attrs['objective']}; " + ", ".join(legend)))
+    with pd.option_context("display.width", 100, "display.max_rows", 1000, "display.max_colwidth", 30,
+                           "display.float_format", FLOAT_FORMAT):
+        print(table.to_string(index=False, na_rep="-"))
+    infeasible = full[~full["feasible"].astype(bool)]
+    for _, row in infeasible.iterrows():
+        where = ", ".join(f"{d} {row[d]}" for d in dims if d not in constant)
+        print(_wrapped(f"infeasible: {where}: {row['reason']}"))
+    write_csv(full, csv, overwrite, "scenarios")
+
+
+def _one_scenario(args: argparse.Namespace) -> int:
+    kwargs = scenario_kwargs(args)
+    for option in ("method", "solver"):
+        if getattr(args, option):
+            kwargs[option] = getattr(args, option)
+    result = optimize(objective=args.objective, **kwargs)
+    print(_wrapped(describe_scenario(args)))
+    if not result.feasible:
+        print(f"{args.model} on {args.gpu}: nothing meets the SLOs ({result.reason})")
+        return 1
+    metrics = {k: v for k, v in result.metrics.items() if k in SHOWN}
+    print(_wrapped(f"{args.model} on {args.gpu}: TP {result.tp}, concurrency {result.concurrency}: "
+                   f"{result.objective} {result.value:,.4g}; " + ", ".join(f"{k} {v:,.4g}" for k, v in metrics.items())))
+    print(f"binding: {', '.join(result.binding) or 'none'} ({result.method} search)")
+    row = pd.DataFrame([{"gpu": args.gpu, "model": args.model, "tp": result.tp, "concurrency": result.concurrency,
+                         result.objective: result.value, **result.metrics, "binding": "; ".join(result.binding)}])
+    write_csv(row, args.csv, args.overwrite, "scenario")
+    return 0
 
 
 def _cmd_optimize(args: argparse.Namespace) -> int:
+    flags = args.gpu is not None or args.model is not None
+    if flags == (args.spec is not None):
+        raise JaxparetoError("spec", "give a spec (jaxpareto optimize SPEC) or one scenario as --gpu and --model, "
+                                     "not both" if flags else "give a spec, or --gpu and --model")
+    if args.csv:
+        check_file_out(args.csv, "--csv", args.overwrite)
+    if flags:
+        if args.gpu is None or args.model is None:
+            raise JaxparetoError("--gpu/--model", "one scenario needs both")
+        if args.out:
+            raise JaxparetoError("--out", "writes a store of a spec's scenarios; for one scenario use --csv")
+        return _one_scenario(args)
     spec = load_spec(args.spec)
     kwargs = spec.optimize_kwargs()
     for option in ("method", "solver"):
@@ -34,26 +115,26 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
     print(f"spec: {args.spec}")
     if spec.description:
         print(f"  {spec.description}")
-    print(f"{ds.attrs['sense']} {ds.attrs['objective']} subject to {ds.attrs['constraints'] or 'memory only'}; "
-          f"TP in {ds.attrs['tp_choices']}, concurrency in {ds.attrs['concurrency_range']}")
-    print(f"{cells:,} scenarios in {elapsed:.2f} s ({ds.attrs['method']} search), {int(ds.feasible.sum()):,} feasible"
-          f"{f'; written to {out}' if out else ''}\n")
-    columns = ["feasible", "tp", "concurrency", "value", *[c for c in ("ttft_ms", "output_tokens_per_s_per_user")
-                                                           if c in ds], "binding", "reason"]
-    table = ds[columns].to_dataframe().reset_index()
-    with pd.option_context("display.width", 250, "display.max_rows", 500, "display.max_colwidth", 60,
-                           "display.float_format", FLOAT_FORMAT):
-        print(table.to_string(index=False))
+    print(_wrapped(f"{ds.attrs['sense']} {ds.attrs['objective']} subject to {ds.attrs['constraints'] or 'memory only'}"
+                   f"; TP in {ds.attrs['tp_choices']}, concurrency in {ds.attrs['concurrency_range']}"))
+    print(f"{cells:,} scenarios in {elapsed:.2f} s ({ds.attrs['method']} search), {int(np.sum(ds.feasible)):,} "
+          f"feasible{f'; written to {out}' if out else ''}\n")
+    _print_table(ds, args.csv, args.overwrite)
     return 0
 
 
 def register(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("optimize", help="best TP and concurrency per scenario under the spec's [optimize] SLOs")
-    p.add_argument("spec", help="spec TOML with [grid] scenarios and an [optimize] table")
-    add_output_options(p, "zarr store for the optimum per scenario")
+    p = subparsers.add_parser("optimize", help="best TP and concurrency under SLOs: every scenario of a spec, or one "
+                                               "given as flags")
+    p.add_argument("spec", nargs="?", help="spec TOML with [grid] scenarios and an [optimize] table (or give "
+                                           "--gpu and --model)")
+    add_scenario_options(p, required=False)
+    p.add_argument("--objective", default="output_tokens_per_s_per_gpu", choices=NUMERIC_OUTPUTS, metavar="OUTPUT",
+                   help="output to maximise, one scenario (default output_tokens_per_s_per_gpu)")
+    add_output_options(p, "zarr store for the optimum per scenario of a spec")
+    add_csv_option(p, "the table")
     p.add_argument("--method", action=SearchMethod, metavar="{" + ",".join(SEARCH_METHODS) + "}",
-                   help="search method (default: the spec's)")
+                   help="search method (default: the spec's, or auto)")
     add_solver_option(p)
-    add_calibration_option(p)
     p.set_defaults(func=_cmd_optimize)
     return p

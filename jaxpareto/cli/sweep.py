@@ -24,7 +24,7 @@ from jaxpareto.dataset.sweep import sweep
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.settings import DTYPES
 from jaxpareto.definitions.axes import AXES
-from jaxpareto.definitions.schema import OUTPUTS
+from jaxpareto.definitions.schema import FLAG_VARIABLES, OUTPUTS
 from jaxpareto.definitions.spec import load_spec
 
 
@@ -64,7 +64,7 @@ def _cmd_session(args: argparse.Namespace, spec) -> int:
         print(f"  {spec.description}")
     print(f"sessions: {points:,} configurations x turns ({' x '.join(f'{a} {ds.sizes[a]}' for a in axes)})"
           f"{f', written to {out}' if out else ''}")
-    print(f"wall time: {elapsed:.2f} s, {points / elapsed:,.0f} configs/s; KV demand {ds.attrs['kv_demand']}")
+    print(f"wall time: {elapsed:.2f} s, {_rate(points, elapsed)} configs/s; KV demand {ds.attrs['kv_demand']}")
     where = {k: v for k, v in selection.items() if k != "turn"}
     top = best_task_configuration(ds.sel(where))
     if top is not None:
@@ -130,11 +130,29 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if resumed:
         print(f"resumed {out}: {resumed:,} configurations were computed by an earlier run, "
               f"{points - resumed:,} by this one")
-    print(f"wall time: {elapsed:.2f} s (compilation included{where}), {(points - resumed) / elapsed:,.0f} "
+    print(f"wall time: {elapsed:.2f} s (compilation included{where}), {_rate(points - resumed, elapsed)} "
           f"configs/s, solver {plan.solver.name}, {plan.dtype}")
-    print(f"infeasible (KV memory): {infeasible:,}; unconverged: {unconverged:,}")
-    report.print_frontier(ds, selection)
+    print(f"infeasible: {infeasible:,}{_reasons(ds) if infeasible else ''}; unconverged: {unconverged:,}")
+    prices = spec.prices.model_dump(exclude_none=True) if spec.prices is not None else None
+    report.print_frontier(ds, selection, prices)
     return 0
+
+
+def _rate(points: int, elapsed: float) -> str:
+    """Configurations per second, with 3 significant digits below 100 (not "0 configs/s")."""
+    rate = points / max(elapsed, 1e-9)
+    return f"{rate:,.0f}" if rate >= 100 else f"{rate:.3g}"
+
+
+def _reasons(ds) -> str:
+    """`` (12 context beyond model maximum, 30 no session fits kv memory)``: the infeasible points
+    by reason, from the ``infeasible_reason`` flags."""
+    if "infeasible_reason" not in ds.data_vars:
+        return ""
+    codes, counts = np.unique(np.asarray(ds.infeasible_reason.values), return_counts=True)
+    labels = FLAG_VARIABLES["infeasible_reason"][1]
+    parts = [f"{labels[int(c)].replace('_', ' ')} {n:,}" for c, n in zip(codes, counts) if c > 0]
+    return f" ({', '.join(parts)})"
 
 
 def _reduced_sweep(args, plan, report: Report, selection: dict, out: Path | None, start: float) -> int:
@@ -149,7 +167,7 @@ def _reduced_sweep(args, plan, report: Report, selection: dict, out: Path | None
     print(f"spec: {args.spec or '(built-in default: seed code agent)'}")
     print(f"grid: {points:,} configurations reduced to the Pareto fronts of {cells:,} cells"
           f"{f', written to {out}' if out else ''}")
-    print(f"wall time: {elapsed:.2f} s, {points / elapsed:,.0f} configs/s")
+    print(f"wall time: {elapsed:.2f} s, {_rate(points, elapsed)} configs/s")
     cell = reduced.sel(selection)
     k = int(cell.front_size)
     print(f"\nPareto front at {', '.join(f'{a}={v}' for a, v in selection.items())}: {k} configurations")

@@ -14,6 +14,8 @@ from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.checks import check_number
 
 TOKENS_PER_PRICE_UNIT = 1e6  # prices are per million tokens
+#: The variables `add_costs` adds (those its prices and the sweep allow).
+COST_VARIABLES = ("api_cost_per_turn_usd", "gpu_cost_per_turn_usd", "api_cost_per_task_usd", "gpu_cost_per_task_usd")
 S_PER_HOUR = 3600.0
 
 

@@ -15,7 +15,7 @@ import pandas as pd
 import xarray as xr
 
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.definitions.schema import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y, DECODE_BOUND_LABELS
+from jaxpareto.definitions.schema import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y, FLAG_VARIABLES
 
 TABLE_METRICS = (
     "ttft_ms", "tpot_ms", "latency_ms", "batch_eff", "concurrency_eff", "turns_per_s", "kv_per_session_gb",
@@ -145,7 +145,8 @@ def frontier_table(
 
     Returns:
         DataFrame with one column per dimension, then x, y and the metrics; sorted by the
-        group dimensions and then by x. ``decode_bound`` is given as its label.
+        group dimensions and then by x. ``decode_bound`` and ``infeasible_reason`` are given as
+        their labels.
     """
     if front is None:
         front = pareto_front(ds, x=x, y=y, dims=dims)
@@ -155,8 +156,9 @@ def frontier_table(
     for name in (x, y, *metrics):
         if name in ds.data_vars and name not in table:
             values = np.asarray(ds[name].transpose(*front.dims).values)[hits]
-            if name == "decode_bound":
-                values = np.array([DECODE_BOUND_LABELS.get(int(v), str(v)) for v in values], dtype=object)
+            if name in FLAG_VARIABLES:
+                labels = FLAG_VARIABLES[name][1]
+                values = np.array([labels.get(int(v), str(v)) for v in values], dtype=object)
             table[name] = values
     df = pd.DataFrame(table)
     groups = [d for d in front.dims if d not in dims]

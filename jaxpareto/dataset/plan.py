@@ -174,8 +174,8 @@ def plan_sweep(
         options: `ModelOptions`: which equations (expert routing, prefill model, cache model,
             pause distribution); default the seed's.
         dtype: "float32" (default, fast) or "float64".
-        variables: outputs to compute and keep (default all; ``feasible`` and ``converged``
-            are always kept).
+        variables: outputs to compute and keep (default all; ``feasible``,
+            ``infeasible_reason`` and ``converged`` are always kept).
         chunk_points: points per compiled block (memory/compile-size trade-off).
         hardware, models: custom definitions that the name lists may refer to.
         attrs: extra JSON-serialisable dataset attributes (e.g. the spec that produced it).
@@ -323,7 +323,8 @@ def _check_used(options: ModelOptions, workload: Workload) -> None:
 
 
 def output_variables(variables) -> tuple[str, ...]:
-    """The outputs to compute, in schema order; ``feasible`` and ``converged`` always.
+    """The outputs to compute, in schema order; ``feasible``, ``infeasible_reason`` and
+    ``converged`` always.
 
     Raises:
         JaxparetoError: an unknown output, listing the known ones.
@@ -336,7 +337,7 @@ def output_variables(variables) -> tuple[str, ...]:
     for name in names:
         if name not in OUTPUTS:
             raise JaxparetoError("variables", f"unknown output {name!r}", list(OUTPUTS))
-    wanted = {*names, "feasible", "converged"}
+    wanted = {*names, "feasible", "infeasible_reason", "converged"}
     return tuple(name for name in OUTPUTS if name in wanted)
 
 

@@ -32,7 +32,7 @@ from zarr.codecs import BloscCodec
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.mapper import GridProblem, block_origins, block_region
 from jaxpareto.definitions.axes import AXES, AXIS_BY_NAME, coordinate_attrs
-from jaxpareto.definitions.schema import DECODE_BOUND_FLAGS, OUTPUTS
+from jaxpareto.definitions.schema import FLAG_VARIABLES, OUTPUTS
 from jaxpareto.dataset.plan import SweepPlan, as_plan
 from jaxpareto.dataset.sweep import with_ridge_points
 
@@ -71,7 +71,7 @@ def fingerprint(plan: SweepPlan, block: Sequence[int]) -> str:
 def _output_dtypes(plan: SweepPlan) -> dict[str, np.dtype]:
     floating = np.dtype(plan.dtype)
     ints = {"concurrency_max": np.int32, "concurrency_eff": np.int32, "iterations": np.int32,
-            "decode_bound": np.int8, "feasible": np.bool_, "converged": np.bool_}
+            "decode_bound": np.int8, "infeasible_reason": np.int8, "feasible": np.bool_, "converged": np.bool_}
     return {name: np.dtype(ints.get(name, floating)) for name in plan.variables}
 
 
@@ -99,9 +99,10 @@ def _write_template(path: Path, plan: SweepPlan, problem: GridProblem, key: str)
         group = zarr.open_group(path, mode="a", zarr_format=3)
         for name, dtype in _output_dtypes(plan).items():
             attrs = {"units": OUTPUTS[name].units, "long_name": OUTPUTS[name].long_name}
-            if name == "decode_bound":
-                attrs.update(DECODE_BOUND_FLAGS)
-            fill = np.nan if dtype.kind == "f" else (False if dtype.kind == "b" else (-1 if name == "decode_bound" else 0))
+            flags = FLAG_VARIABLES.get(name)
+            if flags:
+                attrs.update(flags[0])
+            fill = np.nan if dtype.kind == "f" else (False if dtype.kind == "b" else (flags[2] if flags else 0))
             group.create_array(name, shape=problem.shape, chunks=problem.block, dtype=dtype, fill_value=fill,
                                compressors=COMPRESSOR, dimension_names=AXES, attributes=attrs)
         n_blocks = len(problem.origins())

@@ -10,7 +10,7 @@ import xarray as xr
 
 from jaxpareto.dataset.plan import SweepPlan, as_plan, plan_sweep
 from jaxpareto.definitions.axes import AXES, AXIS_TABLE, coordinate_attrs
-from jaxpareto.definitions.schema import DECODE_BOUND_FLAGS, OUTPUTS
+from jaxpareto.definitions.schema import FLAG_VARIABLES, OUTPUTS
 from jaxpareto.physics.intensity import ridge_point
 
 
@@ -60,7 +60,7 @@ def build_dataset(coords: Mapping[str, Sequence], results: Mapping[str, np.ndarr
         if name not in results:
             continue
         var_attrs = {"units": info.units, "long_name": info.long_name}
-        if name == "decode_bound":
-            var_attrs.update(DECODE_BOUND_FLAGS)
+        if name in FLAG_VARIABLES:
+            var_attrs.update(FLAG_VARIABLES[name][0])
         data_vars[name] = xr.Variable(AXES, results[name], var_attrs)
     return xr.Dataset(data_vars, coords=coord_vars, attrs=dict(attrs))

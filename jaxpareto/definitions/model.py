@@ -352,6 +352,24 @@ class Model(Definition):
         """Everything one session of ``tokens`` holds [B]: growing KV, windows and fixed state."""
         return self.kv_bytes(tokens) + self.fixed_state_bytes
 
+    def tp_error(self, tp: int) -> str | None:
+        """Why TP ``tp`` cannot shard this model, or None (the rule of `jaxpareto.physics.limits`:
+        query heads % tp == 0, KV heads % tp == 0 or tp % KV heads == 0, a recurrent state's heads
+        % tp == 0)."""
+        problems = []
+        if self.attention_heads is not None and self.attention_heads % tp:
+            problems.append(f"{self.attention_heads} attention heads do not divide by {tp}")
+        kv = self.kv_heads_sharded
+        if kv % tp and tp % kv:
+            problems.append(f"{kv} KV heads and TP {tp} do not divide one another")
+        if self.fixed_state_bytes and self.state_heads % tp:
+            problems.append(f"the recurrent state's {self.state_heads} heads do not divide by {tp}")
+        return "; ".join(problems) or None
+
+    def valid_tps(self, up_to: int = 64) -> list[int]:
+        """The TP degrees up to ``up_to`` that shard this model."""
+        return [tp for tp in range(1, up_to + 1) if self.tp_error(tp) is None]
+
     @property
     def expert_dtype(self) -> str:
         """Dtype of the routed experts (``weight_dtype`` unless mixed precision)."""
@@ -412,6 +430,8 @@ class Model(Definition):
             kv_window_tokens=float(self.kv_window_tokens),
             fixed_state_bytes=self.fixed_state_bytes,
             state_heads=float(self.state_heads),
+            attention_heads=math.nan if self.attention_heads is None else float(self.attention_heads),
+            max_context_tokens=math.inf if self.max_context_tokens is None else float(self.max_context_tokens),
             kv_heads=float(self.kv_heads_sharded),
             layers=float(self.layers),
             hidden_size=math.nan if self.hidden_size is None else float(self.hidden_size),
@@ -453,7 +473,8 @@ class ModelParams:
     ``kv_window_tokens`` [B, tokens], ``kv_heads`` n_kv (1 for MLA), and the attention FLOPs per
     (query, key) pair of the full and sliding layers in prefill and decode (`Model.attention_pair_flops`),
     ``fixed_state_bytes`` the recurrent state of one sequence [B] and ``state_heads`` the heads it
-    splits over under TP.
+    splits over under TP, ``attention_heads`` the query heads (NaN: unknown) and
+    ``max_context_tokens`` the longest context plus output served (inf: unknown) [tokens].
     Dense models have ``experts = experts_per_token = expert_params_b = 0`` and
     ``nonmoe_params_b = params_active_b``.
     """
@@ -480,3 +501,5 @@ class ModelParams:
     decode_window_pair_flops: jax.Array | float = 0.0
     fixed_state_bytes: jax.Array | float = 0.0
     state_heads: jax.Array | float = 1.0
+    attention_heads: jax.Array | float = math.nan
+    max_context_tokens: jax.Array | float = math.inf

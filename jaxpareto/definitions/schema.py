@@ -42,7 +42,11 @@ OUTPUTS: dict[str, VariableInfo] = {
     "cache_lifetime_s": VariableInfo("s", "how long a paused session's cache survives (TTL, LRU T_c; inf: no eviction)"),
     "gpu_utilization": VariableInfo("1", "share of the GPU's achievable compute used by prefill and decode"),
     "memory_wait_ms": VariableInfo("ms", "wait per turn for KV memory to run, part of TTFT (LRU cache model)"),
-    "feasible": VariableInfo("1", "KV memory admits at least one session"),
+    "feasible": VariableInfo("1", "the layout is valid, the context fits the model and KV memory admits at "
+                                  "least one session"),
+    "infeasible_reason": VariableInfo("1", "why a point is infeasible (flag: 0 feasible, 1 TP does not split the "
+                                           "heads, 2 context + OSL beyond the model's maximum, 3 weights exceed "
+                                           "GPU memory, 4 no session fits in KV memory)"),
     "converged": VariableInfo("1", "closed-loop fixed point converged to tol"),
     "iterations": VariableInfo("1", "damped fixed-point updates performed"),
 }
@@ -50,3 +54,12 @@ OUTPUTS: dict[str, VariableInfo] = {
 # CF-style flag encoding of the categorical decode_bound.
 DECODE_BOUND_FLAGS = {"flag_values": [-1, 0, 1], "flag_meanings": "infeasible memory compute"}
 DECODE_BOUND_LABELS = {-1: "infeasible", 0: "memory", 1: "compute"}
+# ... and of infeasible_reason (-1: a block of a store not computed yet).
+INFEASIBLE_REASON_FLAGS = {"flag_values": [-1, 0, 1, 2, 3, 4],
+                           "flag_meanings": "not_computed feasible tp_does_not_split_heads context_beyond_model_maximum "
+                                            "weights_exceed_memory no_session_fits_kv_memory"}
+INFEASIBLE_REASON_LABELS = dict(zip(INFEASIBLE_REASON_FLAGS["flag_values"],
+                                    INFEASIBLE_REASON_FLAGS["flag_meanings"].split()))
+#: Categorical outputs: their CF flag attributes, labels and the fill of a store's uncomputed cells.
+FLAG_VARIABLES = {"decode_bound": (DECODE_BOUND_FLAGS, DECODE_BOUND_LABELS, -1),
+                  "infeasible_reason": (INFEASIBLE_REASON_FLAGS, INFEASIBLE_REASON_LABELS, -1)}

@@ -261,16 +261,30 @@ _AXIS_HINT = {axis.name: "a name or a list of names" if axis.categorical
               else "a number, a list of numbers, or a range table {start, stop, num, scale}" for axis in AXIS_TABLE}
 
 
+def _is_tag(part: str) -> bool:
+    """A pydantic union branch or validator tag (``list[float]``, ``function-after[..., AxisRange]``),
+    not a key of the spec."""
+    return part in _UNION_TAGS or ("[" in part and part.endswith("]"))
+
+
 def _describe(error: pydantic.ValidationError, source: str) -> JaxparetoError:
     """One readable error naming every offending key, with the allowed keys for typos."""
-    lines = []
-    for item in error.errors():
+    lines, specific = [], set()
+    items = error.errors()
+    for item in items:  # an axis given as a range table whose own check failed says only that
+        parts = [str(p) for p in item["loc"]]
+        tag = next((k for k, p in enumerate(parts) if k >= 2 and "AxisRange" in p), None)
+        if parts[0] == "grid" and tag is not None and (isinstance(item.get("input"), dict) or tag < len(parts) - 1):
+            specific.add(parts[1])
+    for item in items:
         parts = [str(p) for p in item["loc"]]
         msg = item["msg"].removeprefix("Value error, ")
         if len(parts) >= 2 and parts[0] == "grid" and parts[1] in _AXIS_HINT and item["type"] != "extra_forbidden":
             # the union of scalar / list / range produces one error per alternative: say it once
-            inner = [p for p in parts[2:] if p not in _UNION_TAGS]
-            if not inner or inner[0].isdigit():
+            inner = [p for p in parts[2:] if not _is_tag(p)]
+            if parts[1] in specific and not any("AxisRange" in p for p in parts[2:]):
+                continue
+            if (not inner or inner[0].isdigit()) and parts[1] not in specific:
                 lines.append(f"grid.{parts[1]}: expected {_AXIS_HINT[parts[1]]}")
                 continue
             parts = ["grid", parts[1], *inner]
@@ -278,7 +292,7 @@ def _describe(error: pydantic.ValidationError, source: str) -> JaxparetoError:
             parent = _table_for(item["loc"][:-1])
             if parent is not None:
                 msg += f" (allowed keys: {', '.join(parent.model_fields)})"
-        loc = ".".join(p for p in parts if p not in _UNION_TAGS)
+        loc = ".".join(p for p in parts if not _is_tag(p))
         lines.append(f"{loc or '(top level)'}: {msg}")
     return JaxparetoError(source, "invalid sweep spec:\n  " + "\n  ".join(dict.fromkeys(lines)))
 

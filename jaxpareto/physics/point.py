@@ -24,6 +24,7 @@ from jaxpareto.physics.decode import (DecodeCoefficients, DecodeStep, decode_coe
 from jaxpareto.physics.engine import shared_turn, step_ms, synchronised_turn
 from jaxpareto.definitions.hardware import effective_tflops
 from jaxpareto.physics.intensity import operational_intensity
+from jaxpareto.physics.limits import context_fits, heads_split, infeasible_reason
 from jaxpareto.physics.memory import memory_budget, session_gb
 from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.physics.prefill import PrefillWork, prefill_tokens, prefill_work, ttft_ms
@@ -216,6 +217,7 @@ class PointOutputs(NamedTuple):
     gpu_utilization: jax.Array
     memory_wait_ms: jax.Array
     feasible: jax.Array
+    infeasible_reason: jax.Array
     converged: jax.Array
     iterations: jax.Array
 
@@ -273,12 +275,15 @@ def evaluate_point(
     decode_context = context_tokens + workload.osl / 2.0 if measured else context_tokens
     kv_context = jnp.where(workload.kv_context_tokens > 0, workload.kv_context_tokens, decode_context)
     memory = memory_budget(hw, model, tp, concurrency, kv_context, engine)
+    heads_ok, context_ok = heads_split(model, tp), context_fits(model, context_tokens + workload.osl)
     if not options.memory_caps_concurrency:  # every session is admitted; memory bounds how many run
-        ok = (memory.available_gb > 0) & (memory.concurrency_max >= 1)
+        session_fits = memory.concurrency_max >= 1
         admitted = concurrency
     else:
-        ok = memory.feasible
+        session_fits = memory.concurrency_eff >= 1
         admitted = memory.concurrency_eff
+    reason = infeasible_reason(heads_ok, context_ok, memory.available_gb > 0, session_fits)
+    ok = reason == 0
     concurrency_eff = jnp.where(ok, admitted, 1.0)  # safe stand-in when infeasible
     slots = jnp.where(ok, memory.concurrency_max, 1.0)
 
@@ -375,6 +380,7 @@ def evaluate_point(
         gpu_utilization=masked(utilization),
         memory_wait_ms=masked(state.memory_wait_ms),
         feasible=ok,
+        infeasible_reason=reason,
         converged=ok & solution.converged,
         iterations=jnp.where(ok, solution.iterations, 0).astype(jnp.int32),
     )

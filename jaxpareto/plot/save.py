@@ -6,9 +6,11 @@ import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+import numpy as np
 import xarray as xr
 
 from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.definitions.schema import INFEASIBLE_REASON_LABELS
 from jaxpareto.plot._figure import DEFAULT_DPI, DEFAULT_SIZE, check_figure
 from jaxpareto.plot._select import grid_values, selection_value
 from jaxpareto.plot.cache import plot_cache_comparison
@@ -28,6 +30,19 @@ def _out_folder(out: str | Path) -> Path:
         raise JaxparetoError("--out", f"{out} exists and is not a folder")
     out.mkdir(parents=True, exist_ok=True)
     return out
+
+
+def _no_feasible_point(ds: xr.Dataset, gpu, model) -> str:
+    """Why a GPU x model pair has nothing to draw ("" when it has a feasible point): the
+    infeasibility reasons of its points, most frequent first."""
+    if "feasible" not in ds.data_vars or bool(ds.feasible.sel(gpu=gpu, model=model).any()):
+        return ""
+    if "infeasible_reason" not in ds.data_vars:
+        return "no feasible point"
+    codes, counts = np.unique(np.asarray(ds.infeasible_reason.sel(gpu=gpu, model=model).values), return_counts=True)
+    labels = INFEASIBLE_REASON_LABELS
+    order = [labels.get(int(c), str(c)).replace("_", " ") for _, c in sorted(zip(-counts, codes)) if c > 0]
+    return "no feasible point (" + ", ".join(order) + ")"
 
 
 def save_plots(
@@ -62,7 +77,8 @@ def save_plots(
         echo: called with each written path and each skip reason as they happen (e.g. ``print``).
 
     Returns:
-        (paths written, reasons for the plots skipped, each "<plot>: <reason>").
+        (paths written, reasons for the plots skipped, each "<plot>: <reason>", or
+        "<gpu>_<model>: <reason>" for a pair with no feasible point, whose plots would be empty).
 
     Raises:
         JaxparetoError: ``ds`` has no ``gpu`` and ``model`` dimensions; a selection off the grid,
@@ -106,6 +122,11 @@ def save_plots(
     for g in gpus:
         for m in models:
             tag = f"{_safe(g)}_{_safe(m)}"
+            empty = _no_feasible_point(ds, g, m)
+            if empty:  # an empty figure says nothing: skip the pair, saying why
+                skipped.append(f"{tag}: {empty}")
+                echo(f"skipped gpu {g} x model {m}: {empty}")
+                continue
             if not reasons["frontier"]:
                 save(plot_frontier(ds, g, m, think_time_s=cell.get("think_time_s"), size=size, dpi=dpi,
                                    **frontier_cell), f"frontier_{tag}")

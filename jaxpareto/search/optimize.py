@@ -42,6 +42,7 @@ from jaxpareto.definitions.settings import SOLVERS
 from jaxpareto.search.constraints import (HARDWARE_VARIABLES, NUMERIC_OUTPUTS, Constraint,  # noqa: F401
                                           OptimizeResult, concurrency_range, parse_constraints)
 from jaxpareto.search.problem import Problem
+from jaxpareto.search.servable import require_servable
 from jaxpareto.search.whatif import least_hardware
 
 METHODS = SEARCH_METHODS
@@ -117,7 +118,9 @@ def optimize(
 
     Raises:
         JaxparetoError: any invalid input, named, before anything is computed; a solver's name
-            given as ``method`` says that the solver is ``solver=``.
+            given as ``method`` says that the solver is ``solver=``; for one scenario, a context
+            beyond the model's maximum or TP choices none of which shards the model (a batch
+            flags those scenarios infeasible instead).
     """
     if objective not in NUMERIC_OUTPUTS:
         raise JaxparetoError("objective", f"unknown output {objective!r}", NUMERIC_OUTPUTS)
@@ -141,6 +144,8 @@ def optimize(
     # only the exhaustive search walks every concurrency; the gradient search needs the bounds
     searched = list(range(lo, hi + 1)) if chosen == "exhaustive" else sorted({lo, hi})
     plan = plan_sweep(tp=tp_choices.tolist(), concurrency=searched, **scenario, **settings)
+    if not batched:
+        require_servable(plan, tp_choices)
     problem = Problem(plan, cons, objective, 1.0 if sense == "max" else -1.0, tp_choices, lo, hi)
     found = problem.exhaustive() if chosen == "exhaustive" else problem.gradient(starts, steps)
     return problem.to_dataset(found, chosen) if batched else problem.to_result(found, chosen)

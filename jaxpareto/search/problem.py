@@ -20,7 +20,12 @@ import xarray as xr
 from jaxpareto.dataset.plan import SweepPlan
 from jaxpareto.definitions.axes import AXES, AXIS_BY_NAME, DECIDED_AXES, SCENARIO_AXES, GridPoint, coordinate_attrs
 from jaxpareto.definitions.options import ModelOptions
-from jaxpareto.definitions.schema import OUTPUTS
+from jaxpareto.definitions.schema import INFEASIBLE_REASON_LABELS, OUTPUTS
+from jaxpareto.physics.limits import CONTEXT_TOO_LONG, HEADS_DO_NOT_SPLIT, NO_SESSION_FITS, WEIGHTS_EXCEED_MEMORY
+
+# The kind of each infeasible reason (the prefix of a scenario's reason).
+_KIND = {HEADS_DO_NOT_SPLIT: "layout", CONTEXT_TOO_LONG: "context", WEIGHTS_EXCEED_MEMORY: "memory",
+         NO_SESSION_FITS: "memory"}
 from jaxpareto.mapper import evaluate_points, map_points, shared_scalars, stack_params
 from jaxpareto.search.constraints import REPORTED, Constraint, OptimizeResult
 from jaxpareto.search.penalty import evaluate_with_memory, penalised_descent, relative_violations, squared_excess
@@ -43,7 +48,8 @@ class Problem:
                  tp_choices: np.ndarray, lo: int, hi: int):
         self.plan, self.constraints, self.objective, self.sign = plan, constraints, objective, sign
         self.tp_choices, self.lo, self.hi = tp_choices, lo, hi
-        self.needed = tuple(sorted({objective, *(c.name for c in constraints), *REPORTED, "feasible", "converged"}))
+        self.needed = tuple(sorted({objective, *(c.name for c in constraints), *REPORTED, "feasible",
+                                    "infeasible_reason", "converged"}))
         self.outputs = tuple(n for n in self.needed if n in OUTPUTS)
         self.cell_shape = tuple(len(plan.coords[a]) for a in SCENARIO_AXES)
         grids = np.meshgrid(*(np.arange(n) for n in self.cell_shape), indexing="ij")
@@ -69,8 +75,14 @@ class Problem:
         take = lambda a: np.take_along_axis(a, best[:, None], axis=1)[:, 0]  # noqa: E731
         chosen = {name: take(values) for name, values in rows.items()}
         chosen["found"] = ok.any(axis=1)
-        # why not: memory for any TP, else the constraints no candidate meets
+        # why not: no TP is feasible (by reason, the TPs it holds for), else the constraints no
+        # candidate meets
         chosen["memory_ok"] = rows["feasible"].any(axis=1)
+        codes, tps = rows["infeasible_reason"], rows["tp"]
+        chosen["infeasible_tps"] = np.empty(len(best), dtype=object)
+        for i in np.flatnonzero(~chosen["memory_ok"]):
+            chosen["infeasible_tps"][i] = {int(code): sorted({int(t) for t in tps[i][codes[i] == code]})
+                                           for code in np.unique(codes[i]) if code > 0}
         violated = []
         for c in self.constraints:
             usable = rows["feasible"] & rows["converged"]
@@ -167,15 +179,18 @@ class Problem:
         if found["found"][i]:
             return ""
         if not found["memory_ok"][i]:
-            return (f"memory: the weights plus one session's KV cache fit on none of the TP choices "
-                    f"{self.tp_choices.tolist()}")
+            labels, reasons = INFEASIBLE_REASON_LABELS, found["infeasible_tps"][i]
+            kinds = "/".join(dict.fromkeys(_KIND[code] for code in reasons))
+            why = "; ".join(f"{labels[code].replace('_', ' ')} (TP {', '.join(map(str, tps))})"
+                            for code, tps in reasons.items())
+            return f"{kinds}: infeasible on every TP choice {self.tp_choices.tolist()}: {why}"
         never = [c.describe() for c, bad in zip(self.constraints, found["never_met"][i]) if bad]
         if never:
             return "SLO: no configuration reaches " + ", ".join(never)
         return "SLO: each constraint can be met, but no configuration meets them all at once"
 
     def metric_names(self) -> list[str]:
-        return [n for n in self.outputs if n not in ("feasible", "converged")]
+        return [n for n in self.outputs if n not in ("feasible", "infeasible_reason", "converged")]
 
     def to_result(self, found: dict, method: str) -> OptimizeResult:
         binding = self.binding(found)[0]

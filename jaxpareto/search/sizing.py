@@ -21,6 +21,7 @@ from jaxpareto.dataset.plan import plan_sweep
 from jaxpareto.dataset.sweep import sweep
 from jaxpareto.definitions.axes import AXIS_BY_NAME, CONCURRENCY_RANGE, SCENARIO_AXES, TP_CHOICES
 from jaxpareto.definitions.checks import check_number
+from jaxpareto.search.servable import require_servable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +88,7 @@ def size_deployment(
     plan = plan_sweep(**kwargs)
     if any(len(plan.coords[a]) != 1 for a in SCENARIO_AXES):
         raise JaxparetoError("scenario", f"sizing takes one value of each of {', '.join(SCENARIO_AXES)}")
+    require_servable(plan, plan.axes["tp"])
     ds = sweep(plan).squeeze(list(SCENARIO_AXES))
     ok = ds.feasible & ds.converged
     if plan.options.memory_caps_concurrency:  # the LRU cache model admits every session
