@@ -55,7 +55,7 @@ def named_grid(quick: bool) -> dict:
 
 def numpy_sweep(grid: dict, tol=1e-6, damping=0.4, max_iter=10_000, osl=128.0, delta=2128.0) -> dict:
     """(b): the model vectorised with NumPy over the whole grid (float32), damped iteration
-    with the same start, update and stopping rule as SPEC.md section 3."""
+    with the same start, update and stopping rule as docs/model.md."""
     f32 = np.float32
     hw, m = jp.catalog.gpus()[GPU], jp.catalog.models()[MODEL]
     tp, c, z, ctx, h = np.meshgrid(*(np.asarray(grid[k], f32) for k in

@@ -33,10 +33,13 @@ GPU_NAMES = {"h100-sxm": "H100", "h200-sxm": "H200", "a100-sxm-80gb": "A100", "b
 MODEL_NAMES = {"llama-3.1-8b": "Llama-3.1-8B", "llama-3.1-70b": "Llama-3.1-70B", "llama-3.1-70b-fp8": "Llama-3.1-70B FP8",
                "llama-3.1-405b": "Llama-3.1-405B", "llama-3.1-405b-fp8": "Llama-3.1-405B FP8", "qwen3-32b": "Qwen3-32B",
                "qwen3-235b-a22b": "Qwen3-235B-A22B", "deepseek-v3": "DeepSeek-V3", "kimi-k2.5": "Kimi-K2.5",
-               "gpt-oss-120b": "gpt-oss-120b", "mixtral-8x7b": "Mixtral-8x7B"}
+               "gpt-oss-120b": "gpt-oss-120b", "mixtral-8x7b": "Mixtral-8x7B", "qwen3-next-80b-a3b": "Qwen3-Next-80B-A3B",
+               "qwen3.5-397b-a17b": "Qwen3.5-397B-A17B", "minimax-m2.5": "MiniMax-M2.5",
+               "llama-4-maverick": "Llama-4-Maverick", "gemma-3-27b": "Gemma-3-27B",
+               "nemotron-3-nano-30b-a3b": "Nemotron-3-Nano-30B-A3B"}
 # The README's row order: the seed's presets, then the trace-based ones.
 ORDER = ["chat", "code_agent", "research_agent", "deep_reasoning", "tracelab_claude_code", "swebench_pro_codex",
-         "exgentic"]
+         "exgentic", "hybrid_code_agent"]
 
 
 def shipped_presets() -> list[str]:
@@ -57,6 +60,7 @@ def preset_row(name: str, store: Path) -> list[str]:
     headline = json.loads(ds.attrs["report"])["headline"]
     turn = headline.pop("turn")
     cell = ds.sel(headline).load()
+    cell = cell.squeeze([d for d in ("engine",) if d in cell.dims and cell.sizes[d] == 1], drop=True)
     fits = (cell.task_concurrency_eff >= 1) & (cell.concurrency <= cell.task_concurrency_eff)
     best = cell.tasks_per_s.where(fits)
     if not bool(best.notnull().any()):

@@ -1,4 +1,4 @@
-"""An independent float64 implementation of SPEC.md section 3, one configuration at a time.
+"""An independent float64 implementation of docs/model.md, one configuration at a time.
 
 Plain Python floats and the math module only: no JAX, no NumPy, no code shared with the
 package, so that it checks the vmapped path rather than repeating it.
@@ -79,8 +79,13 @@ def reference_point(gpu: dict, model: dict, tp: int, concurrency: int, think_tim
     kv_gb = (seq_kv(context_tokens) * r_kv + state * tp / min(tp, n_state)) / 1e9
     c_max = math.floor(max(m_avail, 0.0) / kv_gb)
     c_eff = min(concurrency, c_max)
+    # a server's limits: heads split over TP, the turn fits the model's context
+    heads, max_context = model.get("attention_heads"), model.get("max_context_tokens")
+    layout_ok = (heads is None or heads % tp == 0) and (n_kv % tp == 0 or tp % n_kv == 0) and \
+        (state == 0 or n_state % tp == 0)
+    context_ok = max_context is None or context_tokens + osl <= max_context
     out = {"kv_per_session_gb": kv_gb, "concurrency_max": c_max, "concurrency_eff": c_eff,
-           "feasible": m_avail > 0 and c_eff >= 1}
+           "feasible": layout_ok and context_ok and m_avail > 0 and c_eff >= 1}
     prefill = hit_rate * min(delta_tokens, context_tokens) + (1 - hit_rate) * context_tokens
     out["prefill_tokens"] = prefill
     if not out["feasible"]:

@@ -1,4 +1,4 @@
-"""The closed-form solver against the damped iteration (SPEC.md's reference solver)."""
+"""The closed-form solver against the damped iteration (the reference solver)."""
 
 import jax
 import numpy as np

@@ -189,7 +189,7 @@ def test_memory_wall_per_turn_is_the_seed_wall(sessions, tmp_path):
         x, y = curves[f"memory_wall tp={tp}"].get_data()
         np.testing.assert_array_equal(x, np.arange(1, 21))
         np.testing.assert_array_equal(y, sessions.concurrency_max.sel(tp=tp).isel(concurrency=0).squeeze().values)
-    # the seed's Step 4 numbers (70B FP16 on 8 x H100; SPEC.md: 92, 42, 26 with the catalog's 70.55B)
+    # the seed's Step 4 numbers (70B FP16 on 8 x H100; the equations: 92, 42, 26 with the catalog's 70.55B)
     assert [t.get_text() for t in fig.axes[0].texts] == ["92", "42", "26"]
     assert "turn" in fig.axes[0].get_xlabel() and "sessions" in fig.axes[0].get_ylabel()
 

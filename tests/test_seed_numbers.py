@@ -1,4 +1,4 @@
-"""The seed's worked numbers (seed 000, section 3), pinned to SPEC.md's equations."""
+"""The seed's worked numbers (seed 000, section 3), pinned to the equations (docs/seed.md)."""
 
 import numpy as np
 import pytest
@@ -32,7 +32,7 @@ def test_t_weight_70b_fp16_on_8_h100():
 
 
 def test_tpot_at_zero_batch_includes_elementwise_overhead():
-    # The seed prints 5.22 / 0.40 = 13.1 ms, leaving out its own 1.10 factor (SPEC.md section 7).
+    # The seed prints 5.22 / 0.40 = 13.1 ms, leaving out its own 1.10 factor (docs/seed.md).
     step = _step(SEED_70B, batch=0.0)
     assert float(step.tpot_ms) == pytest.approx(5.2239 * 1.10 / 0.40, rel=1e-4)
     assert float(step.tpot_ms) == pytest.approx(14.37, abs=0.01)
@@ -52,7 +52,7 @@ def test_moe_active_experts_kimi():
 
 
 def test_kimi_expert_is_summed_over_moe_layers():
-    # SPEC.md section 2: 3 x 7168 x 2048 per layer x 60 MoE layers, not the seed's per-layer 44M.
+    # docs/model.md: 3 x 7168 x 2048 per layer x 60 MoE layers, not the seed's per-layer 44M.
     assert jp.catalog.models()["kimi-k2.5"].expert_params_b == pytest.approx(3 * 7168 * 2048 * 60 / 1e9)
 
 

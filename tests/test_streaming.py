@@ -69,7 +69,7 @@ def test_refuses_existing_and_different_spec(tmp_path):
 
 def test_variable_selection(tmp_path):
     ds = jp.sweep_to_zarr(tmp_path / "s.zarr", **GRID, variables=["ttft_ms", "output_tokens_per_s_per_gpu"])
-    assert set(ds.data_vars) == {"ttft_ms", "output_tokens_per_s_per_gpu", "feasible", "converged"}
+    assert set(ds.data_vars) == {"ttft_ms", "output_tokens_per_s_per_gpu", "feasible", "infeasible_reason", "converged"}
 
 
 SCRIPT = textwrap.dedent("""

@@ -1,4 +1,4 @@
-"""Command line: ``jaxpareto COMMAND`` (SPEC.md sections 5 and 6), one module per command, each
+"""Command line: ``jaxpareto COMMAND`` (README, "Command line"), one module per command, each
 with a ``register(subparsers)``.
 
 Every input is checked before anything is computed or written; errors print one line

@@ -1,4 +1,4 @@
-"""Pareto frontiers of a sweep (SPEC.md section 5), by sort and scan: O(n log n) per group.
+"""Pareto frontiers of a sweep (README, "Python"), by sort and scan: O(n log n) per group.
 
 Within each group (the points that differ only along ``dims``), a point is on the front when
 no other valid point is at least as good in both objectives and strictly better in one. Exact

@@ -108,13 +108,13 @@ class SweepPlan:
         return out
 
     def attrs(self) -> dict:
-        """Provenance attributes (SPEC.md section 4), JSON-serialisable."""
+        """Provenance attributes (README, "The dataset"), JSON-serialisable."""
         return {
             "title": "jaxpareto agent-serving sweep",
             "jaxpareto_version": __version__,
             "jax_version": jax.__version__,
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "model_equations": "seed 000 section 3 eqs. 1-5 as fixed by SPEC.md section 3",
+            "model_equations": "seed 000 section 3 eqs. 1-5 as fixed by docs/model.md",
             "dtype": self.dtype,
             "solver": self.solver.name,
             **self.options._asdict(),

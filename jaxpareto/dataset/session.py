@@ -3,7 +3,7 @@ task-level metrics.
 
 Turn j of a session prefills its new tokens on a cache hit and sees a context of
 ``L(j) = L0 + (j - 1) (osl + tool_tokens)``: the previous turns' outputs and tool results on top
-of the initial prompt. SPEC.md section 7 explains why this, not the seed's section 2.2 formula
+of the initial prompt. docs/seed.md explains why this, not the seed's section 2.2 formula
 (which adds the current turn's tool tokens, putting turn 1 at L0 + tool_tokens), is the one the
 seed's own numbers follow. A hit prefills ``delta_tokens = osl + tool_tokens``.
 

@@ -1,4 +1,4 @@
-"""`sweep`: the model over a grid, as an xarray Dataset (SPEC.md sections 4 and 5)."""
+"""`sweep`: the model over a grid, as an xarray Dataset (README, "The dataset" and "Python")."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def with_ridge_points(ds: xr.Dataset, plan: SweepPlan) -> xr.Dataset:
 
 
 def build_dataset(coords: Mapping[str, Sequence], results: Mapping[str, np.ndarray], attrs: Mapping) -> xr.Dataset:
-    """Assemble the Dataset of SPEC.md section 4 from axis values and full-grid arrays."""
+    """Assemble the Dataset of README, "The dataset" from axis values and full-grid arrays."""
     coord_vars = {}
     for axis in AXIS_TABLE:
         values = np.asarray(coords[axis.name], dtype=str) if axis.categorical else np.asarray(coords[axis.name])

@@ -1,5 +1,5 @@
 """The grid's axes: one table that the validation, the spec reader, the dataset schema and the
-mapper all read (SPEC.md sections 2 and 4), and `GridPoint`, one configuration of it.
+mapper all read (README, "The dataset"), and `GridPoint`, one configuration of it.
 
 A new axis is one `Axis` row here plus the physics that reads ``point.<name>``: the mapper
 builds every `GridPoint` from the table, so nothing between the two needs to change.
@@ -98,7 +98,7 @@ AXIS_BY_NAME: dict[str, Axis] = {axis.name: axis for axis in AXIS_TABLE}
 DECIDED_AXES: tuple[str, ...] = ("tp", "concurrency")
 TP_CHOICES: tuple[int, ...] = (1, 2, 4, 8)
 CONCURRENCY_RANGE: tuple[int, int] = (1, 1024)
-# The grid's dimensions, in the dataset's order (SPEC.md section 2).
+# The grid's dimensions, in the dataset's order (docs/model.md).
 AXES: tuple[str, ...] = tuple(axis.name for axis in AXIS_TABLE)
 NUMERIC_AXES: tuple[str, ...] = tuple(axis.name for axis in AXIS_TABLE if not axis.categorical)
 INTEGER_AXES: tuple[str, ...] = tuple(axis.name for axis in AXIS_TABLE if axis.integer)

@@ -1,4 +1,4 @@
-"""GPU definitions (SPEC.md section 2) and their numeric, traceable form.
+"""GPU definitions (docs/model.md) and their numeric, traceable form.
 
 `Hardware` is the validated definition a user writes or the catalog supplies; `HardwareParams`
 is the frozen pytree of floats that the scalar physics receives (one GPU, or one row of a
@@ -85,7 +85,7 @@ class HardwareParams:
 def effective_tflops(hw: HardwareParams, compute_bits: jax.Array | float) -> jax.Array:
     """Dense tensor throughput F [TFLOPS] the model's matmuls run at on this GPU.
 
-    SPEC.md section 3 (seed section 5.1): fp16/bf16 and weight-only int4 use the FP16 rate;
+    docs/model.md (seed section 5.1): fp16/bf16 and weight-only int4 use the FP16 rate;
     fp8 uses FP8, or FP16 where the GPU has none; fp4 uses FP4, else FP8, else FP16
     (an FP4 model on H100/H200 runs at the FP8 rate).
 

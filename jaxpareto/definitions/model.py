@@ -1,4 +1,4 @@
-"""Model definitions (SPEC.md section 2) and their numeric, traceable form.
+"""Model definitions (docs/model.md) and their numeric, traceable form.
 
 `Model` is the validated definition (catalog entry, user input or a Hugging Face
 ``config.json``); `ModelParams` is the frozen pytree of floats the scalar physics receives.
@@ -24,7 +24,7 @@ from jaxpareto.definitions.units import COMPUTE_BITS, KV_DTYPE_BYTES, UNQUANTISE
 WeightDtype = Literal["fp16", "bf16", "fp8", "fp4", "int4"]
 KvDtype = Literal["fp16", "bf16", "fp8"]
 
-# SPEC.md section 2: the MoE split must add up to the totals within 1 %.
+# docs/model.md: the MoE split must add up to the totals within 1 %.
 _MOE_CONSISTENCY_RTOL = 0.01
 
 
@@ -47,7 +47,7 @@ class Model(Definition):
         experts: routed experts E (MoE only).
         experts_per_token: routed experts per token K (MoE only).
         expert_params_b: one routed expert summed over all MoE layers [billions]
-            (SPEC.md section 2: the bytes one expert slot costs to load per decode step).
+            (docs/model.md: the bytes one expert slot costs to load per decode step).
         nonmoe_params_b: everything else: attention, shared experts, dense layers,
             embeddings [billions].
         expert_weight_dtype: dtype of the routed experts when it differs from ``weight_dtype``
@@ -62,8 +62,7 @@ class Model(Definition):
             ``layers``. KV sharding under TP follows the full-attention layers' KV heads.
         input_embedding_params_b: the untied input embedding table V x hidden [billions]. It is
             in ``params_total_b`` (memory) but not in ``params_active_b`` or ``nonmoe_params_b``:
-            a step looks up B rows of it, it computes nothing (SPEC.md section 2, revision of
-            2026-11-30). 0 when tied (the table is then the output head, counted once) or unknown.
+            a step looks up B rows of it, it computes nothing (docs/model.md, "What a model is"). 0 when tied (the table is then the output head, counted once) or unknown.
         unquantised_params_b: the part of ``nonmoe_params_b`` a quantised checkpoint keeps at 16
             bits (output head, norms, routers, modules its quantisation config skips)
             [billions]. The input table is always stored at 16 bits.
@@ -275,7 +274,7 @@ class Model(Definition):
     @property
     def kv_bytes_per_token(self) -> float:
         """KV-cache bytes per token of context κ: the part that grows with the context, of the
-        full-attention layers (SPEC.md section 3).
+        full-attention layers (docs/model.md).
 
         gqa: 2 x layers x kv_heads x head_dim x kv bytes (Llama-3.1-70B fp16: 327,680 B), one
         tensor instead of two where keys double as values; mla: (kv_lora_rank + rope_head_dim) x

@@ -1,4 +1,4 @@
-"""Names, units and descriptions of the dataset's output variables (SPEC.md section 4); the axes
+"""Names, units and descriptions of the dataset's output variables (README, "The dataset"); the axes
 are in `jaxpareto.definitions.axes`."""
 
 from __future__ import annotations

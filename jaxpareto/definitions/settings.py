@@ -67,14 +67,14 @@ class _Validated:
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class Workload(_Validated):
-    """Per-turn workload scalars (SPEC.md section 2).
+    """Per-turn workload scalars (docs/model.md).
 
     Attributes:
         osl: output tokens per turn (OSL) [tokens], > 0.
         delta_tokens: tokens prefilled on a prefix-cache hit ΔL [tokens], >= 0: the previous
             turn's output plus the new tool result (seed code agent: 128 + 2000 = 2128).
         kv_context_tokens: context L̄ held in KV memory per session [tokens]; 0 means "the
-            point's own context_tokens" (SPEC.md default).
+            point's own context_tokens" (the default).
         cache_ttl_s: prefix-cache retention [s] for ``cache_model="ttl"``.
         pause_sigma: log-spread σ of lognormal pauses (TTL and LRU cache models).
         prefill_chunk_tokens: prefill tokens per engine step at most, for
@@ -130,7 +130,7 @@ class Efficiency(_Validated):
 
 @dataclasses.dataclass(frozen=True)
 class Solver(_Validated):
-    """The closed-loop fixed-point solver (SPEC.md section 3, eq. 4): which one and its controls.
+    """The closed-loop fixed-point solver (docs/model.md, eq. 4): which one and its controls.
 
     Attributes:
         damping: weight of the new iterate in (0, 1] (seed 0.4).

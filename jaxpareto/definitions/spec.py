@@ -1,4 +1,4 @@
-"""Sweep specification files (TOML, SPEC.md section 6).
+"""Sweep specification files (TOML, README, "Sweep specs").
 
 A spec has a ``[grid]`` (every axis as a list, a scalar, or a range table), optional
 ``[workload]``, ``[efficiency]``, ``[solver]`` and ``[report]`` tables, and optional
@@ -53,7 +53,7 @@ class AxisRange(_Table):
             points = np.geomspace(self.start, self.stop, self.num)
         else:
             points = np.linspace(self.start, self.stop, self.num)
-        if integer:  # rounded to unique integers (SPEC.md section 6)
+        if integer:  # rounded to unique integers (README, "Sweep specs")
             return [int(v) for v in np.unique(np.round(points))]
         # 12 significant digits: 0.30000000000000004 -> 0.3, so values can be selected as typed
         return [float(f"{v:.12g}") for v in points]

@@ -1,4 +1,4 @@
-"""Unit conventions (SPEC.md section 1) and byte widths of the numeric formats.
+"""Unit conventions (docs/model.md) and byte widths of the numeric formats.
 
 Every conversion factor used by the physics lives here, so that no bare ``1e3`` or ``1e9``
 appears in the model's equations.

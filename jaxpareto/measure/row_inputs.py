@@ -1,7 +1,7 @@
 """The validation set's rows as arrays: what the prediction of `jaxpareto.measure.predict` evaluates.
 
 Every row of `jaxpareto.measure.validation_set` is evaluated with `jaxpareto.physics.point.evaluate_point` in the
-standard-serving special case of the seed (SPEC.md section 3): think time Z = 0, no prefix
+standard-serving special case of the seed (docs/model.md): think time Z = 0, no prefix
 cache, a context of ISL + OSL / 2 tokens (the session-average context of a request decoding OSL
 tokens after an ISL-token prompt) unless the row gives ``context_tokens``, and the row's OSL.
 

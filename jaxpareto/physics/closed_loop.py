@@ -44,7 +44,7 @@ def solve_effective_batch(
     think_time_ms: jax.Array,
     solver: Solver,
 ) -> FixedPoint:
-    """Damped fixed-point iteration of SPEC.md section 3 (the seed's reference solver).
+    """Damped fixed-point iteration of docs/model.md (the seed's reference solver).
 
     Start at B = 1; each step computes B_target = C_eff x ρ(B); stop when
     |B_target - B| <= tol x B, else B <- (1 - damping) B + damping B_target; give up after

@@ -1,4 +1,4 @@
-"""Decode step time and TPOT for an effective batch (seed eq. 3, 3a-3c; SPEC.md section 3).
+"""Decode step time and TPOT for an effective batch (seed eq. 3, 3a-3c; docs/model.md).
 
 Everything that does not depend on the batch B is gathered once per point in
 `DecodeCoefficients`; `decode_step` then costs a handful of flops per B, which is what the

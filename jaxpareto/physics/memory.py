@@ -1,4 +1,4 @@
-"""KV-cache memory and the sessions it admits (seed eq. 5; SPEC.md section 3, "Memory")."""
+"""KV-cache memory and the sessions it admits (seed eq. 5; docs/model.md)."""
 
 from __future__ import annotations
 

@@ -191,7 +191,7 @@ def turn_latency_lines(turn: TurnLatency) -> tuple[jax.Array, jax.Array]:
 
 
 class PointOutputs(NamedTuple):
-    """Every output of SPEC.md section 4 for one point (scalars; see `jaxpareto.definitions.schema`)."""
+    """Every output of README, "The dataset" for one point (scalars; see `jaxpareto.definitions.schema`)."""
 
     ttft_ms: jax.Array
     tpot_ms: jax.Array
@@ -237,7 +237,7 @@ def evaluate_point(
     solver: Solver,
     options: ModelOptions = ModelOptions(),
 ) -> PointOutputs:
-    """Evaluate seed eqs. 1-5 at one configuration (SPEC.md section 3).
+    """Evaluate seed eqs. 1-5 at one configuration (docs/model.md).
 
     Args:
         point: one configuration (`GridPoint`, scalars): ``gpu`` (`HardwareParams`), ``model``

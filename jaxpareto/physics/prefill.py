@@ -11,7 +11,7 @@ from jaxpareto.definitions.units import FLOPS_PER_PARAM_PER_TOKEN, FLOPS_PER_TFL
 
 
 def prefill_tokens(context_tokens: jax.Array, delta_tokens: jax.Array, hit_rate: jax.Array) -> jax.Array:
-    """L_prefill = h x min(ΔL, L) + (1 - h) x L [tokens] (SPEC.md section 3, eq. 2).
+    """L_prefill = h x min(ΔL, L) + (1 - h) x L [tokens] (docs/model.md, eq. 2).
 
     A hit prefills only the turn's new tokens ΔL (never more than the context); a miss
     prefills the whole context L.

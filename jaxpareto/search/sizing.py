@@ -4,7 +4,7 @@ For each TP choice, one replica's capacity is the most sessions it admits while 
 SLO and the KV-memory limit (for a target of concurrent sessions), or the most turns/s it
 delivers so (for a target rate); replicas = ceil(target / capacity), GPUs = replicas x TP, and
 the TP with the fewest GPUs wins (ties: the smaller TP). Sessions are assumed spread evenly over
-replicas, each an independent copy of the closed loop of SPEC.md section 3.
+replicas, each an independent copy of the closed loop of docs/model.md.
 """
 
 from __future__ import annotations
