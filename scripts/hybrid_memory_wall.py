@@ -52,7 +52,7 @@ def main() -> int:
                            constraints={"tpot_ms": ("<=", 50), "ttft_ms": ("<=", 10_000)})
         tp = int(best.tp.values.ravel()[0])
         rows.append([label, f"{model.kv_bytes_per_token:,.0f}", f"{model.state_bytes_per_sequence / 1e6:.1f}",
-                     f"{float(per_gpu.max()):.0f} (TP {int(per_gpu.tp[int(per_gpu.argmax("tp"))])})",
+                     f"{float(per_gpu.max()):.0f} (TP {int(per_gpu.tp[int(per_gpu.argmax('tp'))])})",
                      f"TP {tp} x {GPUS // tp}, {int(best.concurrency.values.ravel()[0]) * (GPUS // tp)} sessions",
                      f"{float(best.output_tokens_per_s_per_gpu.values.ravel()[0]):.0f}",
                      f"{float(best.tpot_ms.values.ravel()[0]):.1f}"])

@@ -65,3 +65,24 @@ def test_config_json_errors_name_the_key(config):
     with pytest.raises(jp.JaxparetoError) as info:
         jp.Model.from_hf_config({**base, **config})
     assert any(key in info.value.field for key in config), info.value.field
+
+
+spec_values = st.one_of(values, st.fixed_dictionaries({"start": values, "stop": values, "num": values,
+                                                       "scale": st.sampled_from(["log", "linear", "cubic"])}))
+
+
+@given(st.dictionaries(st.sampled_from(["gpu", "model", "tp", "concurrency", "think_time_s", "context_tokens",
+                                        "hit_rate", "hitrate"]), spec_values, min_size=1, max_size=4),
+       st.dictionaries(st.sampled_from(["osl", "delta_tokens", "cache_ttl_s", "tool"]), values, max_size=2))
+def test_spec_tables_are_refused_by_name(grid, workload):
+    from jaxpareto.definitions.spec import parse_spec
+
+    data = {"grid": {"gpu": ["h100-sxm"], "model": ["llama-3.1-8b"], "tp": [1], "concurrency": [1, 2], **grid},
+            "workload": workload}
+    data["grid"] = {k: v for k, v in data["grid"].items() if v is not None}
+    try:
+        plan_sweep(**parse_spec(data).sweep_kwargs())
+    except jp.JaxparetoError as error:
+        text = str(error)
+        assert "function-after" not in text and "pydantic" not in text.lower(), text
+        assert any(key in text for key in (*grid, *workload)), text

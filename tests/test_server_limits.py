@@ -71,3 +71,35 @@ def test_a_batch_flags_instead_of_raising():
 def test_heads_rule(tp, heads, kv):
     model = jp.Model(name="m", params_total_b=1.0, layers=2, kv_heads=kv, head_dim=64, attention_heads=heads)
     assert (model.tp_error(tp) is None) == (heads % tp == 0 and (kv % tp == 0 or tp % kv == 0))
+
+
+def test_cli_tables_write_csv_and_share_one_slo_syntax(tmp_path, capsys):
+    from jaxpareto.cli import main
+
+    out = tmp_path / "size.csv"
+    assert main(["size", "--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--sessions", "10", "--slo", "ttft_ms=2000",
+                 "--max-concurrency", "64", "--csv", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "scenario: think time 2 s, context 32,768 tokens, hit rate 0.9, OSL 128" in printed
+    assert "SLOs: ttft_ms <= 2000" in printed and out.read_text().startswith("tp,capacity")
+    assert main(["optimize", "--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--slo", "ttft_ms<=2000",
+                 "--slo", "output_tokens_per_s_per_user>=20", "--max-concurrency", "64",
+                 "--csv", str(tmp_path / "best.csv")]) == 0
+    assert "binding:" in capsys.readouterr().out
+    assert (tmp_path / "best.csv").read_text().startswith("gpu,model,tp,concurrency")
+    assert main(["catalog", "--csv", str(tmp_path / "catalog.csv")]) == 0
+    assert "qwen3-next-80b-a3b" in (tmp_path / "catalog.csv").read_text()
+    assert main(["size", "--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--sessions", "1",
+                 "--slo", "ttft_ms", "--csv", str(tmp_path / "x.csv")]) == 2
+    assert "--slo" in capsys.readouterr().err and not (tmp_path / "x.csv").exists()
+
+
+def test_optimize_table_fits_100_columns(capsys):
+    from pathlib import Path
+
+    from jaxpareto.cli import main
+
+    spec = Path(__file__).resolve().parents[1] / "sweeps" / "code_agent_slo.toml"
+    assert main(["optimize", str(spec)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 100 and any(line.lstrip().startswith("gpu") for line in lines)

@@ -152,8 +152,9 @@ class Report:
         """The headline cell (`jaxpareto.dataset.selection.headline_cell`) outside the front's dims."""
         return headline_cell(coords, headline, self.dims, self.axes, source)
 
-    def print_frontier(self, ds: xr.Dataset, selection: dict, prices: Mapping | None = None) -> None:
-        """The headline cell's frontier; with ``prices`` (a spec's [prices]) its costs too."""
+    def print_frontier(self, ds: xr.Dataset, selection: dict, prices: Mapping | None = None) -> pd.DataFrame:
+        """Print the headline cell's frontier (with ``prices``, a spec's [prices], its costs too)
+        and return it."""
         cell = ds.sel(selection)
         if prices:
             cell = add_costs(cell, **prices)
@@ -166,13 +167,14 @@ class Report:
         print(f"\nPareto frontier ({senses}) over {', '.join(self.dims)} at {where}:")
         if table.empty:
             print("  (no feasible, converged point in this cell)")
-            return
+            return table
         with pd.option_context("display.width", 250, "display.max_columns", 30, "display.float_format", FLOAT_FORMAT):
             print(table.to_string(index=False))
         ties = int(front.sum()) - len(table)
         if ties:
             print(f"({ties} more frontier configurations tie exactly with a row above, e.g. concurrency beyond "
                   "what KV memory admits; `jaxpareto pareto --csv` lists them all)")
+        return table
 
 
 def new_output(args: argparse.Namespace) -> Path | None:

@@ -6,10 +6,13 @@ import argparse
 
 import pandas as pd
 
+from jaxpareto.cli._common import add_csv_option, check_file_out, write_csv
 from jaxpareto.definitions import catalog
 
 
 def _cmd_catalog(args: argparse.Namespace) -> int:
+    if args.csv:
+        check_file_out(args.csv, "--csv", args.overwrite)
     gpus = pd.DataFrame([g.model_dump(exclude={"sources"}) for g in catalog.gpus().values()])
     models = pd.DataFrame([_model_row(m) for m in catalog.models().values()]).convert_dtypes()
     with pd.option_context("display.width", 250, "display.max_columns", 30):
@@ -19,6 +22,10 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
               "figure; KV bytes per token of context; state MB per session whatever its length; layers by kind):")
         shown = models.dropna(axis=1, how="all")
         print(shown.astype(object).where(shown.notna(), "-").to_string(index=False))
+    if args.csv:
+        table = pd.concat([gpus.assign(kind="gpu"), models.assign(kind="model")], ignore_index=True)
+        write_csv(table[["kind", *[c for c in table.columns if c != "kind"]]], args.csv, args.overwrite,
+                  "catalog entries")
     if args.sources:
         print("\nSources:")
         for kind, entries in (("gpu", catalog.gpus()), ("model", catalog.models())):
@@ -60,5 +67,7 @@ def _model_row(model) -> dict:
 def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("catalog", help="list the catalog's GPUs and models")
     p.add_argument("--sources", action="store_true", help="also print where every value comes from")
+    add_csv_option(p, "the GPU and model tables (one row per entry, a kind column)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --csv file")
     p.set_defaults(func=_cmd_catalog)
     return p

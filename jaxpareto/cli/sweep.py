@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from jaxpareto.cli._common import FLOAT_FORMAT, Renamed, Report, add_calibration_option, add_output_options, \
-    add_solver_option, new_output
+from jaxpareto.cli._common import FLOAT_FORMAT, Renamed, Report, add_calibration_option, add_csv_option, \
+    add_output_options, add_solver_option, check_file_out, new_output, write_csv
 from jaxpareto.dataset.costs import add_costs
 from jaxpareto.dataset.reduce import pareto_sweep
 from jaxpareto.dataset.selection import best_task_configuration, session_axes, session_coords
@@ -73,11 +73,13 @@ def _cmd_session(args: argparse.Namespace, spec) -> int:
               f"task time {float(top.task_time_s):,.1f} s, operational intensity at turn {selection.get('turn')} "
               f"{float(top.operational_intensity.sel(turn=selection['turn'])):,.0f} FLOP/byte "
               f"(ridge {float(top.ridge_point):,.0f})")
-    report.print_frontier(ds, selection)
+    write_csv(report.print_frontier(ds, selection), args.csv, args.overwrite, "frontier points")
     return 0
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
+    if args.csv:  # refused now, not after the sweep
+        check_file_out(args.csv, "--csv", args.overwrite)
     spec = load_spec(args.spec)
     if spec.session is not None:
         return _cmd_session(args, spec)
@@ -134,7 +136,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
           f"configs/s, solver {plan.solver.name}, {plan.dtype}")
     print(f"infeasible: {infeasible:,}{_reasons(ds) if infeasible else ''}; unconverged: {unconverged:,}")
     prices = spec.prices.model_dump(exclude_none=True) if spec.prices is not None else None
-    report.print_frontier(ds, selection, prices)
+    write_csv(report.print_frontier(ds, selection, prices), args.csv, args.overwrite, "frontier points")
     return 0
 
 
@@ -176,6 +178,7 @@ def _reduced_sweep(args, plan, report: Report, selection: dict, out: Path | None
     table = table.drop_duplicates(subset=[report.x, report.y], keep="first")
     with pd.option_context("display.width", 250, "display.float_format", FLOAT_FORMAT):
         print(table.to_string(index=False))
+    write_csv(table, args.csv, args.overwrite, "frontier points")
     return 0
 
 
@@ -192,6 +195,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("spec", nargs="?", help="sweep spec TOML or a preset name (default: built-in code agent)")
     add_output_options(p, "zarr store to stream into; an unfinished one of the same spec is resumed, "
                           "anything else existing is refused unless --overwrite")
+    add_csv_option(p, "the printed frontier of the headline cell (every cell: jaxpareto pareto --csv)")
     p.add_argument("--dtype", choices=DTYPES, help="override the spec's floating point type")
     add_solver_option(p)
     p.add_argument("--method", action=Renamed, default=argparse.SUPPRESS,
