@@ -38,6 +38,13 @@ def small(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="module")
+def fitted(small):
+    """One per-engine fit on the Hopper rows (compiling a fit dominates these tests' time)."""
+    return calibrate(load_validation_set(small), fields=FIELDS, options=MEASURED, train="gpu=h100-sxm,h200-sxm",
+                     steps=3)
+
+
 def test_train_filter_selects_and_names_bad_columns(small):
     rows = load_validation_set(small)
     mask = train_mask(rows, "gpu=h100-sxm,h200-sxm")
@@ -51,9 +58,8 @@ def test_train_filter_selects_and_names_bad_columns(small):
         train_mask(rows, "gpu=mi300x")
 
 
-def test_a_poisoned_test_row_cannot_change_the_fit(small, tmp_path):
-    rows = load_validation_set(small)
-    fit = calibrate(rows, fields=FIELDS, options=MEASURED, train="gpu=h100-sxm,h200-sxm", steps=3)
+def test_a_poisoned_test_row_cannot_change_the_fit(small, fitted):
+    rows, fit = load_validation_set(small), fitted
     assert fit.test.sum() > 0 and (~fit.test).sum() > 0
     poisoned = rows.copy()
     blackwell = np.flatnonzero(fit.test & poisoned["unsupported"].eq("").to_numpy())
@@ -68,9 +74,8 @@ def test_a_poisoned_test_row_cannot_change_the_fit(small, tmp_path):
     assert again.after[again.after["split"].eq("test")]["rel_error"].abs().mean() != test_after
 
 
-def test_the_calibration_file_holds_each_engine_and_is_adopted(small, tmp_path):
-    rows = load_validation_set(small)
-    fit = calibrate(rows, fields=FIELDS, options=MEASURED, train="gpu=h100-sxm,h200-sxm", steps=3)
+def test_the_calibration_file_holds_each_engine_and_is_adopted(small, fitted, tmp_path):
+    rows, fit = load_validation_set(small), fitted
     path = tmp_path / "cal.toml"
     path.write_text(fit.to_toml())
     assert calibration_options(path) == {"prefill_model": "shared", "profile": "measured"}
@@ -96,10 +101,9 @@ def test_the_shipped_hopper_calibration_is_measured_and_per_engine():
     assert len({f.eta_decode for f in factors.values()}) == 3  # one set per engine
 
 
-def test_validate_out_writes_every_row_with_its_prediction(small, tmp_path, capsys):
+def test_validate_out_writes_every_row_with_its_prediction(small, fitted, tmp_path, capsys):
     cal = tmp_path / "cal.toml"
-    cal.write_text(calibrate(load_validation_set(small), fields=FIELDS, options=MEASURED,
-                             train="gpu=h100-sxm,h200-sxm", steps=2).to_toml())
+    cal.write_text(fitted.to_toml())
     out = tmp_path / "predictions.csv"
     assert main(["validate", "--data", str(small), "--calibration", str(cal), "--out", str(out)]) == 0
     assert "profile: measured" in capsys.readouterr().out
