@@ -45,6 +45,7 @@ import re
 from pathlib import Path
 
 from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.definitions.layers import group_layers
 from jaxpareto.definitions.units import KV_DTYPE_BYTES, UNQUANTISED_WEIGHT_BYTES, WEIGHT_DTYPE_BYTES
 
 _HIDDEN_OVER_HEADS = "hidden/heads"
@@ -529,8 +530,6 @@ def hf_config_fields(
 def _uniform_or_groups(per_layer: list[dict], heads: int) -> dict:
     """The `Model`'s attention fields: uniform GQA fields where every layer is full attention
     (optionally with one sliding window), else ``layer_groups``."""
-    from jaxpareto.definitions.layers import group_layers
-
     shapes = {(layer.get("kv_heads"), layer.get("head_dim")) for layer in per_layer}
     kinds = {layer["attention"] for layer in per_layer}
     if len(shapes) == 1 and kinds <= {"full", "sliding"}:
