@@ -41,7 +41,7 @@ def reference_point(gpu: dict, model: dict, tp: int, concurrency: int, think_tim
     if model.get("attention") == "mla":
         kappa = (model["kv_lora_rank"] + model["rope_head_dim"]) * model["layers"] * kv_width
         kappa_window = 0.0
-        n_kv = 1
+        n_kv = n_kv_window = 1
     elif model.get("layer_groups"):  # hybrid: per group of layers
         groups = model["layer_groups"]
         width = {g_i: (1 if g.get("k_eq_v") else 2) * g.get("kv_heads", 0) * g.get("head_dim", 0) * kv_width * g["count"]
@@ -51,11 +51,12 @@ def reference_point(gpu: dict, model: dict, tp: int, concurrency: int, think_tim
         window = max([g.get("window") or 0 for g in groups] + [0])
         state = sum(g["count"] * g.get("state_bytes", 0.0) for g in groups if g["attention"] in ("linear", "mamba"))
         n_state = min([g["state_heads"] for g in groups if g["attention"] in ("linear", "mamba")] + [10**9])
-        n_kv = next(g["kv_heads"] for g in groups if g["attention"] == "full")
+        n_kv = min(g["kv_heads"] for g in groups if g["attention"] == "full")
+        n_kv_window = min([g["kv_heads"] for g in groups if g["attention"] in ("sliding", "chunked")] + [n_kv])
     else:
         kappa = 2 * (model["layers"] - sliding) * model["kv_heads"] * model["head_dim"] * kv_width
         kappa_window = 2 * sliding * model["kv_heads"] * model["head_dim"] * kv_width
-        n_kv = model["kv_heads"]
+        n_kv = n_kv_window = model["kv_heads"]
 
     def seq_kv(tokens):  # KV bytes of one sequence: full layers x T + sliding layers x min(T, window)
         return kappa * tokens + kappa_window * min(tokens, window)
@@ -76,12 +77,14 @@ def reference_point(gpu: dict, model: dict, tp: int, concurrency: int, think_tim
         m_model = (p_total - table - kept) * d + kept * 2.0 + table * 2.0
     m_avail = tp * gpu["memory_gb"] - m_model
     r_kv = tp / min(tp, n_kv)
-    kv_gb = (seq_kv(context_tokens) * r_kv + state * tp / min(tp, n_state)) / 1e9
+    window_kv = kappa_window * min(context_tokens, window)  # the sliding layers' heads replicate on their own
+    kv_gb = (kappa * context_tokens * r_kv + window_kv * tp / min(tp, n_kv_window) + state * tp / min(tp, n_state)) / 1e9
     c_max = math.floor(max(m_avail, 0.0) / kv_gb)
     c_eff = min(concurrency, c_max)
     # a server's limits: heads split over TP, the turn fits the model's context
     heads, max_context = model.get("attention_heads"), model.get("max_context_tokens")
     layout_ok = (heads is None or heads % tp == 0) and (n_kv % tp == 0 or tp % n_kv == 0) and \
+        (n_kv_window % tp == 0 or tp % n_kv_window == 0) and \
         (state == 0 or n_state % tp == 0)
     context_ok = max_context is None or context_tokens + osl <= max_context
     out = {"kv_per_session_gb": kv_gb, "concurrency_max": c_max, "concurrency_eff": c_eff,
@@ -98,7 +101,8 @@ def reference_point(gpu: dict, model: dict, tp: int, concurrency: int, think_tim
             t_weight = nonmoe_bytes / (tp * bw) * 1e3 + (min(b * top_k, experts) / tp) * p_expert * d_expert / bw * 1e3
         else:
             t_weight = nonmoe_bytes / (tp * bw) * 1e3
-        t_kv = b * (seq_kv(context_tokens) / min(tp, n_kv) + state / min(tp, n_state)) / (bw * 1e9) * 1e3
+        t_kv = b * (kappa * context_tokens / min(tp, n_kv) + window_kv / min(tp, n_kv_window)
+                    + state / min(tp, n_state)) / (bw * 1e9) * 1e3
         t_compute = 2 * p_active * 1e9 * b / (tp * flops * 1e12) * 1e3
         tpot = max((t_weight + t_kv) * overhead, t_compute) / eta_decode
         return t_weight, t_kv, t_compute, tpot

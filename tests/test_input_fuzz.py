@@ -57,8 +57,13 @@ def test_model_fields_are_refused_by_name(changes):
     assert math.isfinite(model.kv_bytes_per_token) and model.weight_memory_gb > 0
 
 
-@pytest.mark.parametrize("config", [{"num_hidden_layers": "2"}, {"hidden_size": -1}, {"layer_types": "full"},
-                                    {"head_dim": 1.5}, {"quantization_config": {"quant_method": "gptq", "bits": 8}}])
+@pytest.mark.parametrize("config", [
+    {"num_hidden_layers": "2"}, {"hidden_size": -1}, {"layer_types": "full"}, {"head_dim": 1.5},
+    {"quantization_config": {"quant_method": "gptq", "bits": 8}}, {"quantization_config": {"quant_method": "gptq", "bits": 3}},
+    {"quantization_config": {"quant_method": "aqlm"}}, {"full_attention_interval": 0}, {"mlp_only_layers": 2},
+    {"rope_scaling": "yarn"}, {"rope_scaling": {"rope_type": "yarn", "factor": "4"}},
+    {"model_type": "llama4_text", "attention_chunk_size": 8192, "no_rope_layers": [1]},
+    {"model_type": "gemma3_text", "sliding_window_pattern": 0}])
 def test_config_json_errors_name_the_key(config):
     base = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
             "vocab_size": 100, "intermediate_size": 128}
@@ -86,3 +91,23 @@ def test_spec_tables_are_refused_by_name(grid, workload):
         text = str(error)
         assert "function-after" not in text and "pydantic" not in text.lower(), text
         assert any(key in text for key in (*grid, *workload)), text
+
+
+def test_config_override_dtypes_are_checked():
+    base = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+            "vocab_size": 100, "intermediate_size": 128}
+    with pytest.raises(jp.JaxparetoError, match="weight_dtype"):
+        jp.Model.from_hf_config(base, weight_dtype="int8")
+
+
+def test_ignore_lists_skip_whole_modules_only():
+    from jaxpareto.definitions.hf_config import _skipped
+
+    def skipped(*entries):
+        return _skipped({"quantization_config": {"ignore": list(entries)}})
+
+    assert skipped("re:.*self_attn.*", "re:.*shared_experts.*", r"re:.*mlp\.(gate|up|gate_up|down)_proj.*") == \
+        {"attention", "shared", "mlp"}
+    assert skipped("model.layers.0.post_attention_layernorm", "mlp.gate", "model.layers.*.mlp.shared_expert_gate",
+                   "model.layers.*.linear_attn.in_proj_ba", "lm_head") == set()
+    assert skipped("model.layers.*.linear_attn") == {"linear_attention"}

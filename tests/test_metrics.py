@@ -524,3 +524,13 @@ def test_jsonl_read_a_chunk_at_a_time_reads_the_same(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules["jaxpareto.measure.text_files"], "_JSONL_CHUNK", 3)
     pd.testing.assert_frame_equal(read_records(jsonl), whole)
     assert jp.metrics(jsonl).mean_itl_ms == pytest.approx(150)
+
+
+def test_summary_as_csv_is_the_printed_table(tmp_path):
+    from jaxpareto.cli import main
+
+    source = Path(__file__).parent / "fixtures" / "metrics" / "vllm_serve_result.json"
+    out = tmp_path / "summary.csv"
+    assert main(["metrics", str(source), "--slo", "ttft_ms<=2000", "--out", str(out)]) == 0
+    table = pd.read_csv(out)
+    assert list(table.columns) == ["metric", "value", "units", "definition"] and "p99_ttft_ms" in set(table.metric)

@@ -58,6 +58,16 @@ def test_gemma4_global_layers_and_top_k_key():
     assert k_eq_v.kv_bytes_per_token == 10_240  # an engine storing K = V once
 
 
+@pytest.mark.parametrize("tp", [1, 4, 8])
+def test_gemma4_sliding_and_global_kv_heads_replicate_on_their_own(tp):
+    model = zoo("gemma-4-26b-a4b")  # 25 sliding layers with 8 KV heads x 256, 5 global with 2 x 512
+    tokens = 1024
+    sliding = 25 * 2 * 8 * 256 * 2 * min(tokens, 1024) * tp / min(tp, 8)
+    global_ = 5 * 2 * 2 * 512 * 2 * tokens * tp / min(tp, 2)
+    got = float(session_gb(model.to_params(), jnp.float32(tokens), jnp.float32(tp)))
+    assert got == pytest.approx((sliding + global_) / 1e9, rel=1e-6)
+
+
 def test_gemma_family_patterns_without_layer_types():
     gemma2 = zoo("gemma-2-2b", weight_dtype="bf16")  # the config says float32
     assert gemma2.sliding_layers == 13 and gemma2.sliding_window == 4096

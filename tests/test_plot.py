@@ -344,3 +344,16 @@ def test_a_pair_with_no_feasible_point_is_skipped_with_its_reason(tmp_path):
     written, skipped = jp.save_plots(ds, tmp_path)
     assert not any("deepseek" in p.name for p in written) and any("llama-3.1-8b" in p.name for p in written)
     assert "h100-sxm_deepseek-v3: no feasible point (weights exceed memory)" in skipped
+
+
+def test_cli_refuses_to_replace_plots_without_overwrite(grid, tmp_path, capsys):
+    path = jp.to_zarr(grid.sel(gpu=[GPU], think_time_s=[2.0], context_tokens=[16384]), tmp_path / "one.zarr")
+    out = tmp_path / "p"
+    assert main(["plot", str(path), "--out", str(out), "--dpi", "20"]) == 0
+    before = (out / f"frontier_{GPU}_{MODEL}.png").read_bytes()
+    capsys.readouterr()
+    assert main(["plot", str(path), "--out", str(out), "--dpi", "30"]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert (out / f"frontier_{GPU}_{MODEL}.png").read_bytes() == before  # nothing drawn
+    assert main(["plot", str(path), "--out", str(out), "--dpi", "30", "--overwrite"]) == 0
+    assert (out / f"frontier_{GPU}_{MODEL}.png").read_bytes() != before

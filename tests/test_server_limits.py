@@ -103,3 +103,21 @@ def test_optimize_table_fits_100_columns(capsys):
     assert main(["optimize", str(spec)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert max(len(line) for line in lines) <= 100 and any(line.lstrip().startswith("gpu") for line in lines)
+
+
+def test_spec_and_one_scenario_flags_do_not_mix(tmp_path, capsys):
+    from pathlib import Path
+
+    from jaxpareto.cli import main
+
+    spec = Path(__file__).resolve().parents[1] / "sweeps" / "code_agent_slo.toml"
+    assert main(["optimize", str(spec), "--slo", "ttft_ms<=1"]) == 2
+    assert "--slo" in capsys.readouterr().err
+    assert main(["optimize", "--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--slo", "ttft_ms<=100",
+                 "--slo", "ttft_ms>=5"]) == 2
+    assert "given twice" in capsys.readouterr().err
+    bad = tmp_path / "prices.toml"  # a partial [prices] table is refused before the sweep runs
+    bad.write_text('[grid]\ngpu = ["h100-sxm"]\nmodel = ["llama-3.1-8b"]\ntp = [1]\nconcurrency = [1]\n'
+                   '[prices]\ninput_per_mtok = 3.0\n')
+    assert main(["sweep", str(bad)]) == 2
+    assert "prices" in capsys.readouterr().err

@@ -64,6 +64,8 @@ def parse_slos(items: Sequence[str] | None, *, upper_only: bool = False) -> dict
             raise JaxparetoError("--slo", f"expected a name and a number, got {item!r}", SLO_FORMS)
         if upper_only and op == ">=":
             raise JaxparetoError("--slo", f"{item!r}: these SLOs are upper limits (NAME<=LIMIT)")
+        if name.strip() in slos:
+            raise JaxparetoError("--slo", f"{name.strip()} is given twice; give one limit per output")
         slos[name.strip()] = ("<=" if op == "=" else op, value)
     return slos
 

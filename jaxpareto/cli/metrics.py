@@ -68,7 +68,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--slo", action="append", metavar="NAME<=LIMIT_MS",
                    help=f"goodput SLO in ms, one of {', '.join(SLO_NAMES)} (repeatable)")
     p.add_argument("--benchmark", type=int, help="GuideLLM report: index of the benchmark to summarise")
-    p.add_argument("--out", help="also write the summary: .json, .nc (netCDF3) or .zarr")
+    p.add_argument("--out", help="also write the summary: .json, .csv, .nc (netCDF3) or .zarr")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.set_defaults(func=_cmd_metrics)
     return p

@@ -42,8 +42,7 @@ def _print_table(ds, csv: str | None, overwrite: bool) -> None:
     """One row per scenario, at most about 100 characters wide: constant axes go to a header
     line, long names are abbreviated (legend printed), and infeasible scenarios' reasons are
     listed below the table. ``--csv`` gets every column under its full name."""
-    full = ds[["feasible", "tp", "concurrency", "value", *[c for c in SHOWN if c in ds], "binding", "reason"]] \
-        .to_dataframe().reset_index()
+    full = ds.to_dataframe().reset_index()  # every column, for --csv
     dims = [d for d in ds.feasible.dims]
     constant = {d: full[d].iloc[0] for d in dims if full[d].nunique() == 1}
     if constant:
@@ -60,7 +59,7 @@ def _print_table(ds, csv: str | None, overwrite: bool) -> None:
         print(table.to_string(index=False, na_rep="-"))
     infeasible = full[~full["feasible"].astype(bool)]
     for _, row in infeasible.iterrows():
-        where = ", ".join(f"{d} {row[d]}" for d in dims if d not in constant)
+        where = ", ".join(f"{d} {row[d]}" for d in dims if d not in constant) or "the scenario"
         print(_wrapped(f"infeasible: {where}: {row['reason']}"))
     write_csv(full, csv, overwrite, "scenarios")
 
@@ -73,7 +72,9 @@ def _one_scenario(args: argparse.Namespace) -> int:
     result = optimize(objective=args.objective, **kwargs)
     print(_wrapped(describe_scenario(args)))
     if not result.feasible:
-        print(f"{args.model} on {args.gpu}: nothing meets the SLOs ({result.reason})")
+        print(_wrapped(f"{args.model} on {args.gpu}: nothing meets the SLOs ({result.reason})"))
+        write_csv(pd.DataFrame([{"gpu": args.gpu, "model": args.model, "feasible": False, "reason": result.reason}]),
+                  args.csv, args.overwrite, "scenario")
         return 1
     metrics = {k: v for k, v in result.metrics.items() if k in SHOWN}
     print(_wrapped(f"{args.model} on {args.gpu}: TP {result.tp}, concurrency {result.concurrency}: "
@@ -85,6 +86,14 @@ def _one_scenario(args: argparse.Namespace) -> int:
     return 0
 
 
+def _scenario_defaults() -> dict:
+    """The one-scenario flags' defaults (those flags are refused with a spec when changed)."""
+    parser = argparse.ArgumentParser()
+    add_scenario_options(parser, required=False)
+    parser.add_argument("--objective", default="output_tokens_per_s_per_gpu")
+    return {k: v for k, v in vars(parser.parse_args([])).items() if k not in ("gpu", "model", "calibration")}
+
+
 def _cmd_optimize(args: argparse.Namespace) -> int:
     flags = args.gpu is not None or args.model is not None
     if flags == (args.spec is not None):
@@ -92,6 +101,11 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
                                      "not both" if flags else "give a spec, or --gpu and --model")
     if args.csv:
         check_file_out(args.csv, "--csv", args.overwrite)
+    set_flags = [f"--{name.replace('_', '-')}" for name, default in _scenario_defaults().items()
+                 if getattr(args, name) != default]
+    if not flags and set_flags:
+        raise JaxparetoError(set_flags[0], f"{', '.join(set_flags)} describe one scenario given by --gpu and --model; "
+                                           "a spec's scenarios and SLOs come from the spec")
     if flags:
         if args.gpu is None or args.model is None:
             raise JaxparetoError("--gpu/--model", "one scenario needs both")

@@ -54,7 +54,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     ds = open_sweep(Path(args.store))  # a reduced store too (save_plots skips what it cannot draw); never an
     # interrupted one
     sel = _parse_sel(args.sel or [], ds)
-    written, _ = save_plots(ds, args.out, size=size, dpi=args.dpi, sel=sel, echo=print)
+    written, _ = save_plots(ds, args.out, size=size, dpi=args.dpi, sel=sel, echo=print, overwrite=args.overwrite)
     if not written:
         print("jaxpareto: no plot could be drawn from this dataset", flush=True)
         return 1
@@ -80,6 +80,7 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="gpu/model: draw only that one; other axes: the cell (default: the sweep's headline, else "
                         "the first value); think_time_s/hit_rate > 0 also set the cache comparison's agent "
                         "(repeatable)")
+    p.add_argument("--overwrite", action="store_true", help="replace plots of the same names already in --out")
     p.add_argument("--dpi", type=float, default=DEFAULT_DPI, help=f"pixels per inch (default {DEFAULT_DPI})")
     p.add_argument("--size", default=f"{DEFAULT_SIZE[0]:g}x{DEFAULT_SIZE[1]:g}", metavar="WxH",
                    help="figure WIDTHxHEIGHT in inches (default %(default)s)")

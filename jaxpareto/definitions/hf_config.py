@@ -80,7 +80,13 @@ _INT_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_s
              "v_head_dim", "q_lora_rank", "max_position_embeddings", "attention_head_dim", "sliding_window",
              "attention_chunk_size", "full_attention_interval", "linear_num_key_heads", "linear_num_value_heads",
              "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim", "mamba_num_heads",
-             "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel")
+             "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel", "sliding_window_pattern",
+             "interleave_moe_layer_step", "decoder_sparse_step", "moe_layer_freq", "first_k_dense_replace",
+             "global_head_dim", "num_global_key_value_heads", "attention_chunk_size")
+#: Keys that must be at least 1 when given (a period or a width of 0 means nothing).
+_POSITIVE = ("full_attention_interval", "sliding_window_pattern", "interleave_moe_layer_step", "decoder_sparse_step",
+             "moe_layer_freq", "num_key_value_heads", "head_dim", "attention_head_dim", "sliding_window",
+             "attention_chunk_size", "max_position_embeddings")
 _REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
 #: Parameter categories a quantised checkpoint stores at low precision (the linear projections).
 _QUANTISABLE = ("attention", "linear_attention", "mamba", "mlp", "shared")
@@ -130,8 +136,19 @@ def _load(path: str | Path | dict) -> tuple[dict, str]:
         if key in _REQUIRED and value is None:
             raise JaxparetoError(f"config.json: {key}", "is required and missing")
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0 or
-                                  (value == 0 and key in _REQUIRED)):
+                                  (value == 0 and key in (*_REQUIRED, *_POSITIVE))):
             raise JaxparetoError(f"config.json: {key}", f"must be a positive integer, got {value!r}")
+    for key in ("mlp_only_layers", "moe_layers", "no_rope_layers", "layer_types"):
+        if cfg.get(key) is not None and not isinstance(cfg[key], list):
+            raise JaxparetoError(f"config.json: {key}", f"must be a list, got {cfg[key]!r}")
+    if cfg.get("no_rope_layers") is not None and len(cfg["no_rope_layers"]) != cfg["num_hidden_layers"]:
+        raise JaxparetoError("config.json: no_rope_layers", f"must list {cfg['num_hidden_layers']} layers")
+    for key in ("rope_scaling", "quantization_config"):
+        if cfg.get(key) is not None and not isinstance(cfg[key], dict):
+            raise JaxparetoError(f"config.json: {key}", f"must be a table (a JSON object), got {cfg[key]!r}")
+    factor = (cfg.get("rope_scaling") or {}).get("factor")
+    if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0):
+        raise JaxparetoError("config.json: rope_scaling.factor", f"must be a number > 0, got {factor!r}")
     return cfg, str(default_name)
 
 
@@ -323,9 +340,13 @@ def _stored_format(cfg: dict) -> tuple[str, float]:
         size = w.get("group_size") or 0
         per_group = 16 + (0 if w.get("symmetric", True) else 4)
         return "int4", (per_group / size if size > 0 else 0.0)
-    if quant.get("load_in_8bit") or bits == 8 or any(w.get("num_bits") == 8 for w in weights):
+    if quant.get("load_in_8bit") or bits == 8 or any(w.get("num_bits") == 8 for w in weights) or method == "eetq":
         raise JaxparetoError("config.json: quantization_config", "8-bit integer weights have no jaxpareto dtype; "
                              "pass weight_dtype= (e.g. 'fp8' for their 1-byte footprint)")
+    if quant:
+        raise JaxparetoError("config.json: quantization_config", f"a format jaxpareto does not read ({method or 'no '}"
+                             f"quant_method, bits {bits}); pass weight_dtype= (fp16, bf16, fp8, fp4 or int4) for its "
+                             "storage")
     torch_dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
     if torch_dtype == "float32":
         raise JaxparetoError("config.json: torch_dtype", "float32 weights are not a serving format; "
@@ -334,21 +355,27 @@ def _stored_format(cfg: dict) -> tuple[str, float]:
 
 
 def _skipped(cfg: dict) -> set[str]:
-    """Parameter categories the quantisation config leaves at 16 bits (its ignore lists)."""
+    """Parameter categories the quantisation config leaves at 16 bits (its ignore lists): an
+    entry naming a whole module kind (``self_attn``, ``linear_attn``, ``mixer``, ``shared_expert``,
+    the dense MLP's projections), not a norm, a router or one small projection of it."""
     quant = cfg.get("quantization_config") or {}
-    names = " ".join(map(str, (quant.get("ignore") or []) + (quant.get("modules_to_not_convert") or [])
-                         + (quant.get("exclude_modules") or []))).lower()
+    entries = [str(e).lower() for e in (quant.get("ignore") or []) + (quant.get("modules_to_not_convert") or [])
+               + (quant.get("exclude_modules") or [])]
     skipped = set()
-    if "linear_attn" in names:
-        skipped.add("linear_attention")
-    if "mixer" in names:
-        skipped.add("mamba")
-    if "self_attn" in names or "attention" in names.replace("linear_attn", ""):
-        skipped.add("attention")
-    if "shared_expert" in names:
-        skipped.add("shared")
-    if re.search(r"mlp\W*\(?(gate|up|down)", names):  # the dense MLP's projections (not mlp.router)
-        skipped.add("mlp")
+    for entry in entries:
+        if "norm" in entry or entry.endswith(("gate", "router", "e_score_correction_bias", "lm_head", "embed_tokens")):
+            continue
+        whole = entry.rstrip("*.$)").rstrip(".")
+        if whole.endswith("linear_attn"):
+            skipped.add("linear_attention")
+        elif whole.endswith("mixer"):
+            skipped.add("mamba")
+        elif "linear_attn" not in entry and re.search(r"self_attn|(^|[.*:])attn($|[.*])|\.attention($|[.*])", entry):
+            skipped.add("attention")
+        elif re.search(r"shared_experts?($|[.*])", entry):
+            skipped.add("shared")
+        elif re.search(r"mlp\W*\(?(gate|up|down)(_up)?(\|(gate|up|down)(_up)?)*\)?_proj", entry):
+            skipped.add("mlp")  # the dense MLP's projections (not mlp.gate, a router)
     return skipped
 
 
@@ -408,6 +435,10 @@ def hf_config_fields(
     kinds = _attention_kinds(cfg, layers)
     experts = _get(cfg, "n_routed_experts", "num_experts", "num_local_experts")
     top_k = _get(cfg, "num_experts_per_tok", "experts_per_token", "top_k_experts")
+    if weight_dtype is not None and weight_dtype not in WEIGHT_DTYPE_BYTES:
+        raise JaxparetoError("weight_dtype", f"unknown dtype {weight_dtype!r}", list(WEIGHT_DTYPE_BYTES))
+    if kv_dtype not in KV_DTYPE_BYTES:
+        raise JaxparetoError("kv_dtype", f"unknown dtype {kv_dtype!r}", list(KV_DTYPE_BYTES))
     if experts and top_k is None:
         raise JaxparetoError("config.json: num_experts_per_tok", "is required and missing (also read: "
                              "experts_per_token, top_k_experts)")

@@ -256,7 +256,14 @@ class Model(Definition):
             return 1
         attending = [g for g in self.groups if g.attention in GROWING] or \
             [g for g in self.groups if g.attention in WINDOWED]
-        return int(attending[0].kv_heads)
+        return int(min(g.kv_heads for g in attending))
+
+    @property
+    def kv_window_heads(self) -> int:
+        """KV heads of the sliding and chunked layers (they split and replicate under TP on their
+        own: Gemma 4's sliding layers have 8 where its global layers have 2); n_kv without them."""
+        windowed = [g.kv_heads for g in self.groups if g.attention in WINDOWED]
+        return min(windowed) if windowed else self.kv_heads_sharded
 
     @property
     def state_heads(self) -> int:
@@ -359,8 +366,9 @@ class Model(Definition):
         if self.attention_heads is not None and self.attention_heads % tp:
             problems.append(f"{self.attention_heads} attention heads do not divide by {tp}")
         kv = self.kv_heads_sharded
-        if kv % tp and tp % kv:
-            problems.append(f"{kv} KV heads and TP {tp} do not divide one another")
+        for heads in dict.fromkeys((kv, self.kv_window_heads)):
+            if heads % tp and tp % heads:
+                problems.append(f"{heads} KV heads and TP {tp} do not divide one another")
         if self.fixed_state_bytes and self.state_heads % tp:
             problems.append(f"the recurrent state's {self.state_heads} heads do not divide by {tp}")
         return "; ".join(problems) or None
@@ -432,6 +440,7 @@ class Model(Definition):
             attention_heads=math.nan if self.attention_heads is None else float(self.attention_heads),
             max_context_tokens=math.inf if self.max_context_tokens is None else float(self.max_context_tokens),
             kv_heads=float(self.kv_heads_sharded),
+            kv_window_heads=float(self.kv_window_heads),
             layers=float(self.layers),
             hidden_size=math.nan if self.hidden_size is None else float(self.hidden_size),
             attention_pair_flops=self.attention_pair_flops,
@@ -500,5 +509,6 @@ class ModelParams:
     decode_window_pair_flops: jax.Array | float = 0.0
     fixed_state_bytes: jax.Array | float = 0.0
     state_heads: jax.Array | float = 1.0
+    kv_window_heads: jax.Array | float = 1.0
     attention_heads: jax.Array | float = math.nan
     max_context_tokens: jax.Array | float = math.inf

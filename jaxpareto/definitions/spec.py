@@ -83,10 +83,17 @@ class SessionSpec(_Table):
 class PricesSpec(_Table):
     """Prices for `jaxpareto.add_costs` (USD per million tokens, USD per GPU-hour)."""
 
-    input_per_mtok: float | None = None
-    cached_input_per_mtok: float | None = None
-    output_per_mtok: float | None = None
-    gpu_hour: float | None = None
+    input_per_mtok: float | None = pydantic.Field(default=None, ge=0)
+    cached_input_per_mtok: float | None = pydantic.Field(default=None, ge=0)
+    output_per_mtok: float | None = pydantic.Field(default=None, ge=0)
+    gpu_hour: float | None = pydantic.Field(default=None, ge=0)
+
+    @pydantic.model_validator(mode="after")
+    def _api_prices_together(self) -> "PricesSpec":
+        api = (self.input_per_mtok, self.cached_input_per_mtok, self.output_per_mtok)
+        if any(p is not None for p in api) and not all(p is not None for p in api):
+            raise ValueError("give input_per_mtok, cached_input_per_mtok and output_per_mtok together")
+        return self
 
 
 class OptimizeSpec(_Table):

@@ -54,7 +54,7 @@ LATENCIES = {  # name -> what it is (seed 002 section 3)
     "e2el": "end-to-end request latency",
 }
 #: File types `write_summary` writes.
-SUMMARY_SUFFIXES = (".json", ".nc", ".zarr")
+SUMMARY_SUFFIXES = (".json", ".csv", ".nc", ".zarr")
 
 
 def _q(q: object, field: str) -> float:
@@ -263,8 +263,8 @@ def check_summary_path(path: Path, field: str = "path", overwrite: bool = False)
 
 def write_summary(ds: xr.Dataset, path: Path, overwrite: bool = False) -> None:
     """Write a `metrics` summary by the suffix of ``path``: ``.json`` (NaN as null, with the
-    attrs and units), ``.nc`` (netCDF3) or ``.zarr`` (the sweep store's writer: zarr v3,
-    consolidated).
+    attrs and units), ``.csv`` (the printed table: metric, value, units, definition), ``.nc``
+    (netCDF3) or ``.zarr`` (the sweep store's writer: zarr v3, consolidated).
 
     Raises:
         JaxparetoError: as `check_summary_path`.
@@ -276,6 +276,9 @@ def write_summary(ds: xr.Dataset, path: Path, overwrite: bool = False) -> None:
                 for name in ds.data_vars}
         path.write_text(json.dumps({**data, "attrs": ds.attrs, "units": {n: ds[n].attrs["units"] for n in ds.data_vars}},
                                    indent=1) + "\n")
+    elif suffix == ".csv":
+        pd.DataFrame([{"metric": name, "value": np.asarray(ds[name].values).item(), "units": ds[name].attrs["units"],
+                       "definition": ds[name].attrs["long_name"]} for name in ds.data_vars]).to_csv(path, index=False)
     elif suffix == ".nc":  # netCDF3 (scipy) has no 64-bit integers
         ds.assign({n: ds[n].astype(np.int32) for n in ds.data_vars if ds[n].dtype == np.int64}).to_netcdf(path)
     else:

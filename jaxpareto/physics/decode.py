@@ -15,7 +15,7 @@ import jax.numpy as jnp
 
 from jaxpareto.definitions.hardware import HardwareParams
 from jaxpareto.physics.attention import decode_pairs
-from jaxpareto.physics.memory import kv_bytes
+from jaxpareto.physics.memory import window_bytes
 from jaxpareto.definitions.model import ModelParams
 from jaxpareto.definitions.units import BYTES_PER_GB, FLOPS_PER_PARAM_PER_TOKEN, FLOPS_PER_TFLOPS, MS_PER_S, PARAMS_PER_B
 
@@ -125,7 +125,9 @@ def decode_coefficients(
         expert_ms=model.expert_params_b * model.expert_weight_bytes / (tp * bw) * MS_PER_S,
         experts=model.experts,
         experts_per_token=model.experts_per_token,
-        kv_ms=kv_bytes(model, context_tokens) / BYTES_PER_GB / (jnp.minimum(tp, model.kv_heads) * bw) * MS_PER_S
+        kv_ms=context_tokens * model.kv_bytes_per_token / BYTES_PER_GB / (jnp.minimum(tp, model.kv_heads) * bw)
+        * MS_PER_S
+        + window_bytes(model, context_tokens) / BYTES_PER_GB / (jnp.minimum(tp, model.kv_window_heads) * bw) * MS_PER_S
         + model.fixed_state_bytes / BYTES_PER_GB / (jnp.minimum(tp, model.state_heads) * bw) * MS_PER_S,
         compute_ms=matmul_ms,
         elementwise_overhead=elementwise_overhead,

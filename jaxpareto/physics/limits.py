@@ -34,7 +34,8 @@ def heads_split(model: ModelParams, tp: jax.Array) -> jax.Array:
     """Whether TP G shards this model's attention: heads % G == 0 (unknown heads: not checked),
     n_kv % G == 0 or G % n_kv == 0, and a recurrent state's heads % G == 0."""
     query = jnp.isnan(model.attention_heads) | _divides(tp, model.attention_heads)
-    kv = _divides(tp, model.kv_heads) | _divides(model.kv_heads, tp)
+    kv = (_divides(tp, model.kv_heads) | _divides(model.kv_heads, tp)) & \
+        (_divides(tp, model.kv_window_heads) | _divides(model.kv_window_heads, tp))
     state = (model.fixed_state_bytes == 0) | _divides(tp, model.state_heads)
     return query & kv & state
 

@@ -49,10 +49,18 @@ def state_replication(tp: jax.Array, state_heads: jax.Array) -> jax.Array:
 
 
 def session_gb(model: ModelParams, tokens: jax.Array, tp: jax.Array) -> jax.Array:
-    """Memory one session of ``tokens`` takes over the TP group [GB]: its KV with the KV heads'
-    replication r_kv plus the fixed recurrent state of linear and Mamba layers with its own."""
-    return (kv_bytes(model, tokens) * kv_replication(tp, model.kv_heads)
+    """Memory one session of ``tokens`` takes over the TP group [GB]: the full-attention layers' KV
+    with their KV heads' replication r_kv, the sliding and chunked layers' with theirs, and the
+    fixed recurrent state of linear and Mamba layers with its own."""
+    return (tokens * model.kv_bytes_per_token * kv_replication(tp, model.kv_heads)
+            + window_bytes(model, tokens) * kv_replication(tp, model.kv_window_heads)
             + model.fixed_state_bytes * state_replication(tp, model.state_heads)) / BYTES_PER_GB
+
+
+def window_bytes(model: ModelParams, tokens: jax.Array) -> jax.Array:
+    """KV bytes of the sliding and chunked layers for one sequence of ``tokens``: κ_window x
+    min(T, window)."""
+    return jnp.minimum(tokens, model.kv_window_tokens) * model.kv_window_bytes_per_token
 
 
 def kv_bytes(model: ModelParams, tokens: jax.Array) -> jax.Array:

@@ -53,6 +53,7 @@ def save_plots(
     dpi: float = DEFAULT_DPI,
     sel: Mapping | None = None,
     echo: Callable[[str], object] | None = None,
+    overwrite: bool = True,
 ) -> tuple[list[Path], list[str]]:
     """Write every plot ``ds`` supports into the folder ``out`` as PNG files.
 
@@ -75,6 +76,8 @@ def save_plots(
             wall marks a selected context [tokens] or turn). ``tp`` and ``concurrency`` cannot be
             selected: the frontiers span them. Everything is checked before anything is drawn.
         echo: called with each written path and each skip reason as they happen (e.g. ``print``).
+        overwrite: replace PNGs of the same names already in ``out`` (False: refuse, before
+            drawing anything; the CLI's default).
 
     Returns:
         (paths written, reasons for the plots skipped, each "<plot>: <reason>", or
@@ -83,7 +86,7 @@ def save_plots(
     Raises:
         JaxparetoError: ``ds`` has no ``gpu`` and ``model`` dimensions; a selection off the grid,
             naming an unknown axis, tp or concurrency; a bad size or dpi; ``out`` exists and is
-            not a folder.
+            not a folder; ``out`` already holds plots of these names and ``overwrite`` is False.
         OSError: a folder or file that cannot be written.
     """
     sel = dict(sel or {})
@@ -96,6 +99,14 @@ def save_plots(
     gpus = [sel["gpu"]] if "gpu" in sel else grid_values(ds, "gpu")
     models = [sel["model"]] if "model" in sel else grid_values(ds, "model")
     cell = {k: v for k, v in sel.items() if k not in ("gpu", "model")}
+    if not overwrite:
+        names = {f"{kind}_{_safe(g)}_{_safe(m)}.png" for kind in ("frontier", "cache", "memory_wall")
+                 for g in gpus for m in models} | {f"memory_wall_{_safe(m)}_by_gpu.png" for m in models}
+        present = sorted(name for name in names if (out / name).exists())
+        if present:
+            raise JaxparetoError("out", f"{out} already holds {len(present)} of these plots ({', '.join(present[:3])}"
+                                        f"{', ...' if len(present) > 3 else ''}); pass overwrite=True (CLI: --overwrite) "
+                                        "to replace them")
     echo = echo or (lambda message: None)
     written, skipped = [], []
 
