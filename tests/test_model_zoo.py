@@ -116,7 +116,8 @@ def test_family_defaults():
 
 
 @pytest.mark.parametrize("key, value", [("layer_types", ["full_attention", "rwkv"]), ("attn_layer_period", 8),
-                                        ("hybrid_override_pattern", "M?")])
+                                        ("hybrid_override_pattern", "M?"), ("linear_attn_config", {"kda_layers": [1]}),
+                                        ("model_type", "falcon_h1")])
 def test_unknown_hybrid_markers_are_refused(key, value):
     cfg = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
            "vocab_size": 100, "intermediate_size": 128, key: value}

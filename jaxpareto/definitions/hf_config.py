@@ -67,7 +67,11 @@ FAMILY_DEFAULTS: dict[str, dict] = {
 }
 #: Keys that mark layer kinds this reader does not model (Jamba, Zamba, Granite hybrids ...).
 UNKNOWN_HYBRID_KEYS = ("attn_layer_period", "attn_layer_offset", "hybrid_layer_ids", "block_types",
-                       "layers_block_type", "attn_layer_indices", "mamba_layers", "shared_attention_layers")
+                       "layers_block_type", "attn_layer_indices", "mamba_layers", "shared_attention_layers",
+                       "linear_attn_config", "mamba_d_ssm", "attn_type_list")
+#: Families whose layers mix kinds in ways this reader does not model (Jamba, Zamba, Falcon-H1, ...).
+UNKNOWN_HYBRID_TYPES = ("jamba", "zamba", "zamba2", "falcon_h1", "bamba", "granitemoehybrid", "lfm2", "plamo2",
+                        "kimi_linear", "minimax_text_01", "mamba", "mamba2", "rwkv", "rwkv7", "recurrent_gemma")
 #: ``layer_types`` values -> attention kind.
 LAYER_TYPES = {"full_attention": "full", "attention": "full", "global_attention": "full",
                "sliding_attention": "sliding", "chunked_attention": "chunked",
@@ -163,6 +167,9 @@ def _attention_kinds(cfg: dict, layers: int) -> list[tuple[str, str | None]]:
             raise JaxparetoError(f"config.json: {key}", "marks hybrid layers jaxpareto does not read yet; give the "
                                  "model as jaxpareto.Model(layer_groups=...) instead")
     model_type = str(cfg.get("model_type", ""))
+    if model_type in UNKNOWN_HYBRID_TYPES:
+        raise JaxparetoError("config.json: model_type", f"{model_type!r} mixes layer kinds jaxpareto does not read "
+                             "yet; give the model as jaxpareto.Model(layer_groups=...) instead")
     if cfg.get("hybrid_override_pattern") is not None:
         pattern = str(cfg["hybrid_override_pattern"])
         unknown = sorted(set(pattern) - set(PATTERN))
