@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 
 import pandas as pd
 
@@ -16,14 +17,16 @@ def _cmd_size(args: argparse.Namespace) -> int:
         check_file_out(args.csv, "--csv", args.overwrite)
     result = size_deployment(sessions=args.sessions, turns_per_s=args.turns_per_s, **scenario_kwargs(args),
                              **({"solver": args.solver} if args.solver else {}))
-    print(describe_scenario(args))
+    print(textwrap.fill(describe_scenario(args), width=100, subsequent_indent="  "))
     target = f"{args.sessions} concurrent sessions" if args.sessions else f"{args.turns_per_s} turns/s"
     if result.feasible:
-        print(f"{target} of {args.model} on {args.gpu}: {result.gpus} GPUs = {result.replicas} replicas x TP "
-              f"{result.tp}, {result.sessions_per_replica} sessions and {result.turns_per_s_per_replica:,.2f} turns/s "
-              "per replica")
+        print(textwrap.fill(f"{target} of {args.model} on {args.gpu}: {result.gpus} GPUs = {result.replicas} "
+                            f"replicas x TP {result.tp}, {result.sessions_per_replica} sessions and "
+                            f"{result.turns_per_s_per_replica:,.2f} turns/s per replica", width=100,
+                            subsequent_indent="  "))
     else:
-        print(f"{target} of {args.model} on {args.gpu}: not possible ({result.reason})")
+        print(textwrap.fill(f"{target} of {args.model} on {args.gpu}: not possible ({result.reason})", width=100,
+                            subsequent_indent="  "))
     with pd.option_context("display.width", 250, "display.float_format", FLOAT_FORMAT):
         print("\n" + result.options.to_string(index=False))
     write_csv(result.options, args.csv, args.overwrite, "TP options")

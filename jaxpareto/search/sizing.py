@@ -21,7 +21,16 @@ from jaxpareto.dataset.plan import plan_sweep
 from jaxpareto.dataset.sweep import sweep
 from jaxpareto.definitions.axes import AXIS_BY_NAME, CONCURRENCY_RANGE, SCENARIO_AXES, TP_CHOICES
 from jaxpareto.definitions.checks import check_number
+from jaxpareto.definitions.schema import INFEASIBLE_REASON_LABELS
 from jaxpareto.search.servable import require_servable
+
+
+def _why_not(ds) -> str:
+    """Why no concurrency works at one TP: its points' infeasibility reason, else the SLOs."""
+    codes = np.asarray(ds.infeasible_reason.values)
+    if (codes > 0).all():
+        return INFEASIBLE_REASON_LABELS[int(np.bincount(codes).argmax())].replace("_", " ")
+    return "SLO"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +108,7 @@ def size_deployment(
     for t in ds.tp.values:
         good = ok.sel(tp=t).values
         if not good.any():
-            rows.append({"tp": int(t), "capacity": 0, "replicas": None, "gpus": None})
+            rows.append({"tp": int(t), "capacity": 0, "replicas": None, "gpus": None, "why_not": _why_not(ds.sel(tp=t))})
             continue
         if target_sessions is not None:
             idx = int(np.flatnonzero(good)[-1])  # the most sessions that meet everything
