@@ -23,7 +23,6 @@ from jaxpareto.dataset.plan import output_variables, plan_sweep
 from jaxpareto.dataset.sweep import sweep
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.settings import DTYPES
-from jaxpareto.definitions.axes import AXES
 from jaxpareto.definitions.schema import FLAG_VARIABLES, OUTPUTS
 from jaxpareto.definitions.spec import load_spec
 
@@ -127,7 +126,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     print(f"spec: {args.spec or '(built-in default: seed code agent)'}")
     if spec.description:
         print(f"  {spec.description}")
-    print(f"grid: {points:,} configurations ({' x '.join(f'{a} {n}' for a, n in zip(AXES, plan.shape))})")
+    print(f"grid: {points:,} configurations ({' x '.join(f'{a} {n}' for a, n in zip(plan.dims, plan.shape))})")
     where = f", written to {out}" if out else ""
     if resumed:
         print(f"resumed {out}: {resumed:,} configurations were computed by an earlier run, "

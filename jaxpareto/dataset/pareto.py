@@ -15,6 +15,7 @@ import pandas as pd
 import xarray as xr
 
 from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.definitions.axes import load_axis
 from jaxpareto.definitions.schema import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y, FLAG_VARIABLES
 
 TABLE_METRICS = (
@@ -68,11 +69,16 @@ def _validity(ds: xr.Dataset, x: xr.DataArray, y: xr.DataArray) -> xr.DataArray:
     return valid
 
 
+def default_dims(dims: Sequence[str]) -> tuple[str, ...]:
+    """The Pareto front's default dimensions for a dataset's ``dims``: TP and the load axis."""
+    return tuple(load_axis(dims) if d == "concurrency" else d for d in DEFAULT_DIMS)
+
+
 def pareto_front(
     ds: xr.Dataset,
     x: str = DEFAULT_X,
     y: str = DEFAULT_Y,
-    dims: Sequence[str] = DEFAULT_DIMS,
+    dims: Sequence[str] | None = None,
     maximize: tuple[bool, bool] = (True, True),
 ) -> xr.DataArray:
     """Mark the Pareto-optimal points of every group of a sweep.
@@ -82,7 +88,8 @@ def pareto_front(
         x, y: objective variable names (default interactivity tokens/s/user and throughput
             tokens/s/GPU, the AIConfigurator axes).
         dims: the dimensions the front is taken over (the configuration choices); the front
-            is computed separately for each combination of the other dimensions.
+            is computed separately for each combination of the other dimensions. Default:
+            ``tp`` and the load (``concurrency``, or ``request_rate`` under Poisson arrivals).
         maximize: per objective, True to maximise, False to minimise.
 
     Returns:
@@ -93,6 +100,7 @@ def pareto_front(
     """
     if not isinstance(ds, xr.Dataset):
         raise JaxparetoError("ds", f"expected an xarray.Dataset (a sweep), got {type(ds).__name__}")
+    dims = default_dims(ds.dims) if dims is None else dims
     if len(tuple(maximize)) != 2:
         raise JaxparetoError("maximize", f"expected two booleans (x, y), got {maximize!r}")
     for field, name in (("x", x), ("y", y)):
@@ -128,7 +136,7 @@ def frontier_table(
     *,
     x: str = DEFAULT_X,
     y: str = DEFAULT_Y,
-    dims: Sequence[str] = DEFAULT_DIMS,
+    dims: Sequence[str] | None = None,
     metrics: Sequence[str] = TABLE_METRICS,
     drop_ties: bool = False,
 ) -> pd.DataFrame:
@@ -150,6 +158,7 @@ def frontier_table(
     """
     if front is None:
         front = pareto_front(ds, x=x, y=y, dims=dims)
+    dims = default_dims(ds.dims) if dims is None else dims
     front = front.transpose(*ds[x].dims)
     hits = np.nonzero(np.asarray(front.values))
     table = {d: np.asarray(ds[d].values)[i] for d, i in zip(front.dims, hits)}

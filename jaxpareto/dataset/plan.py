@@ -9,21 +9,22 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 
 import jax
 import numpy as np
 
-from jaxpareto.definitions.axes import AXIS_BY_NAME, AXIS_TABLE, grid_axes
+from jaxpareto.definitions.axes import AXIS_BY_NAME, LOAD_AXES, Axis, axis_table, grid_axes
 from jaxpareto.definitions.checks import check_number
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.hardware import Hardware
 from jaxpareto.definitions.model import Model
 from jaxpareto.definitions.options import CACHE_MODELS, ModelOptions
 from jaxpareto.definitions.schema import OUTPUTS
-from jaxpareto.definitions.settings import DTYPES, SOLVERS, Efficiency, Solver, Workload, flat_default, numeric_fields, \
-    solver_of
+from jaxpareto.definitions.settings import DTYPES, SOLVERS, Efficiency, Solver, Workload, flat_default, latency_slo, \
+    numeric_fields, solver_of
 from jaxpareto.definitions.version import __version__
 from jaxpareto.definitions.settings import DEFAULT_CHUNK_POINTS
 from jaxpareto.mapper import GridProblem
@@ -83,13 +84,23 @@ class SweepPlan:
             {name: [d.to_params() for d in defs] for name, defs in self.definitions.items()}, self.axes,
             self.workload, self.efficiency, self.solver, dtype=self.dtype,
             outputs=self.variables if outputs is None else tuple(outputs), chunk_points=self.chunk_points,
-            whole_axes=whole_axes, options=self.options,
+            whole_axes=whole_axes, options=self.options, table=self.table,
         )
+
+    @property
+    def table(self) -> tuple[Axis, ...]:
+        """The grid's axes: the closed loop's, or the open loop's with ``request_rate``."""
+        return axis_table(self.options.open_loop)
+
+    @property
+    def dims(self) -> tuple[str, ...]:
+        """The dataset's dimensions, in order."""
+        return tuple(a.name for a in self.table)
 
     @property
     def coords(self) -> dict[str, Sequence]:
         return {a.name: [d.name for d in self.definitions[a.name]] if a.categorical else self.axes[a.name]
-                for a in AXIS_TABLE}
+                for a in self.table}
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -100,7 +111,8 @@ class SweepPlan:
         settings first), with the unset TTL and KV context spelled out."""
         workload, fields = self.workload, list(self.workload.__dataclass_fields__)
         start = fields.index("cache_ttl_s")
-        out = {name: float(getattr(workload, name)) for name in fields[start:] + fields[:start]}
+        out = {name: float(getattr(workload, name)) for name in fields[start:] + fields[:start] if name != "slo"}
+        out["slo"] = json.dumps({k: v for k, v in workload.slo._asdict().items() if math.isfinite(v)})
         if self.options.cache_model != "ttl":
             out["cache_ttl_s"] = "none (no expiry)"
         if workload.kv_context_tokens == 0:
@@ -132,7 +144,7 @@ def plan_sweep(
     gpu: str | Hardware | Sequence[str | Hardware],
     model: str | Model | Sequence[str | Model],
     tp: int | Sequence[int],
-    concurrency: int | Sequence[int],
+    concurrency: int | Sequence[int] | None = None,
     think_time_s: float | Sequence[float] = AXIS_BY_NAME["think_time_s"].default,
     context_tokens: int | Sequence[int] = AXIS_BY_NAME["context_tokens"].default,
     hit_rate: float | Sequence[float] = AXIS_BY_NAME["hit_rate"].default,
@@ -148,6 +160,7 @@ def plan_sweep(
     models: Sequence[Model] = (),
     attrs: dict | None = None,
     calibration=None,
+    slo=None,
     **settings,
 ) -> SweepPlan:
     """Validate every input of a sweep without computing anything.
@@ -161,7 +174,11 @@ def plan_sweep(
             `Hardware` definitions.
         model: catalog names, names from ``models``, or `Model` definitions.
         tp: tensor-parallel degrees G (integers >= 1).
-        concurrency: concurrent sessions C (integers >= 1).
+        concurrency: concurrent sessions C (integers >= 1), the closed loop's load (required
+            there).
+        request_rate (keyword): requests (turns) per second λ arriving as a Poisson process per
+            server (> 0), the open loop's load, required with ``arrivals="poisson"`` and taking
+            the place of ``concurrency`` in the dataset.
         think_time_s: pauses between turns Z [s] (>= 0).
         context_tokens: context length of the turn L [tokens] (integers >= 1).
         hit_rate: prefix-cache hit rates h in [0, 1].
@@ -184,6 +201,9 @@ def plan_sweep(
             table's ``prefill_model`` and ``profile`` (the model the factors were fitted with)
             are adopted, and asking for another is an error; its ``[engine.NAME]`` factors are
             those of the ``engine`` axis' engines of that name.
+        slo: latency targets {metric: limit in ms} for ``request_goodput``, metrics among
+            `jaxpareto.definitions.settings.LatencySlo`'s fields (``p99_ttft_ms``, ``p90_tpot_ms``,
+            ``ttft_ms``, ...); default none (goodput = throughput).
         **settings: any further axis of `AXIS_TABLE` (a new row needs no new argument here), and
             flat keywords, each a field of `Workload`, `Efficiency`, `Solver` (damping, tol,
             max_iter) or `ModelOptions` (`FLAT_KEYWORDS` lists them with their defaults).
@@ -218,7 +238,10 @@ def plan_sweep(
         raise JaxparetoError("calibration", f"expected a TOML path or a mapping, got {type(calibration).__name__}")
     solver = _settings(Solver, solver_of(solver), settings)
     workload = _settings(Workload, workload or Workload(), settings)
+    if slo is not None:
+        workload = dataclasses.replace(workload, slo=latency_slo(slo))
     options = _options(options, settings, workload)
+    _check_load(options, values)
     if calibration is not None:  # adopt the model the factors were fitted with
         fitted = calibration_options(calibration)
         for field, default in (("prefill_model", "isolated"), ("profile", "seed")):
@@ -240,7 +263,7 @@ def plan_sweep(
                           for name, factors in calibration_engines(calibration).items()} if calibration else {}
     definitions, axes = grid_axes(
         values, custom={"gpu": _by_name("hardware", hardware, Hardware), "model": _by_name("models", models, Model),
-                        "engine": calibrated_engines},
+                        "engine": calibrated_engines}, table=axis_table(options.open_loop),
     )
     extra = dict(attrs or {})
     if calibration is not None and not isinstance(calibration, Mapping):
@@ -300,10 +323,27 @@ def _options(options: ModelOptions | None, settings: Mapping, workload: Workload
     return options
 
 
+def _check_load(options: ModelOptions, values: Mapping) -> None:
+    """The load axis must be the load model's: ``concurrency`` for the closed loop,
+    ``request_rate`` for Poisson arrivals.
+
+    Raises:
+        JaxparetoError: the other load axis given, naming it and what to use instead.
+    """
+    wrong, right = (LOAD_AXES["closed"], LOAD_AXES["open"]) if options.open_loop else \
+        (LOAD_AXES["open"], LOAD_AXES["closed"])
+    if values.get(wrong) is not None:
+        model = "arrivals='poisson' (the open loop)" if options.open_loop else \
+            f"arrivals={options.arrivals!r} (the closed loop)"
+        hint = "" if options.open_loop else "; for an open-loop load give arrivals='poisson' with request_rate"
+        raise JaxparetoError(wrong, f"is not a load of {model}: its load is {right}{hint}")
+
+
 # Settings that only some equations use: (field, the option that uses it, the values that do).
 _USED_BY = (("tier_capacity_gb", "cache_model", ("lru",)), ("tier_bandwidth_gbs", "cache_model", ("lru",)),
             ("prefill_chunk_tokens", "prefill_model", ("shared",)),
-            ("pause_distribution", "cache_model", ("ttl", "lru")), ("pause_sigma", "cache_model", ("ttl", "lru")))
+            ("pause_distribution", "cache_model", ("ttl", "lru")), ("pause_sigma", "cache_model", ("ttl", "lru")),
+            ("turns_per_session", "arrivals", ("poisson",)))
 
 
 def _check_used(options: ModelOptions, workload: Workload) -> None:

@@ -15,8 +15,8 @@ import numpy as np
 import xarray as xr
 
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.dataset.pareto import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y, front_mask
-from jaxpareto.definitions.axes import AXES, AXIS_BY_NAME, coordinate_attrs
+from jaxpareto.dataset.pareto import DEFAULT_X, DEFAULT_Y, default_dims, front_mask
+from jaxpareto.definitions.axes import AXIS_BY_NAME, coordinate_attrs
 from jaxpareto.definitions.schema import OUTPUTS
 from jaxpareto.dataset.plan import as_plan
 from jaxpareto.definitions.checks import check_number
@@ -26,7 +26,7 @@ def pareto_sweep(
     *args,
     x: str = DEFAULT_X,
     y: str = DEFAULT_Y,
-    dims: Sequence[str] = DEFAULT_DIMS,
+    dims: Sequence[str] | None = None,
     maximize: tuple[bool, bool] = (True, True),
     max_front_points: int = 64,
     **kwargs,
@@ -38,7 +38,8 @@ def pareto_sweep(
 
     Args:
         x, y: objectives (output names); ``maximize`` says which are maximised.
-        dims: the configuration axes the front is taken over (default tp, concurrency).
+        dims: the configuration axes the front is taken over (default tp and the load:
+            concurrency, or request_rate under Poisson arrivals).
         max_front_points: front points kept per cell, ordered from the worst x to the best
             (``front_size`` gives the full count, so a truncated front is visible).
 
@@ -54,25 +55,26 @@ def pareto_sweep(
     for field, name in (("x", x), ("y", y)):
         if name not in OUTPUTS or OUTPUTS[name].units == "1":
             raise JaxparetoError(field, f"not a numeric output: {name!r}", [n for n, i in OUTPUTS.items() if i.units != "1"])
-    dims = (dims,) if isinstance(dims, str) else tuple(dims)
+    if "variables" in kwargs:
+        raise JaxparetoError("variables", "pareto_sweep computes exactly what the reduction needs")
+    plan = as_plan(*args, **kwargs)
+    axes = plan.dims
+    dims = default_dims(axes) if dims is None else (dims,) if isinstance(dims, str) else tuple(dims)
     for d in dims:
-        if d not in AXES:
-            raise JaxparetoError("dims", f"unknown dimension {d!r}", AXES)
+        if d not in axes:
+            raise JaxparetoError("dims", f"unknown dimension {d!r}", axes)
     if len(set(dims)) != len(dims) or not dims:
         raise JaxparetoError("dims", f"need one or more distinct axes, got {list(dims)}")
     if len(tuple(maximize)) != 2:
         raise JaxparetoError("maximize", f"expected two booleans (x, y), got {maximize!r}")
     keep = check_number("max_front_points", max_front_points, low=1, integer=True)
-    if "variables" in kwargs:
-        raise JaxparetoError("variables", "pareto_sweep computes exactly what the reduction needs")
-    plan = as_plan(*args, **kwargs)
-    dim_axes = [AXES.index(d) for d in dims]
+    dim_axes = [axes.index(d) for d in dims]
     problem = plan.problem(outputs=sorted({x, y, "feasible", "converged"}), whole_axes=dim_axes)
-    cell_axes = [a for a in range(len(AXES)) if a not in dim_axes]
+    cell_axes = [a for a in range(len(axes)) if a not in dim_axes]
     cell_shape = tuple(problem.shape[a] for a in cell_axes)
     n = int(np.prod([problem.shape[a] for a in dim_axes]))
     float_dtype = np.dtype(plan.dtype)
-    coordinate = {d: _coordinate(plan, d) for d in AXES}
+    coordinate = {d: _coordinate(plan, d) for d in axes}
 
     out = {
         "front_size": np.zeros(cell_shape, np.int32),
@@ -121,7 +123,7 @@ def pareto_sweep(
                                                          out[name].dtype)], axis=1)
             out[name][cells] = padded.reshape(*block_cells, *width)
 
-    cell_dims = [AXES[a] for a in cell_axes]
+    cell_dims = [axes[a] for a in cell_axes]
     coords = {}
     for name in cell_dims:
         values = coordinate[name]

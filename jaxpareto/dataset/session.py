@@ -29,6 +29,8 @@ the sum of the per-turn ``latency_ms``.
 
 from __future__ import annotations
 
+from jaxpareto.definitions.options import refuse_open_loop
+
 import dataclasses
 
 import numpy as np
@@ -111,6 +113,7 @@ def session_sweep(
         for key in ("osl", "delta_tokens", "kv_context_tokens"):
             if getattr(workload, key) != getattr(Workload, key):
                 raise JaxparetoError(f"workload.{key}", f"{derived}; pass osl= to session_sweep")
+    refuse_open_loop(kwargs, "session_sweep")
     if kv_demand not in KV_DEMANDS:
         raise JaxparetoError("kv_demand", f"unknown {kv_demand!r}", KV_DEMANDS)
     l0 = check_number("initial_context_tokens", initial_context_tokens, low=1, integer=True)

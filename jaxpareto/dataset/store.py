@@ -31,7 +31,7 @@ from zarr.codecs import BloscCodec
 
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.mapper import GridProblem, block_origins, block_region
-from jaxpareto.definitions.axes import AXES, AXIS_BY_NAME, coordinate_attrs
+from jaxpareto.definitions.axes import AXIS_BY_NAME, axis_table, coordinate_attrs, load_axis
 from jaxpareto.definitions.schema import FLAG_VARIABLES, OUTPUTS
 from jaxpareto.dataset.plan import SweepPlan, as_plan
 from jaxpareto.dataset.sweep import with_ridge_points
@@ -104,7 +104,7 @@ def _write_template(path: Path, plan: SweepPlan, problem: GridProblem, key: str)
                 attrs.update(flags[0])
             fill = np.nan if dtype.kind == "f" else (False if dtype.kind == "b" else (flags[2] if flags else 0))
             group.create_array(name, shape=problem.shape, chunks=problem.block, dtype=dtype, fill_value=fill,
-                               compressors=COMPRESSOR, dimension_names=AXES, attributes=attrs)
+                               compressors=COMPRESSOR, dimension_names=plan.dims, attributes=attrs)
         n_blocks = len(problem.origins())
         book = group.create_group(DONE_GROUP)
         book.create_array("done", shape=(n_blocks,), chunks=(1,), dtype=np.uint8, fill_value=0, compressors=None)
@@ -320,13 +320,14 @@ def open_sweep(path: str | Path, *, incomplete: str = "refuse") -> xr.Dataset:
         raise JaxparetoError("store", f"{path} is incomplete: {int(done.sum()):,} of {done.size:,} blocks were "
                                       "computed before the sweep stopped. Run the command that wrote it again to "
                                       "resume (finished blocks are kept), or open it with incomplete='mark'")
-    shape = tuple(ds.sizes[a] for a in AXES)
+    dims = tuple(a.name for a in axis_table(load_axis(ds.dims) == "request_rate"))
+    shape = tuple(ds.sizes[a] for a in dims)
     block = tuple(ds.attrs["jaxpareto_block"])
     computed = np.zeros(shape, dtype=bool)
     for index, origin in enumerate(block_origins(shape, block)):
         if done[index]:
             computed[block_region(origin, block, shape)] = True
-    return ds.assign(computed=(AXES, computed, {"units": "1", "long_name": "point computed (False: the sweep "
+    return ds.assign(computed=(dims, computed, {"units": "1", "long_name": "point computed (False: the sweep "
                                                                          "stopped before its block was written)"}))
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import xarray as xr
 
 from jaxpareto.dataset.plan import SweepPlan, as_plan, plan_sweep
-from jaxpareto.definitions.axes import AXES, AXIS_TABLE, coordinate_attrs
+from jaxpareto.definitions.axes import AXIS_BY_NAME, coordinate_attrs
 from jaxpareto.definitions.schema import FLAG_VARIABLES, OUTPUTS
 from jaxpareto.physics.intensity import ridge_point
 
@@ -20,7 +20,8 @@ def sweep(*args, **kwargs) -> xr.Dataset:
     Takes the arguments of `jaxpareto.dataset.plan.plan_sweep` (the axes, ``workload=``,
     ``efficiency=``, ``solver=``, ``options=`` or their fields as flat keywords, ``dtype``,
     ``variables``, ...), or a `SweepPlan` it made. The Dataset's dimensions are always the axes of the axis table
-    (``gpu, model, engine, tp, concurrency, think_time_s, context_tokens, hit_rate``). For grids too
+    (``gpu, model, engine, tp, concurrency, think_time_s, context_tokens, hit_rate``; ``request_rate``
+    in place of ``concurrency`` with ``arrivals="poisson"``). For grids too
     large for memory use `jaxpareto.sweep_to_zarr`, which takes the same arguments.
 
     Returns:
@@ -50,11 +51,13 @@ def with_ridge_points(ds: xr.Dataset, plan: SweepPlan) -> xr.Dataset:
 
 
 def build_dataset(coords: Mapping[str, Sequence], results: Mapping[str, np.ndarray], attrs: Mapping) -> xr.Dataset:
-    """Assemble the Dataset of README, "The dataset" from axis values and full-grid arrays."""
+    """Assemble the Dataset of README, "The dataset" from axis values (in the grid's order) and
+    full-grid arrays."""
     coord_vars = {}
-    for axis in AXIS_TABLE:
-        values = np.asarray(coords[axis.name], dtype=str) if axis.categorical else np.asarray(coords[axis.name])
-        coord_vars[axis.name] = xr.Variable(axis.name, values, coordinate_attrs(axis.name))
+    for name, values in coords.items():
+        axis = AXIS_BY_NAME[name]
+        values = np.asarray(values, dtype=str) if axis.categorical else np.asarray(values)
+        coord_vars[name] = xr.Variable(name, values, coordinate_attrs(name))
     data_vars = {}
     for name, info in OUTPUTS.items():
         if name not in results:
@@ -62,5 +65,5 @@ def build_dataset(coords: Mapping[str, Sequence], results: Mapping[str, np.ndarr
         var_attrs = {"units": info.units, "long_name": info.long_name}
         if name in FLAG_VARIABLES:
             var_attrs.update(FLAG_VARIABLES[name][0])
-        data_vars[name] = xr.Variable(AXES, results[name], var_attrs)
+        data_vars[name] = xr.Variable(tuple(coords), results[name], var_attrs)
     return xr.Dataset(data_vars, coords=coord_vars, attrs=dict(attrs))

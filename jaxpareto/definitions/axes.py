@@ -34,7 +34,8 @@ class Axis:
         units: the ``units`` attribute of the coordinate.
         long_name: the ``long_name`` attribute of the coordinate.
         integer: values must be whole numbers (stored as int64 coordinates).
-        low, high: inclusive bounds of a numeric axis.
+        low, high: bounds of a numeric axis (inclusive, but ``low`` excluded when
+            ``low_inclusive`` is False).
         default: the value `jaxpareto.sweep` uses when the axis is not given; None: required.
         resolve: for an axis of named definitions (GPU, model): ``resolve(item, custom)`` turns a
             name or definition into the definition; None for a numeric axis.
@@ -48,6 +49,7 @@ class Axis:
     high: float = math.inf
     default: object = None
     resolve: Callable | None = None
+    low_inclusive: bool = True
 
     @property
     def categorical(self) -> bool:
@@ -66,7 +68,8 @@ class Axis:
             JaxparetoError: non-numeric, NaN/inf, non-integer where an integer is needed, out of
                 range, empty, or duplicated values; the message names the axis.
         """
-        out = [check_number(self.name, v, low=self.low, high=self.high, integer=self.integer)
+        out = [check_number(self.name, v, low=self.low, high=self.high, integer=self.integer,
+                            low_inclusive=self.low_inclusive)
                for v in as_list(self.name, value)]
         unique(self.name, out)
         return np.asarray(out, dtype=np.int64 if self.integer else np.float64)
@@ -93,7 +96,27 @@ AXIS_TABLE: tuple[Axis, ...] = (
          default=16384),
     Axis("hit_rate", "1", "prefix-cache hit rate h", low=0, high=1, default=0.0),
 )
-AXIS_BY_NAME: dict[str, Axis] = {axis.name: axis for axis in AXIS_TABLE}
+# The open loop's load (arrivals="poisson") takes the place of concurrency in the table.
+REQUEST_RATE = Axis("request_rate", "requests/s", "Poisson arrival rate of requests (turns) per server lambda",
+                    low=0, low_inclusive=False)
+LOAD_AXES = {"closed": "concurrency", "open": "request_rate"}
+
+
+def axis_table(open_loop: bool = False) -> tuple[Axis, ...]:
+    """The grid's axes for a load model: the closed loop's `AXIS_TABLE`, or, for the open loop
+    (``arrivals="poisson"``), the same with ``request_rate`` in place of ``concurrency``."""
+    if not open_loop:
+        return AXIS_TABLE
+    return tuple(REQUEST_RATE if axis.name == "concurrency" else axis for axis in AXIS_TABLE)
+
+
+def load_axis(dims) -> str:
+    """The load dimension among ``dims`` (a dataset's): ``concurrency`` or ``request_rate``."""
+    return LOAD_AXES["open"] if LOAD_AXES["open"] in dims else LOAD_AXES["closed"]
+
+
+# Every row of either table by name (the closed loop's first).
+AXIS_BY_NAME: dict[str, Axis] = {axis.name: axis for axis in (*AXIS_TABLE, REQUEST_RATE)}
 # What the searches (optimiser, sizing) decide for a scenario, and their default choices.
 DECIDED_AXES: tuple[str, ...] = ("tp", "concurrency")
 TP_CHOICES: tuple[int, ...] = (1, 2, 4, 8)
@@ -105,9 +128,9 @@ INTEGER_AXES: tuple[str, ...] = tuple(axis.name for axis in AXIS_TABLE if axis.i
 SCENARIO_AXES: tuple[str, ...] = tuple(a for a in AXES if a not in DECIDED_AXES)
 
 
-def coordinate_attrs(name: str, table: Sequence[Axis] = AXIS_TABLE) -> dict[str, str]:
-    """The ``units`` and ``long_name`` attributes of an axis' coordinate."""
-    axis = {a.name: a for a in table}[name]
+def coordinate_attrs(name: str, table: Sequence[Axis] | None = None) -> dict[str, str]:
+    """The ``units`` and ``long_name`` attributes of an axis' coordinate (any table's row)."""
+    axis = AXIS_BY_NAME[name] if table is None else {a.name: a for a in table}[name]
     return {"units": axis.units, "long_name": axis.long_name}
 
 

@@ -16,10 +16,25 @@ PREFILL_MODELS = ("isolated", "shared")
 CACHE_MODELS = ("given", "ttl", "lru")
 PAUSE_DISTRIBUTIONS = ("deterministic", "exponential", "lognormal")
 PROFILES = ("seed", "measured")
-ARRIVALS = ("staggered", "synchronised")
+ARRIVALS = ("staggered", "synchronised", "poisson")
 # How the optimiser searches (`jaxpareto.optimize`'s ``method``), and how sessions hold KV.
 SEARCH_METHODS = ("auto", "exhaustive", "gradient")
 KV_DEMANDS = ("staggered", "synchronised", "synchronized")
+
+
+def refuse_open_loop(settings, what: str) -> None:
+    """Raise a named error when ``settings`` (keywords, or `ModelOptions`) ask for the open loop
+    in a search or sweep built on the closed loop's concurrency.
+
+    Raises:
+        JaxparetoError: naming ``arrivals``.
+    """
+    options = settings.get("options") if hasattr(settings, "get") else settings
+    arrivals = settings.get("arrivals") if hasattr(settings, "get") else None
+    arrivals = arrivals or getattr(options, "arrivals", None)
+    if arrivals == "poisson":
+        raise JaxparetoError("arrivals", f"{what} works on the closed loop's concurrency; 'poisson' (request_rate "
+                                         "as the load) is for sweeps: jaxpareto.sweep / pareto_sweep / sweep_to_zarr")
 
 
 class ModelOptions(NamedTuple):
@@ -42,10 +57,13 @@ class ModelOptions(NamedTuple):
             and the weights (and experts) each chunk reads, fixed time per step and per layer
             with an all-reduce latency growing with TP, and sessions beyond what KV memory holds
             waiting for it (their wait is part of TTFT) instead of being turned away.
-        arrivals: how the sessions' turns fall in time, for the shared engine: "staggered"
-            (spread out, the seed's steady state) or "synchronised" (every session's turn
-            starts together, as in a benchmark at fixed concurrency and output length;
-            `jaxpareto.physics.engine.synchronised_turn`).
+        arrivals: the load and how the turns fall in time. The closed loop (the seed's; the
+            load is ``concurrency``): "staggered" (turns spread out, the seed's steady state) or
+            "synchronised" (every session's turn starts together, as in a benchmark at fixed
+            concurrency and output length, for the shared engine;
+            `jaxpareto.physics.engine.synchronised_turn`). The open loop: "poisson" (requests
+            arrive at ``request_rate`` per second whatever the server does, as in ``vllm bench
+            serve --request-rate`` and MLPerf's server scenario; `jaxpareto.physics.queueing`).
     """
 
     expert_routing: str = "seed"
@@ -69,10 +87,15 @@ class ModelOptions(NamedTuple):
         return self
 
     @property
+    def open_loop(self) -> bool:
+        """Requests arrive at a given rate (``request_rate``) instead of from C sessions."""
+        return self.arrivals == "poisson"
+
+    @property
     def piecewise_linear(self) -> bool:
         """R(B) is piecewise linear in B (what the exact solver needs)."""
         return (self.expert_routing == "seed" and self.prefill_model == "isolated" and self.cache_model != "lru"
-                and self.profile == "seed" and self.arrivals == "staggered")
+                and self.profile == "seed" and self.arrivals != "synchronised")
 
     @property
     def differentiable_solver(self) -> str:

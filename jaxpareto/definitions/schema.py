@@ -42,11 +42,21 @@ OUTPUTS: dict[str, VariableInfo] = {
     "cache_lifetime_s": VariableInfo("s", "how long a paused session's cache survives (TTL, LRU T_c; inf: no eviction)"),
     "gpu_utilization": VariableInfo("1", "share of the GPU's achievable compute used by prefill and decode"),
     "memory_wait_ms": VariableInfo("ms", "wait per turn for KV memory to run, part of TTFT (LRU cache model)"),
-    "feasible": VariableInfo("1", "the layout is valid, the context fits the model and KV memory admits at "
-                                  "least one session"),
+    "request_throughput": VariableInfo("requests/s", "requests (turns) served per second: X, or the arrival "
+                                                     "rate under Poisson arrivals"),
+    **{f"p{p}_{metric}_ms": VariableInfo("ms", f"P{p} of {label} (length spread, batch seen and, under Poisson "
+                                                f"arrivals, queueing; docs/model.md)")
+       for metric, label in (("ttft", "the time to first token"), ("tpot", "a request's time per output token"),
+                             ("itl", "the inter-token latency"), ("e2el", "the end-to-end request latency"))
+       for p in (50, 90, 99)},
+    "request_goodput": VariableInfo("requests/s", "requests served per second while every target of the "
+                                                  "sweep's SLO holds (0 where one fails; DistServe)"),
+    "feasible": VariableInfo("1", "the layout is valid, the context fits the model, KV memory admits at "
+                                  "least one session and an open-loop load is sustained"),
     "infeasible_reason": VariableInfo("1", "why a point is infeasible (flag: 0 feasible, 1 TP does not split the "
                                            "heads, 2 context + OSL beyond the model's maximum, 3 weights exceed "
-                                           "GPU memory, 4 no session fits in KV memory)"),
+                                           "GPU memory, 4 no session fits in KV memory, 5 "
+                                           "open-loop load beyond capacity)"),
     "converged": VariableInfo("1", "closed-loop fixed point converged to tol"),
     "iterations": VariableInfo("1", "damped fixed-point updates performed"),
 }
@@ -55,9 +65,9 @@ OUTPUTS: dict[str, VariableInfo] = {
 DECODE_BOUND_FLAGS = {"flag_values": [-1, 0, 1], "flag_meanings": "infeasible memory compute"}
 DECODE_BOUND_LABELS = {-1: "infeasible", 0: "memory", 1: "compute"}
 # ... and of infeasible_reason (-1: a block of a store not computed yet).
-INFEASIBLE_REASON_FLAGS = {"flag_values": [-1, 0, 1, 2, 3, 4],
+INFEASIBLE_REASON_FLAGS = {"flag_values": [-1, 0, 1, 2, 3, 4, 5],
                            "flag_meanings": "not_computed feasible tp_does_not_split_heads context_beyond_model_maximum "
-                                            "weights_exceed_memory no_session_fits_kv_memory"}
+                                            "weights_exceed_memory no_session_fits_kv_memory load_beyond_capacity"}
 INFEASIBLE_REASON_LABELS = dict(zip(INFEASIBLE_REASON_FLAGS["flag_values"],
                                     INFEASIBLE_REASON_FLAGS["flag_meanings"].split()))
 #: Categorical outputs: their CF flag attributes, labels and the fill of a store's uncomputed cells.

@@ -14,6 +14,8 @@ import math
 
 import jax
 
+from typing import NamedTuple
+
 from jaxpareto.definitions.checks import check_number
 from jaxpareto.definitions.errors import JaxparetoError
 
@@ -64,6 +66,52 @@ class _Validated:
         return validated(self)
 
 
+_INF = float("inf")
+
+
+class LatencySlo(NamedTuple):
+    """Latency targets [ms] a request must meet for ``request_goodput`` (inf: no target).
+
+    The fields are the dataset's mean and percentile latencies of the same names (vLLM's names:
+    ``p99_ttft_ms`` is the 99th percentile of TTFT). Build one with `latency_slo`.
+    """
+
+    ttft_ms: float = _INF
+    tpot_ms: float = _INF
+    latency_ms: float = _INF
+    p50_ttft_ms: float = _INF
+    p90_ttft_ms: float = _INF
+    p99_ttft_ms: float = _INF
+    p50_tpot_ms: float = _INF
+    p90_tpot_ms: float = _INF
+    p99_tpot_ms: float = _INF
+    p50_itl_ms: float = _INF
+    p90_itl_ms: float = _INF
+    p99_itl_ms: float = _INF
+    p50_e2el_ms: float = _INF
+    p90_e2el_ms: float = _INF
+    p99_e2el_ms: float = _INF
+
+
+def latency_slo(slo) -> LatencySlo:
+    """A `LatencySlo` from a mapping {metric: limit in ms} (or a `LatencySlo`, or None: none).
+
+    Raises:
+        JaxparetoError: an unknown metric (listing the allowed ones) or a limit that is not a
+            positive number, naming ``slo.<metric>``.
+    """
+    if slo is None or isinstance(slo, LatencySlo):
+        return slo or LatencySlo()
+    if not hasattr(slo, "items"):
+        raise JaxparetoError("slo", f"expected a mapping of metric names to limits in ms, got {type(slo).__name__}",
+                             LatencySlo._fields)
+    for name, limit in slo.items():
+        if name not in LatencySlo._fields:
+            raise JaxparetoError("slo", f"unknown metric {name!r}", LatencySlo._fields)
+        check_number(f"slo.{name}", limit, low=0, low_inclusive=False)
+    return LatencySlo(**{name: float(limit) for name, limit in slo.items()})
+
+
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class Workload(_Validated):
@@ -82,6 +130,14 @@ class Workload(_Validated):
         tier_capacity_gb: host-memory KV tier per TP group, for ``cache_model="lru"`` [GB]; 0 none.
         tier_bandwidth_gbs: the tier's transfer bandwidth per GPU, one way (PCIe 5.0 x16 about
             64, NVLink-C2C 450) [GB/s]; 0 means no link (the tier is never used).
+        isl_cv, osl_cv: coefficient of variation (standard deviation / mean) of the tokens a
+            turn prefills and of its output tokens, each lognormal around its mean; 0 (the
+            seed) is fixed lengths. They spread the latency percentiles and, under Poisson
+            arrivals, set the prefill queue's wait (`jaxpareto.physics.queueing`).
+        turns_per_session: N, turns of a session under ``arrivals="poisson"`` (sessions arrive,
+            run N turns with a pause Z between consecutive ones, and leave); 1: every request
+            is its own session, as in ``vllm bench serve``.
+        slo: the latency targets of ``request_goodput`` (`LatencySlo`; default none).
     """
 
     osl: float = setting(128.0, low=0, low_inclusive=False, units="tokens")
@@ -92,6 +148,10 @@ class Workload(_Validated):
     prefill_chunk_tokens: float = setting(8192.0, low=1, units="tokens")
     tier_capacity_gb: float = setting(0.0, low=0, units="GB")
     tier_bandwidth_gbs: float = setting(0.0, low=0, units="GB/s")
+    isl_cv: float = setting(0.0, low=0, high=10)
+    osl_cv: float = setting(0.0, low=0, high=10)
+    turns_per_session: float = setting(1.0, low=1, units="turns")
+    slo: LatencySlo = LatencySlo()
 
 
 @jax.tree_util.register_dataclass

@@ -23,7 +23,7 @@ from jaxpareto.definitions.options import CACHE_MODELS, EXPERT_ROUTINGS, KV_DEMA
 from jaxpareto.definitions.settings import DEFAULT_CHUNK_POINTS, DTYPES, SOLVERS, Efficiency, Solver, Workload, numeric_fields
 from jaxpareto.definitions.hardware import Hardware
 from jaxpareto.definitions.model import Model
-from jaxpareto.definitions.axes import AXES, AXIS_BY_NAME, AXIS_TABLE, CONCURRENCY_RANGE, INTEGER_AXES, SCENARIO_AXES, \
+from jaxpareto.definitions.axes import AXES, AXIS_BY_NAME, AXIS_TABLE, LOAD_AXES, REQUEST_RATE, axis_table, CONCURRENCY_RANGE, INTEGER_AXES, SCENARIO_AXES, \
     TP_CHOICES
 from jaxpareto.definitions.schema import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y
 
@@ -65,10 +65,11 @@ Numbers = float | list[float] | AxisRange
 
 # ``[grid]``: one key per axis of the table. A numeric axis left out takes the axis' default
 # (`AXIS_TABLE`); tp and concurrency have none: a sweep needs them, an [optimize] table searches
-# its own; a [session] sets the context of every turn.
+# its own; a [session] sets the context of every turn. request_rate is the open loop's load, in
+# place of concurrency (``arrivals = "poisson"`` in [workload]).
 GridSpec = pydantic.create_model("GridSpec", __base__=_Table, **{
     axis.name: ((Names, ...) if axis.default is None else (Names | None, None)) if axis.categorical
-    else (Numbers | None, None) for axis in AXIS_TABLE})
+    else (Numbers | None, None) for axis in (*AXIS_TABLE, REQUEST_RATE)})
 
 
 class SessionSpec(_Table):
@@ -190,6 +191,7 @@ class SweepSpec(_Table):
     optimize: OptimizeSpec | None = None
     session: SessionSpec | None = None
     prices: PricesSpec | None = None
+    slo: dict[str, float] = pydantic.Field(default_factory=dict)
     hardware: list[Hardware] = pydantic.Field(default_factory=list)
     model: list[Model] = pydantic.Field(default_factory=list)
 
@@ -247,9 +249,14 @@ class SweepSpec(_Table):
         kwargs.update(self.session.model_dump())
         return kwargs
 
-    def sweep_kwargs(self, axes: Sequence[str] = AXES) -> dict:
-        """Keyword arguments of `jaxpareto.sweep` for this spec."""
-        grid = {}
+    def sweep_kwargs(self, axes: Sequence[str] | None = None) -> dict:
+        """Keyword arguments of `jaxpareto.sweep` for this spec (``axes``: default the grid's
+        for the spec's load model; the other load axis, given, is passed on to be refused)."""
+        open_loop = self.workload.arrivals == "poisson"
+        if axes is None:
+            axes = [a.name for a in axis_table(open_loop)]
+        other = LOAD_AXES["closed" if open_loop else "open"]
+        grid = {other: self._axis_values(other)} if getattr(self.grid, other) is not None else {}
         for axis in axes:
             grid[axis] = self._axis_values(axis)
             if grid[axis] is None:
@@ -258,6 +265,7 @@ class SweepSpec(_Table):
             **grid,
             **self._settings(),
             **self.output.model_dump(),
+            "slo": self.slo or None,
             "hardware": self.hardware,
             "models": self.model,
         }
@@ -265,7 +273,8 @@ class SweepSpec(_Table):
 
 _UNION_TAGS = ("AxisRange", "list[float]", "list[str]", "float", "str", "int", "list[int]")
 _AXIS_HINT = {axis.name: "a name or a list of names" if axis.categorical
-              else "a number, a list of numbers, or a range table {start, stop, num, scale}" for axis in AXIS_TABLE}
+              else "a number, a list of numbers, or a range table {start, stop, num, scale}"
+              for axis in (*AXIS_TABLE, REQUEST_RATE)}
 
 
 def _is_tag(part: str) -> bool:

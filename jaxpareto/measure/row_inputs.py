@@ -31,7 +31,7 @@ from jaxpareto.definitions.settings import DTYPES
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.hardware import HardwareParams
 from jaxpareto.definitions.model import ModelParams
-from jaxpareto.definitions.settings import Workload
+from jaxpareto.definitions.settings import LatencySlo, Workload, numeric_fields
 from jaxpareto.mapper import stack_params
 from jaxpareto.measure.validation_set import COLUMNS, row_gpu, row_model
 
@@ -132,8 +132,8 @@ def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl")
     fraction = num(rows["load_tokens_per_s"]) / num(rows["capacity_tokens_per_s"])
     fraction = np.where(server & np.isfinite(fraction), fraction, 0.0).astype(dt)
     defaults = Workload()
-    workload = Workload(**{f.name: np.full(n, getattr(defaults, f.name), dtype=dt)
-                           for f in dataclasses.fields(Workload)})
+    workload = Workload(**{f.name: np.full(n, getattr(defaults, f.name), dtype=dt) for f in numeric_fields(Workload)},
+                        slo=LatencySlo(*(np.full(n, limit, dtype=dt) for limit in defaults.slo)))
     workload = dataclasses.replace(workload, osl=osl, delta_tokens=isl, kv_context_tokens=np.zeros(n, dt))
     names = engine_names(rows)
     row_engines = [r.get("engine") or SEED_ENGINE for r in records]

@@ -63,21 +63,31 @@ def solve_effective_batch(
     def target(b):
         return concurrency_eff * active_ratio(latency_ms(b), think_time_ms)
 
+    return damped_iteration(target, jnp.ones_like(concurrency_eff), solver)
+
+
+def damped_iteration(target: Callable[[jax.Array], jax.Array], start: jax.Array, solver: Solver,
+                     cap: jax.Array | None = None) -> FixedPoint:
+    """B <- (1 - damping) B + damping target(B) from ``start`` until |target - B| <= tol x B,
+    a non-finite target, B above ``cap`` (the open loop's divergence: no fixed point below it)
+    or ``max_iter`` updates. The map is increasing, so the iterates move monotonically to the
+    nearest fixed point in the direction of target(start) - start."""
+    cap = jnp.inf if cap is None else cap
+
     def within_tol(b, t):
         return jnp.abs(t - b) <= solver.tol * b
 
     def keep_going(state):
         b, t, i = state
-        return ~within_tol(b, t) & jnp.isfinite(t) & (i < solver.max_iter)
+        return ~within_tol(b, t) & jnp.isfinite(t) & (b <= cap) & (i < solver.max_iter)
 
     def step(state):
         b, t, i = state
         b_next = (1.0 - solver.damping) * b + solver.damping * t
         return b_next, target(b_next), i + 1
 
-    b0 = jnp.ones_like(concurrency_eff)
-    b, t, i = jax.lax.while_loop(keep_going, step, (b0, target(b0), jnp.zeros((), jnp.int32)))
-    return FixedPoint(b, within_tol(b, t), i, jnp.abs(t - b) / b)
+    b, t, i = jax.lax.while_loop(keep_going, step, (start, target(start), jnp.zeros((), jnp.int32)))
+    return FixedPoint(b, within_tol(b, t) & (b <= cap), i, jnp.abs(t - b) / b)
 
 
 def _positive_root(intercept, slope, concurrency_eff, think_time_ms):
@@ -136,21 +146,50 @@ def solve_effective_batch_exact(
     return FixedPoint(b, found, jnp.zeros((), jnp.int32), jnp.abs(t - b) / b)
 
 
+def solve_open_loop_exact(latency_ms: Callable[[jax.Array], jax.Array], intercepts: jax.Array, slopes: jax.Array,
+                          rate_per_ms: jax.Array, cap: jax.Array) -> FixedPoint:
+    """Closed-form B = λ R(B) (the open loop, `jaxpareto.physics.queueing`) for a piecewise-linear R.
+
+    On line i, B = λ α_i / (1 - λ β_i) where λ β_i < 1; the iteration from B = 0 rises to the
+    smallest fixed point, which is the smallest root consistent with its line. None at or below
+    ``cap``: the load is beyond capacity (``converged`` False).
+
+    Args:
+        latency_ms: R(B) [ms]. intercepts, slopes: α_i [ms], β_i [ms per request], shape (k,).
+        rate_per_ms: λ [requests per ms] (> 0). cap: the largest B the server holds.
+    """
+    eps = 64.0 * jnp.finfo(jnp.result_type(rate_per_ms)).eps
+    headroom = 1.0 - rate_per_ms * slopes
+    roots = jnp.where(headroom > 0, rate_per_ms * intercepts / jnp.where(headroom > 0, headroom, 1.0), jnp.inf)
+    on_line = jax.vmap(lambda r, a, s: jnp.abs(latency_ms(r) - (a + s * r)) <= eps * latency_ms(r))(
+        jnp.where(jnp.isfinite(roots), roots, 1.0), intercepts, slopes)
+    b = jnp.where(on_line & jnp.isfinite(roots), roots, jnp.inf).min()
+    found = b <= cap
+    b = jnp.where(found, b, 1.0)
+    t = rate_per_ms * latency_ms(b)
+    return FixedPoint(b, found, jnp.zeros((), jnp.int32), jnp.abs(t - b) / b)
+
+
 class LoopInputs(NamedTuple):
-    """What the closed loop depends on, as an explicit pytree (so it can be differentiated).
+    """What the loop depends on, as an explicit pytree (so it can be differentiated).
 
     Attributes:
         latency: whatever R(B) needs besides B (read by the ``latency_ms`` function).
-        concurrency_eff: C_eff [sessions].
-        think_time_ms: Z [ms].
+        concurrency_eff: C_eff [sessions] (closed loop).
+        think_time_ms: Z [ms] (closed loop).
+        rate_per_ms: λ, requests arriving per ms (open loop).
+        batch_cap: the largest B the server holds (open loop: none beyond it is a fixed point).
     """
 
     latency: object
     concurrency_eff: jax.Array
     think_time_ms: jax.Array
+    rate_per_ms: jax.Array = 0.0
+    batch_cap: jax.Array = float("inf")
 
 
-def solve_closed_loop(latency_ms, inputs: LoopInputs, solver: Solver, lines=None) -> FixedPoint:
+def solve_closed_loop(latency_ms, inputs: LoopInputs, solver: Solver, lines=None, open_loop: bool = False
+                      ) -> FixedPoint:
     """The closed-loop batch B, differentiable by implicit differentiation.
 
     The root of g(B) = C_eff x ρ(R(B)) - B is found by ``solver.name`` ("damped": the seed's
@@ -172,24 +211,36 @@ def solve_closed_loop(latency_ms, inputs: LoopInputs, solver: Solver, lines=None
             iteration's damping, tol and max_iter.
         lines: for "exact", a function of ``inputs.latency`` giving (intercepts, slopes) of
             R(B)'s linear pieces (static).
+        open_loop: solve the open loop's B = λ R(B) from B = 0 instead (static;
+            `jaxpareto.physics.queueing`), with ``inputs.rate_per_ms`` and ``inputs.batch_cap``.
 
     Returns:
         `FixedPoint`; only ``batch`` carries derivatives.
     """
-    batch, converged, iterations, residual = _closed_loop(latency_ms, solver.name, lines, inputs, solver)
+    batch, converged, iterations, residual = _closed_loop(latency_ms, solver.name, lines, open_loop, inputs, solver)
     return FixedPoint(batch, converged > 0.5, jnp.round(iterations).astype(jnp.int32), residual)
 
 
-def _residual(latency_ms, b, inputs: LoopInputs):
-    return inputs.concurrency_eff * active_ratio(latency_ms(inputs.latency, b), inputs.think_time_ms) - b
+def _target(latency_ms, open_loop, b, inputs: LoopInputs):
+    r = latency_ms(inputs.latency, b)
+    return inputs.rate_per_ms * r if open_loop else inputs.concurrency_eff * active_ratio(r, inputs.think_time_ms)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
-def _closed_loop(latency_ms, solver_name, lines, inputs: LoopInputs, solver: Solver):
+def _residual(latency_ms, open_loop, b, inputs: LoopInputs):
+    return _target(latency_ms, open_loop, b, inputs) - b
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2, 3))
+def _closed_loop(latency_ms, solver_name, lines, open_loop, inputs: LoopInputs, solver: Solver):
     def r(b):
         return latency_ms(inputs.latency, b)
 
-    if solver_name == "damped":
+    if open_loop and solver_name == "damped":
+        found = damped_iteration(lambda b: _target(latency_ms, True, b, inputs),
+                                 jnp.zeros_like(inputs.rate_per_ms), solver, inputs.batch_cap)
+    elif open_loop:
+        found = solve_open_loop_exact(r, *lines(inputs.latency), inputs.rate_per_ms, inputs.batch_cap)
+    elif solver_name == "damped":
         found = solve_effective_batch(r, inputs.concurrency_eff, inputs.think_time_ms, solver)
     else:
         found = solve_effective_batch_exact(r, *lines(inputs.latency), inputs.concurrency_eff, inputs.think_time_ms)
@@ -198,13 +249,13 @@ def _closed_loop(latency_ms, solver_name, lines, inputs: LoopInputs, solver: Sol
 
 
 @_closed_loop.defjvp
-def _closed_loop_jvp(latency_ms, solver_name, lines, primals, tangents):
+def _closed_loop_jvp(latency_ms, solver_name, lines, open_loop, primals, tangents):
     inputs, solver = primals
     d_inputs, _ = tangents
-    out = _closed_loop(latency_ms, solver_name, lines, inputs, solver)
+    out = _closed_loop(latency_ms, solver_name, lines, open_loop, inputs, solver)
     batch = out[0]
     # implicit function theorem at the root: g(B*(θ), θ) = 0
-    dg_db = jax.jvp(lambda b: _residual(latency_ms, b, inputs), (batch,), (jnp.ones_like(batch),))[1]
-    dg_dtheta = jax.jvp(lambda i: _residual(latency_ms, batch, i), (inputs,), (d_inputs,))[1]
+    dg_db = jax.jvp(lambda b: _residual(latency_ms, open_loop, b, inputs), (batch,), (jnp.ones_like(batch),))[1]
+    dg_dtheta = jax.jvp(lambda i: _residual(latency_ms, open_loop, batch, i), (inputs,), (d_inputs,))[1]
     zero = jnp.zeros_like(batch)
     return out, (-dg_dtheta / dg_db, zero, zero, zero)

@@ -61,11 +61,19 @@ class EngineTurn(NamedTuple):
         ttft_ms: prefill time including the wait for prefill capacity [ms].
         tpot_ms: mean time between output tokens, both kinds of steps [ms].
         prefill_load: ρ, the share of time spent in full-chunk steps, in [0, 1).
+        service_ms: S, the prefill's time alone [ms] (with ``wait_scale``, plus the wait for the
+            step in progress).
+        decode_step_ms, mixed_step_ms: T_0 and T_f, a step without and with prefill [ms].
+        seen_load: ρ', the share of time in prefill steps that the turn sees.
     """
 
     ttft_ms: jax.Array
     tpot_ms: jax.Array
     prefill_load: jax.Array
+    service_ms: jax.Array = 0.0
+    decode_step_ms: jax.Array = 0.0
+    mixed_step_ms: jax.Array = 0.0
+    seen_load: jax.Array = 0.0
 
 
 def step_ms(step: DecodeStep, eta_decode: jax.Array, elementwise_overhead: jax.Array,
@@ -90,7 +98,8 @@ _LOAD_BRACKET = 40.0  # s = -ln(1 - ρ) in [0, 40]: ρ up to 1 - 4e-18
 
 def shared_turn(step: DecodeStep, batch: jax.Array, concurrency: jax.Array, prefill_tokens: jax.Array,
                 osl: jax.Array, chunk_tokens: jax.Array, prefill_ms_per_token: jax.Array, eta_decode: jax.Array,
-                elementwise_overhead: jax.Array, extra_weight_ms=None) -> EngineTurn:
+                elementwise_overhead: jax.Array, extra_weight_ms=None, wait_scale=None,
+                decode_batch: bool = False) -> EngineTurn:
     """TTFT and TPOT of a turn in the shared engine at batch B (module docstring).
 
     Args:
@@ -104,6 +113,14 @@ def shared_turn(step: DecodeStep, batch: jax.Array, concurrency: jax.Array, pref
         eta_decode, elementwise_overhead: of eq. 3.
         extra_weight_ms: p -> weights a step's p prefill tokens load beyond the decode batch's
             [ms] (the measured profile's prefill roofline); None: none.
+        wait_scale: None: the processor-sharing wait S ρ' / (1 - ρ') (the closed loop); else
+            that wait times this factor, (1 + c_S²) / 2 for first-come first-served prefills
+            under Poisson arrivals (`jaxpareto.physics.queueing`; pass ``concurrency`` inf there,
+            as arrivals see the time-average load). A request arriving while no prefill runs
+            also waits for the decode step in progress to end, half a step T_0 on average (the
+            mean residual of a fixed step).
+        decode_batch: B counts the requests decoding only, X OSL TPOT = B (the open loop;
+            static), instead of every session in its turn, X R = B.
 
     Returns:
         `EngineTurn`. ρ is the root of X R - B, increasing in s = -ln(1 - ρ), found by
@@ -126,12 +143,21 @@ def shared_turn(step: DecodeStep, batch: jax.Array, concurrency: jax.Array, pref
         seen = rho * others
         # tokens a prefill step carries: one prefill's, growing to a full chunk as prefills queue
         # up (1 / (1 - ρ) of them are in the system while one is, for processor sharing)
-        per_step = jnp.minimum(chunk_tokens, tokens / (1.0 - seen))
+        if wait_scale is None:
+            per_step = jnp.minimum(chunk_tokens, tokens / (1.0 - seen))
+        else:  # FCFS: the prefill at the head and those queued behind it (M/G/1, L_q / ρ of them)
+            per_step = jnp.minimum(chunk_tokens, tokens * (1.0 + wait_scale * seen / (1.0 - seen)))
         tf = t(per_step)
         throughput = rho * per_step / tf / tokens  # X [turns per ms]
         tpot = t0 * tf / (seen * t0 + (1.0 - seen) * tf)
-        ttft = service / (1.0 - seen)
-        return throughput * (ttft + osl * tpot) - batch, EngineTurn(ttft, tpot, rho)
+        if wait_scale is None:
+            ttft = service / (1.0 - seen)
+        else:
+            alone = service + (1.0 - seen) * 0.5 * t0
+            ttft = alone + wait_scale * service * seen / (1.0 - seen)
+        in_batch = osl * tpot if decode_batch else ttft + osl * tpot
+        return throughput * in_batch - batch, EngineTurn(ttft, tpot, rho, service if wait_scale is None else alone,
+                                                         t0, tf, seen)
 
     zero = 0.0 * batch
     root = increasing_root(lambda s: turn_at(s)[0], zero, zero + _LOAD_BRACKET)
@@ -170,4 +196,4 @@ def synchronised_turn(step_full: DecodeStep, step_half: DecodeStep, batch: jax.A
     ttft = burst * (batch + 1.0) / (2.0 * jnp.maximum(batch, 1.0))
     decode = step_ms(step_full, eta_decode, elementwise_overhead, 0.0, prefill_ms_per_token)
     tpot = decode + (burst - ttft) / jnp.maximum(osl - 1.0, 1.0)
-    return EngineTurn(ttft, tpot, 0.0 * batch + 1.0)
+    return EngineTurn(ttft, tpot, 0.0 * batch + 1.0, ttft, decode, decode, 0.0 * batch)

@@ -24,10 +24,12 @@ from jaxpareto.physics.decode import (DecodeCoefficients, DecodeStep, decode_coe
 from jaxpareto.physics.engine import shared_turn, step_ms, synchronised_turn
 from jaxpareto.definitions.hardware import effective_tflops
 from jaxpareto.physics.intensity import operational_intensity
-from jaxpareto.physics.limits import context_fits, heads_split, infeasible_reason
+from jaxpareto.physics.limits import LOAD_BEYOND_CAPACITY, context_fits, heads_split, infeasible_reason
 from jaxpareto.physics.memory import memory_budget, session_gb
 from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.physics.prefill import PrefillWork, prefill_tokens, prefill_work, ttft_ms
+from jaxpareto.physics.percentiles import PERCENTILES, TurnSpread, latency_percentiles
+from jaxpareto.physics.queueing import PrefillMix, fcfs_wait_scale, mg1_wait_ms, paused_sessions, prefill_mix
 from jaxpareto.definitions.axes import GridPoint
 from jaxpareto.definitions.settings import SOLVERS, Efficiency, Solver, Workload
 from jaxpareto.definitions.units import BYTES_PER_GB, FLOPS_PER_TFLOPS, MS_PER_S
@@ -55,6 +57,9 @@ class TurnLatency(NamedTuple):
         chunk_tokens: prefill tokens per engine step (shared prefill).
         ttft_fixed_ms: the opt-in fixed TTFT terms (request overhead, all-reduce latency) [ms].
         ttft_overhead_ms: the request overhead alone (the engine times its steps itself) [ms].
+        rate_per_ms: λ, requests arriving per ms (open loop; `jaxpareto.physics.queueing`).
+        paused_sessions: P, sessions between turns (open loop).
+        isl_cv: the prefill tokens' coefficient of variation (the M/G/1 wait's c_S²).
     """
 
     ttft_ms: jax.Array
@@ -74,10 +79,19 @@ class TurnLatency(NamedTuple):
     chunk_tokens: jax.Array = Workload.prefill_chunk_tokens  # the field's default
     ttft_fixed_ms: jax.Array = 0.0
     ttft_overhead_ms: jax.Array = 0.0
+    rate_per_ms: jax.Array = 0.0
+    paused_sessions: jax.Array = 0.0
+    isl_cv: jax.Array = 0.0
 
 
 class TurnState(NamedTuple):
-    """Everything about a turn at batch B (scalars; see `turn_state`)."""
+    """Everything about a turn at batch B (scalars; see `turn_state`).
+
+    Besides the latencies: ``mix`` (the prefill hit/miss mix), ``queue_wait_ms`` and
+    ``queue_busy`` (the open loop's mean wait for prefill and the prefill queue's ρ; 0 in the
+    closed loop), ``decode_step_ms`` and ``mixed_step_ms`` (T_0 and T_f, steps without and with
+    a prefill chunk) and ``mixed_share`` (the share of time in the latter), for the percentiles.
+    """
 
     latency_ms: jax.Array
     memory_wait_ms: jax.Array
@@ -88,6 +102,12 @@ class TurnState(NamedTuple):
     prefill: PrefillWork
     cache_lifetime_s: jax.Array
     prefill_load: jax.Array
+    mix: PrefillMix
+    queue_wait_ms: jax.Array
+    queue_busy: jax.Array
+    decode_step_ms: jax.Array
+    mixed_step_ms: jax.Array
+    mixed_share: jax.Array
 
 
 def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = ModelOptions()) -> TurnState:
@@ -104,11 +124,17 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
     - ``prefill_model="shared"``: TTFT and TPOT from the chunked-prefill engine (`jaxpareto.physics.engine`).
     - ``profile="measured"``: sessions beyond the ``slots`` wait as under the LRU model, and a
       prefill chunk also loads the routed experts its tokens touch.
+    - ``arrivals="poisson"`` (`jaxpareto.physics.queueing`): the sessions are the B in their
+      turn plus the P paused; prefills wait first-come first-served (M/G/1), in the shared
+      engine at the load arrivals see (no arrival-theorem correction), else for the GPUs' full
+      prefill speed, whose load λ S must stay below 1 (else TTFT is inf).
     """
     queue = options.cache_model == "lru" or options.profile == "measured"
+    open_loop = options.open_loop
+    concurrency = batch + turn.paused_sessions if open_loop else turn.concurrency
     if options.cache_model == "lru":
         batch_run = jnp.minimum(batch, turn.slots)
-        idle = jnp.maximum(turn.concurrency - batch_run, 0.0)
+        idle = jnp.maximum(concurrency - batch_run, 0.0)
         free = turn.slots - batch_run
         gpu = lru_survival(free, idle, turn.think_time_s, options.pause_distribution, turn.pause_sigma)
         with_tier = lru_survival(free + turn.tier_slots, idle, turn.think_time_s, options.pause_distribution,
@@ -125,6 +151,8 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         lifetime = zero + jnp.inf
         isolated_ttft = turn.ttft_ms
     step = decode_step(turn.decode, batch_run, options.expert_routing)
+    mix = prefill_mix(work.tokens, turn.hit_tokens, work.hit_rate_eff, turn.isl_cv)
+    zero = 0.0 * batch
     if options.prefill_model == "shared":
         extra = prefill_expert_ms(turn.decode, batch_run, options) if options.profile == "measured" else None
         if options.arrivals == "synchronised":
@@ -133,18 +161,27 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
                                        turn.prefill_ms_per_token, turn.decode.eta_decode,
                                        turn.decode.elementwise_overhead, extra)
         else:
-            engine = shared_turn(step, batch_run, turn.concurrency, work.tokens, turn.osl, turn.chunk_tokens,
-                                 turn.prefill_ms_per_token, turn.decode.eta_decode,
-                                 turn.decode.elementwise_overhead, extra)
+            engine = shared_turn(step, batch_run, zero + jnp.inf if open_loop else concurrency, work.tokens,
+                                 turn.osl, turn.chunk_tokens, turn.prefill_ms_per_token, turn.decode.eta_decode,
+                                 turn.decode.elementwise_overhead, extra,
+                                 fcfs_wait_scale(mix.scv) if open_loop else None, decode_batch=open_loop)
         ttft = engine.ttft_ms + turn.ttft_overhead_ms + work.delay_ms
         tpot, load = engine.tpot_ms, engine.prefill_load
+        steps = (engine.decode_step_ms, engine.mixed_step_ms, engine.seen_load)
+        queue_wait, queue_busy = (engine.ttft_ms - engine.service_ms, engine.seen_load) if open_loop else (zero, zero)
     else:
-        ttft, tpot, load = isolated_ttft, step.tpot_ms, 0.0 * batch
-    wait = 0.0 * batch
+        ttft, tpot, load = isolated_ttft, step.tpot_ms, zero
+        steps = (tpot, tpot, zero)
+        queue_wait, queue_busy = zero, zero
+        if open_loop:  # one prefill at a time at the GPUs' full speed: an M/G/1 queue
+            queue_wait, queue_busy = mg1_wait_ms(turn.rate_per_ms, isolated_ttft, mix.scv)
+            ttft = ttft + queue_wait
+    wait = zero
     if queue:
         wait = (ttft + tpot * turn.osl) * (jnp.maximum(batch / turn.slots, 1.0) - 1.0)
         ttft = ttft + wait
-    return TurnState(ttft + tpot * turn.osl, wait, ttft, tpot, step, batch_run, work, lifetime, load)
+    return TurnState(ttft + tpot * turn.osl, wait, ttft, tpot, step, batch_run, work, lifetime, load, mix,
+                     queue_wait, queue_busy, *steps)
 
 
 def prefill_expert_ms(decode: DecodeCoefficients, batch: jax.Array, options: ModelOptions):
@@ -175,17 +212,27 @@ def turn_latency_ms(turn: TurnLatency, batch: jax.Array, options: ModelOptions =
     return turn_state(turn, batch, options).latency_ms
 
 
+def turn_decode_ms(turn: TurnLatency, batch: jax.Array, options: ModelOptions = ModelOptions()) -> jax.Array:
+    """OSL x TPOT(B) [ms]: a turn's time in the decode batch, whose Little's law B = λ OSL TPOT(B)
+    sets the open loop's decode batch (`turn_state`)."""
+    return turn_state(turn, batch, options).tpot_ms * turn.osl
+
+
 @functools.lru_cache(maxsize=None)
 def latency_function(options: ModelOptions):
-    """One R(B) function per options, the same object every time (the solver keys on it)."""
-    return functools.partial(turn_latency_ms, options=options)
+    """One function per options, the same object every time (the solver keys on it): R(B) for
+    the closed loop, OSL x TPOT(B) for the open loop."""
+    return functools.partial(turn_decode_ms if options.open_loop else turn_latency_ms, options=options)
 
 
 def turn_latency_lines(turn: TurnLatency) -> tuple[jax.Array, jax.Array]:
-    """(intercepts, slopes) of R(B) on each linear piece of TPOT (for the exact solver)."""
+    """(intercepts, slopes) of R(B) on each linear piece of TPOT (for the exact solver); of
+    OSL x TPOT(B) under the open loop (``rate_per_ms`` > 0)."""
     tpot = tpot_lines(turn.decode)
-    intercepts = jnp.stack([turn.ttft_ms + turn.osl * tpot.a_unsat, turn.ttft_ms + turn.osl * tpot.a_sat,
-                            turn.ttft_ms + turn.osl * tpot.a_compute])
+    ttft = turn.ttft_ms
+    ttft = jnp.where(turn.rate_per_ms > 0, 0.0, ttft)  # the open loop solves OSL x TPOT(B) alone
+    intercepts = jnp.stack([ttft + turn.osl * tpot.a_unsat, ttft + turn.osl * tpot.a_sat,
+                            ttft + turn.osl * tpot.a_compute])
     slopes = jnp.stack([turn.osl * tpot.b_unsat, turn.osl * tpot.b_sat, turn.osl * tpot.b_compute])
     return intercepts, slopes
 
@@ -216,6 +263,20 @@ class PointOutputs(NamedTuple):
     cache_lifetime_s: jax.Array
     gpu_utilization: jax.Array
     memory_wait_ms: jax.Array
+    request_throughput: jax.Array
+    p50_ttft_ms: jax.Array
+    p90_ttft_ms: jax.Array
+    p99_ttft_ms: jax.Array
+    p50_tpot_ms: jax.Array
+    p90_tpot_ms: jax.Array
+    p99_tpot_ms: jax.Array
+    p50_itl_ms: jax.Array
+    p90_itl_ms: jax.Array
+    p99_itl_ms: jax.Array
+    p50_e2el_ms: jax.Array
+    p90_e2el_ms: jax.Array
+    p99_e2el_ms: jax.Array
+    request_goodput: jax.Array
     feasible: jax.Array
     infeasible_reason: jax.Array
     converged: jax.Array
@@ -241,7 +302,8 @@ def evaluate_point(
 
     Args:
         point: one configuration (`GridPoint`, scalars): ``gpu`` (`HardwareParams`), ``model``
-            (`ModelParams`), ``tp`` G (tensor-parallel GPUs), ``concurrency`` C (sessions offered),
+            (`ModelParams`), ``tp`` G (tensor-parallel GPUs), ``concurrency`` C (sessions offered;
+            the closed loop) or ``request_rate`` λ (requests per s; ``arrivals="poisson"``),
             ``think_time_s`` Z (pause between turns) [s], ``context_tokens`` L (context of the
             turn) [tokens], ``hit_rate`` h (prefix-cache hit rate in [0, 1]; of a warm cache
             under the TTL and LRU models).
@@ -254,8 +316,8 @@ def evaluate_point(
             least 64 eps of the dtype (7.6e-6 in float32): R(B) then contains inner roots.
 
     Returns:
-        `PointOutputs`. Where ``feasible`` is False (no memory left for KV, or not one
-        session fits) every performance output is NaN, ``decode_bound`` is -1,
+        `PointOutputs`. Where ``feasible`` is False (no memory left for KV, not one session
+        fits, or, in the open loop, the load beyond capacity) every performance output is NaN, ``decode_bound`` is -1,
         ``iterations`` 0 and ``converged`` False; the memory outputs and ``prefill_tokens``
         are still reported, as they explain the infeasibility.
 
@@ -268,7 +330,10 @@ def evaluate_point(
     efficiency = engine_efficiency(efficiency, engine)
     if solver.name not in SOLVERS or (solver.name == "exact" and not options.piecewise_linear):
         raise ValueError(f"solver {solver.name!r} not in {SOLVERS}, or 'exact' with {options} (not piecewise linear)")
-    hw, model, tp, concurrency = point.gpu, point.model, point.tp, point.concurrency
+    open_loop = options.open_loop
+    hw, model, tp = point.gpu, point.model, point.tp
+    # the open loop admits whatever arrives: memory then decides stability, not admission
+    concurrency = point.request_rate * 0.0 + jnp.inf if open_loop else point.concurrency
     think_time_s, context_tokens, hit_rate = point.think_time_s, point.context_tokens, point.hit_rate
     lru = options.cache_model == "lru"
     # the measured profile: decode attends, and KV holds, the turn's mean context L + OSL / 2
@@ -276,7 +341,7 @@ def evaluate_point(
     kv_context = jnp.where(workload.kv_context_tokens > 0, workload.kv_context_tokens, decode_context)
     memory = memory_budget(hw, model, tp, concurrency, kv_context, engine)
     heads_ok, context_ok = heads_split(model, tp), context_fits(model, context_tokens + workload.osl)
-    if not options.memory_caps_concurrency:  # every session is admitted; memory bounds how many run
+    if not options.memory_caps_concurrency or open_loop:  # all admitted; memory bounds how many run
         session_fits = memory.concurrency_max >= 1
         admitted = concurrency
     else:
@@ -285,6 +350,7 @@ def evaluate_point(
     reason = infeasible_reason(heads_ok, context_ok, memory.available_gb > 0, session_fits)
     ok = reason == 0
     concurrency_eff = jnp.where(ok, admitted, 1.0)  # safe stand-in when infeasible
+    rate_per_ms = point.request_rate / MS_PER_S if open_loop else 0.0 * memory.concurrency_max
     slots = jnp.where(ok, memory.concurrency_max, 1.0)
 
     tflops = effective_tflops(hw, model.compute_bits)
@@ -308,6 +374,7 @@ def evaluate_point(
         + allreduce.fixed_ms
     ttft_fixed_ms = efficiency.ttft_overhead_ms + allreduce.fixed_ms
     think_ms = think_time_s * MS_PER_S
+    paused = paused_sessions(rate_per_ms, think_ms, workload.turns_per_session)
     # host tier: per GPU, each rank loads its share of the context's KV over its own link
     load_gb = session_gb(model, context_tokens, tp) / tp
     link = workload.tier_bandwidth_gbs
@@ -333,23 +400,50 @@ def evaluate_point(
         prefill_tokens=tokens, concurrency=concurrency_eff + zero, slots=slots + zero, think_time_s=think_time_s + zero,
         pause_sigma=workload.pause_sigma + zero, tier_slots=workload.tier_capacity_gb / memory.kv_per_session_gb + zero,
         tier_load_ms=tier_load_ms + zero, chunk_tokens=chunk_tokens + zero,
+        rate_per_ms=rate_per_ms + zero, paused_sessions=paused + zero, isl_cv=workload.isl_cv + zero,
     )
     if options.prefill_model == "shared" or options.cache_model == "lru" or measured:
         # R(B) then holds inner roots solved to the dtype's rounding (about 1e-6 relative in
         # float32): a tighter tolerance than that would cycle to max_iter on rounding noise
         floor = _INNER_ROOT_EPS * jnp.finfo(think_ms.dtype).eps
         solver = dataclasses.replace(solver, tol=jnp.maximum(solver.tol, floor))
-    solution = solve_closed_loop(latency_function(options), LoopInputs(turn, concurrency_eff, think_ms), solver,
-                                 turn_latency_lines)
+    # the open loop's batch cannot pass the KV slots: the seed's memory holds the paused sessions too
+    batch_cap = slots - paused if options.memory_caps_concurrency else slots
+    solution = solve_closed_loop(latency_function(options),
+                                 LoopInputs(turn, concurrency_eff, think_ms, rate_per_ms, batch_cap),
+                                 solver, turn_latency_lines, open_loop)
     state = turn_state(turn, solution.batch, options)
     step, latency = state.step, state.latency_ms
-    turns_per_s = concurrency_eff / ((latency + think_ms) / MS_PER_S)
+    if open_loop:  # beyond capacity: no fixed point below the cap, or the prefill queue's ρ >= 1
+        stable = solution.converged & jnp.isfinite(latency) & (state.queue_busy < 1.0)
+        reason = jnp.where(ok & ~stable, LOAD_BEYOND_CAPACITY, reason).astype(jnp.int8)
+        ok = reason == 0
+        turns_per_s = rate_per_ms * MS_PER_S
+        sessions = rate_per_ms * latency + paused  # Little's law: in their turn, and paused
+        batch_variance = solution.batch  # M/G/inf: the requests decoding are Poisson
+    else:
+        turns_per_s = concurrency_eff / ((latency + think_ms) / MS_PER_S)
+        sessions = admitted
+        busy = active_ratio(latency, think_ms)
+        batch_variance = concurrency_eff * busy * (1.0 - busy)  # binomial(C, rho)
     # share of the GPU's achievable compute (at η_d, η_p) that decode and prefill use
     utilization = turns_per_s / MS_PER_S * (workload.osl * coefficients.compute_ms / efficiency.eta_decode
                                             + state.prefill.tokens * prefill_ms_per_token)
 
     def masked(value):
         return jnp.where(ok, value, jnp.nan)
+
+    one_more = decode_step(coefficients, state.batch_run + 1.0, options.expert_routing)
+    spread = TurnSpread(state.ttft_ms, state.queue_wait_ms, state.queue_busy, state.mix, state.tpot_ms,
+                        workload.osl, workload.osl_cv, state.decode_step_ms, state.mixed_step_ms, state.mixed_share,
+                        batch_variance, one_more.tpot_ms - step.tpot_ms, turns_per_s / MS_PER_S)
+    safe = jax.tree_util.tree_map(lambda v: jnp.where(ok, v, 1.0), spread)  # no NaN into the bisections
+    percentiles = latency_percentiles(safe, with_wait=open_loop)
+    percentile_outputs = {f"p{p}_{name}": masked(values[i]) for name, values in percentiles._asdict().items()
+                          for i, p in enumerate(PERCENTILES)}
+    # goodput (DistServe): the requests served while every latency target of the SLO holds
+    achieved = {**percentile_outputs, "ttft_ms": state.ttft_ms, "tpot_ms": state.tpot_ms, "latency_ms": latency}
+    meets = jnp.stack([achieved[name] <= limit for name, limit in workload.slo._asdict().items()]).all()
 
     return PointOutputs(
         ttft_ms=masked(state.ttft_ms),
@@ -362,7 +456,8 @@ def evaluate_point(
         output_tokens_per_s_per_gpu=masked(turns_per_s * workload.osl / tp),
         kv_per_session_gb=memory.kv_per_session_gb,
         concurrency_max=memory.concurrency_max.astype(jnp.int32),
-        concurrency_eff=jnp.where(ok, admitted, memory.concurrency_eff).astype(jnp.int32),
+        concurrency_eff=jnp.where(ok, jnp.round(sessions) if open_loop else admitted,
+                                  memory.concurrency_eff).astype(jnp.int32),
         prefill_tokens=jnp.where(ok, state.prefill.tokens, tokens) if lru else tokens,
         t_weight_ms=masked(step.t_weight_ms),
         t_kv_ms=masked(step.t_kv_ms),
@@ -379,6 +474,9 @@ def evaluate_point(
             workload.cache_ttl_s + zero if options.cache_model == "ttl" else zero + jnp.inf),
         gpu_utilization=masked(utilization),
         memory_wait_ms=masked(state.memory_wait_ms),
+        request_throughput=masked(turns_per_s),
+        **percentile_outputs,
+        request_goodput=masked(jnp.where(meets, turns_per_s, 0.0)),
         feasible=ok,
         infeasible_reason=reason,
         converged=ok & solution.converged,

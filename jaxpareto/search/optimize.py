@@ -28,6 +28,8 @@ A configuration that violates a constraint is never returned: when none meets th
 
 from __future__ import annotations
 
+from jaxpareto.definitions.options import refuse_open_loop
+
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -127,6 +129,7 @@ def optimize(
     if sense not in ("max", "min"):
         raise JaxparetoError("sense", f"unknown sense {sense!r}", ("max", "min"))
     check_method(method)
+    refuse_open_loop(settings, "optimize")
     cons = parse_constraints(constraints)
     tp_choices = AXIS_BY_NAME["tp"].numbers(tp)
     lo, hi = concurrency_range(concurrency)

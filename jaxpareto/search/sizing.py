@@ -9,6 +9,8 @@ replicas, each an independent copy of the closed loop of docs/model.md.
 
 from __future__ import annotations
 
+from jaxpareto.definitions.options import refuse_open_loop
+
 import dataclasses
 import math
 
@@ -90,6 +92,7 @@ def size_deployment(
         raise JaxparetoError("sessions/turns_per_s", "give exactly one target")
     target_sessions = None if sessions is None else check_number("sessions", sessions, low=1, integer=True)
     target_rate = None if turns_per_s is None else check_number("turns_per_s", turns_per_s, low=0, low_inclusive=False)
+    refuse_open_loop(settings, "size")
     cons = parse_constraints(constraints)
     lo, hi = concurrency_range(concurrency)
     kwargs = dict(gpu=gpu, model=model, tp=tp, concurrency=list(range(lo, hi + 1)), think_time_s=think_time_s,

@@ -12,6 +12,8 @@ certifies the answer with the exact model (and, for one variable, is the answer)
 
 from __future__ import annotations
 
+from jaxpareto.definitions.options import refuse_open_loop
+
 import dataclasses
 import functools
 import math
@@ -78,6 +80,7 @@ def least_hardware(
     variables = tuple([variables] if isinstance(variables, str) else variables)
     if not variables or len(set(variables)) != len(variables):
         raise JaxparetoError("variables", f"need distinct GPU fields, got {list(variables)}", HARDWARE_VARIABLES)
+    refuse_open_loop(settings, "the hardware what-if")
     cons = parse_constraints(constraints)
     if not cons:
         raise JaxparetoError("constraints", "a hardware what-if needs at least one SLO to meet")

@@ -1,0 +1,220 @@
+"""P50, P90 and P99 of TTFT, TPOT, ITL and E2E latency (docs/model.md, "Latency percentiles").
+
+The means come from the model; the spread around them from three stated approximations:
+
+- **Lengths.** The tokens a turn prefills and its output tokens are lognormal around their means
+  with coefficients of variation ``isl_cv`` and ``osl_cv``; prefill turns are a mix of
+  prefix-cache hits (only the new tokens) and misses (`jaxpareto.physics.queueing.prefill_mix`).
+  Prefill time is proportional to its tokens (seed eq. 2).
+- **Queueing (open loop).** The wait for prefill capacity is 0 with probability 1 - ρ and
+  otherwise exponential with mean W / ρ: exact for M/M/1; for M/G/1 the wait's tail is
+  exponential (Cramér-Lundberg) and matching its mean is the usual two-moment approximation
+  (Tijms, A First Course in Stochastic Models, 2003). TTFT = S + W with S and W independent. Under the closed loop the
+  mean TTFT (with whatever waits it holds) is spread by the lengths only.
+- **The batch a request sees.** Requests in their turn are Poisson with mean B under Poisson
+  arrivals (the M/G/∞ occupancy, Takács 1962) and binomial(C, ρ) in the closed loop; a decode
+  step's time moves with the batch by the slope of eq. 3. A request's TPOT averages the batch
+  over its turn (variance x 2/3, the mean of the triangular autocovariance over one service
+  time), and, under the shared engine, over the prefill chunks that land in its decode steps
+  (a compound Poisson count: each other turn's prefill adds S (T_f - T_0) / T_f to its decode
+  time). An ITL is one step: a decode step T_0 or, for the share of steps that carry a
+  prefill chunk, a mixed step T_f, each spread by the batch.
+
+TPOT is taken lognormal with the mean and spread above; E2E latency = TTFT + decode time, each
+hit/miss kind's prefill plus the decode time summed as one lognormal of matched moments
+(Fenton, IRE Trans. Commun. Syst. 1960), then the wait added as for TTFT. Quantiles of the
+mixtures are found by bisection of their CDF (a fixed number of halvings: branch-free).
+"""
+
+from __future__ import annotations
+
+from statistics import NormalDist
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import ndtr
+
+from jaxpareto.physics.queueing import PrefillMix
+
+#: The percentiles reported, and their names in the dataset (vLLM's).
+PERCENTILES = (50, 90, 99)
+_Z = {p: NormalDist().inv_cdf(p / 100.0) for p in PERCENTILES}  # standard normal quantiles
+_Z_UPPER = {p: NormalDist().inv_cdf(0.5 + p / 200.0) for p in PERCENTILES}  # ... at (1 + q) / 2
+_SIGMA_FLOOR = 1e-4  # a fixed length is a lognormal this narrow (keeps the CDF finite)
+_Z_LOW = -8.0  # the lognormal below this many σ is ignored in the wait integral
+_BISECTIONS = 26  # halvings: 2^-26 of a bracket of at most e^10 in log t, below float32 rounding
+_GL_X, _GL_W = np.polynomial.legendre.leggauss(32)
+_GL_U, _GL_WU = 0.5 * (_GL_X + 1.0), 0.5 * _GL_W  # nodes and weights on [0, 1]
+_AVERAGED_BATCH_VARIANCE = 2.0 / 3.0
+
+
+def lognormal_sigma(cv: jax.Array) -> jax.Array:
+    """σ of a lognormal of coefficient of variation ``cv``: sqrt(ln(1 + cv²)), floored."""
+    return jnp.maximum(jnp.sqrt(jnp.log1p(cv * cv)), _SIGMA_FLOOR)
+
+
+def lognormal_quantile(mean: jax.Array, cv: jax.Array, percentile: int) -> jax.Array:
+    """The ``percentile`` of a lognormal of mean ``mean`` and coefficient of variation ``cv``."""
+    sigma = lognormal_sigma(cv)
+    return mean * jnp.exp(sigma * _Z[percentile] - 0.5 * sigma * sigma)
+
+
+class Delay(NamedTuple):
+    """A latency = a mix of lognormal kinds + an independent queueing wait (scalars / (k,)).
+
+    Attributes:
+        weights, means, sigmas: the kinds' shares, means [ms] and log-spreads, shape (k,).
+        busy: P(wait > 0), the prefill queue's ρ (0: no wait).
+        wait_ms: the mean wait given that there is one [ms].
+    """
+
+    weights: jax.Array
+    means: jax.Array
+    sigmas: jax.Array
+    busy: jax.Array
+    wait_ms: jax.Array
+
+
+def _kind_cdf_z(t, means, sigmas):
+    return jnp.clip((jnp.log(t / means) + 0.5 * sigmas * sigmas) / sigmas, _Z_LOW, -_Z_LOW)
+
+
+def delay_cdf(delay: Delay, t: jax.Array, with_wait: bool = True) -> jax.Array:
+    """P(S + W <= t) for t > 0: P(S <= t) - ρ E[exp(-(t - S) / m); S <= t] (integrating the
+    exponential wait out), the expectation by Gauss-Legendre in the normal variate of each kind,
+    nodes gathered towards S = t where the integrand peaks. ``with_wait`` False (static): no
+    wait, the mix's CDF alone."""
+    z_t = _kind_cdf_z(t, delay.means, delay.sigmas)  # (k,)
+    below = ndtr(z_t)
+    if not with_wait:
+        return jnp.sum(delay.weights * below)
+    span = z_t - _Z_LOW
+    z = z_t[:, None] - span[:, None] * _GL_U[None, :] ** 2  # (k, n)
+    s = delay.means[:, None] * jnp.exp(delay.sigmas[:, None] * z - 0.5 * delay.sigmas[:, None] ** 2)
+    m = jnp.maximum(delay.wait_ms, 1e-30)
+    density = jnp.exp(-0.5 * z * z - jnp.maximum(t - s, 0.0) / m) / jnp.sqrt(2.0 * jnp.pi)
+    integral = jnp.sum(density * 2.0 * span[:, None] * _GL_U[None, :] * _GL_WU[None, :], axis=1)
+    return jnp.sum(delay.weights * (below - delay.busy * integral))
+
+
+_LEVELS = tuple(p / 100.0 for p in PERCENTILES)
+_ZQ = tuple(_Z[p] for p in PERCENTILES)
+_ZH = tuple(_Z_UPPER[p] for p in PERCENTILES)
+
+
+def _bisect(under, lo, hi):
+    """The point where ``under`` (elementwise, True below the answer) turns False, in [lo, hi]."""
+    def halve(_, bracket):
+        a, b = bracket
+        mid = 0.5 * (a + b)
+        below = under(mid)
+        return jnp.where(below, mid, a), jnp.where(below, b, mid)
+
+    a, b = jax.lax.fori_loop(0, _BISECTIONS, halve, (lo, hi))
+    return 0.5 * (a + b)
+
+
+def delay_quantiles(delay: Delay, with_wait: bool = True) -> tuple[jax.Array, ...]:
+    """The `PERCENTILES` of S + W, each by bisection in log t between bounds that always hold:
+    no kind's own quantile is below it, and the sum of the kinds' and the wait's
+    (1 + q) / 2-quantiles is above it."""
+    out = []
+    for q, zq, zh in zip(_LEVELS, _ZQ, _ZH):
+        lo = jnp.min(delay.means * jnp.exp(delay.sigmas * zq - 0.5 * delay.sigmas ** 2))
+        upper_kind = jnp.max(delay.means * jnp.exp(delay.sigmas * zh - 0.5 * delay.sigmas ** 2))
+        upper_wait = delay.wait_ms * jnp.log(jnp.maximum(2.0 * delay.busy / (1.0 - q), 1.0))
+        log_t = _bisect(lambda x, q=q: delay_cdf(delay, jnp.exp(x), with_wait) < q,
+                        jnp.log(lo), jnp.log(upper_kind + upper_wait))
+        out.append(jnp.exp(log_t))
+    return tuple(out)
+
+
+def normal_mix_quantiles(weights, means, sds) -> tuple[jax.Array, ...]:
+    """The `PERCENTILES` of a mix of normals (shape (k,) each), by bisection."""
+    sds = jnp.maximum(sds, 1e-9 * jnp.abs(means) + 1e-30)
+    lo, hi = jnp.min(means - 9.0 * sds), jnp.max(means + 9.0 * sds)
+    return tuple(jnp.maximum(_bisect(lambda t, q=q: jnp.sum(weights * ndtr((t - means) / sds)) < q, lo, hi), 0.0)
+                 for q in _LEVELS)
+
+
+class TurnSpread(NamedTuple):
+    """What the percentiles need from one point's solved turn (scalars).
+
+    Attributes:
+        ttft_ms: mean TTFT [ms]. wait_ms: the part of it spent queueing for prefill (open loop).
+        wait_busy: ρ of the prefill queue (open loop; 0 in the closed loop).
+        mix: the prefill hit/miss mix (`jaxpareto.physics.queueing.prefill_mix`).
+        tpot_ms: mean TPOT [ms]. osl: mean output tokens. osl_cv: its coefficient of variation.
+        decode_step_ms, mixed_step_ms: T_0 and T_f, a step without and with a prefill chunk [ms].
+        mixed_time_share: share of time in steps with a prefill chunk.
+        batch: B. batch_variance: the variance of the batch a step sees.
+        step_slope_ms: a decode step's added time per extra request in the batch [ms].
+        turn_rate_per_ms: turns starting per ms.
+    """
+
+    ttft_ms: jax.Array
+    wait_ms: jax.Array
+    wait_busy: jax.Array
+    mix: PrefillMix
+    tpot_ms: jax.Array
+    osl: jax.Array
+    osl_cv: jax.Array
+    decode_step_ms: jax.Array
+    mixed_step_ms: jax.Array
+    mixed_time_share: jax.Array
+    batch_variance: jax.Array
+    step_slope_ms: jax.Array
+    turn_rate_per_ms: jax.Array
+
+
+class LatencyPercentiles(NamedTuple):
+    """P50, P90, P99 of each latency [ms] (tuples in `PERCENTILES` order)."""
+
+    ttft_ms: tuple
+    tpot_ms: tuple
+    itl_ms: tuple
+    e2el_ms: tuple
+
+
+def latency_percentiles(spread: TurnSpread, with_wait: bool = True) -> LatencyPercentiles:
+    """The percentiles of the module docstring for one point (``with_wait`` False, static: the
+    closed loop, no queueing wait to add).
+
+    Returns:
+        `LatencyPercentiles`; NaN where the inputs are (an infeasible or unstable point).
+    """
+    mix = spread.mix
+    service = jnp.maximum(spread.ttft_ms - spread.wait_ms, 1e-9)
+    weights = jnp.stack([mix.hit_share, 1.0 - mix.hit_share])
+    prefill_means = service * jnp.stack([mix.hit_scale, mix.miss_scale])
+    sigma_in = lognormal_sigma(mix.cv)
+    busy = jnp.clip(spread.wait_busy, 0.0, 1.0)
+    wait = jnp.where(busy > 0, spread.wait_ms / jnp.where(busy > 0, busy, 1.0), 0.0)
+    ttft = Delay(weights, prefill_means, jnp.stack([sigma_in, sigma_in]), busy, wait)
+
+    # a request's TPOT: the batch averaged over its turn, and the prefill chunks it decodes through
+    step_sd = spread.step_slope_ms * jnp.sqrt(spread.batch_variance)
+    decode_ms = spread.osl * spread.tpot_ms
+    per_prefill_ms = service * jnp.maximum(spread.mixed_step_ms - spread.decode_step_ms, 0.0) \
+        / jnp.maximum(spread.mixed_step_ms, 1e-30)
+    chunk_variance = spread.turn_rate_per_ms * decode_ms * (1.0 + mix.scv) * per_prefill_ms ** 2
+    tpot_sd = jnp.sqrt(_AVERAGED_BATCH_VARIANCE * step_sd ** 2 + chunk_variance / jnp.maximum(spread.osl, 1.0) ** 2)
+    tpot_cv = tpot_sd / spread.tpot_ms
+    tpot = tuple(lognormal_quantile(spread.tpot_ms, tpot_cv, p) for p in PERCENTILES)
+
+    # an ITL is one step: the share of steps with a prefill chunk is time share / T_f over the mean
+    steps_f = spread.mixed_time_share / spread.mixed_step_ms
+    steps_0 = (1.0 - spread.mixed_time_share) / spread.decode_step_ms
+    share_f = steps_f / (steps_f + steps_0)
+    itl_w = jnp.stack([1.0 - share_f, share_f])
+    itl_m = jnp.stack([spread.decode_step_ms, spread.mixed_step_ms])
+    itl = normal_mix_quantiles(itl_w, itl_m, jnp.stack([step_sd, step_sd]))
+
+    # E2E: each prefill kind plus the decode time as one lognormal of matched moments
+    decode_cv2 = (1.0 + spread.osl_cv ** 2) * (1.0 + tpot_cv ** 2) - 1.0
+    means = prefill_means + decode_ms
+    variance = (prefill_means * mix.cv) ** 2 + decode_ms ** 2 * decode_cv2
+    e2el = ttft._replace(means=means, sigmas=lognormal_sigma(jnp.sqrt(variance) / means))
+    return LatencyPercentiles(delay_quantiles(ttft, with_wait), tpot, itl, delay_quantiles(e2el, with_wait))

@@ -1,0 +1,99 @@
+"""Open-loop load: requests arriving at a rate, and the wait for prefill capacity (docs/model.md,
+"Open-loop load").
+
+Under ``arrivals="poisson"`` requests (turns) arrive as a Poisson process of rate λ whatever the
+server does, as ``vllm bench serve --request-rate`` and MLPerf's server scenario generate them.
+
+- **The batch.** By Little's law the mean number of requests in their turn is B = λ R(B) (seed
+  002 section 7.4), a fixed point in B solved like the closed loop's (`jaxpareto.physics.closed_loop`).
+  Agent sessions arrive at λ / N and run N turns with a pause Z between consecutive ones, so
+  P = λ Z (N - 1) / N sessions are paused at any time (Little's law again), holding or competing
+  for KV memory as in the closed loop.
+- **The prefill queue.** Prefills wait for the prefill capacity first-come first-served (vLLM's
+  and SGLang's default scheduling policy), an M/G/1 queue: with S the prefill time alone,
+  ρ = λ E[S] the share of time prefill runs and c_S² the squared coefficient of variation of
+  S, the mean wait is the Pollaczek-Khinchine formula (Kleinrock, Queueing Systems vol. 1, 1975,
+  chapter 5)
+
+      W = ρ E[S] (1 + c_S²) / (2 (1 - ρ)).
+
+  Under the shared engine the prefill server is the chunked-prefill engine, whose ρ and S come
+  from `jaxpareto.physics.engine`; there the closed loop's processor-sharing wait
+  E[S] ρ / (1 - ρ) is this formula at c_S² = 1, so the two agree for exponential prefill sizes.
+- **Stability.** A point whose fixed point does not exist (λ beyond what the decode batch or
+  KV memory sustains) or whose prefill load reaches ρ = 1 is flagged ``load_beyond_capacity``
+  and carries NaN, never a number.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+
+def fcfs_wait_scale(service_scv: jax.Array) -> jax.Array:
+    """(1 + c_S²) / 2: the M/G/1 first-come first-served wait relative to processor sharing's."""
+    return 0.5 * (1.0 + service_scv)
+
+
+def mg1_wait_ms(rate_per_ms: jax.Array, service_ms: jax.Array, service_scv: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(W, ρ): the Pollaczek-Khinchine mean wait of an M/G/1 queue [ms] and its load ρ = λ E[S].
+
+    Args:
+        rate_per_ms: λ, arrivals per ms (scalar, >= 0).
+        service_ms: E[S], the mean service time [ms].
+        service_scv: c_S², the squared coefficient of variation of S.
+
+    Returns:
+        W [ms] (inf where ρ >= 1: the queue grows without bound) and ρ.
+    """
+    load = rate_per_ms * service_ms
+    stable = load < 1.0
+    wait = load * service_ms * fcfs_wait_scale(service_scv) / jnp.where(stable, 1.0 - load, 1.0)
+    return jnp.where(stable, wait, jnp.inf), load
+
+
+class PrefillMix(NamedTuple):
+    """Prefill work per turn as a mix of prefix-cache hits and misses (scalars).
+
+    Attributes:
+        hit_share: share of turns that prefill only their new tokens.
+        hit_scale, miss_scale: each kind's prefill tokens relative to the mean L_prefill.
+        cv: the coefficient of variation of each kind around its mean (``isl_cv``).
+        scv: c_S² of the whole mix, for the M/G/1 wait.
+    """
+
+    hit_share: jax.Array
+    hit_scale: jax.Array
+    miss_scale: jax.Array
+    cv: jax.Array
+    scv: jax.Array
+
+
+def prefill_mix(mean_tokens: jax.Array, hit_tokens: jax.Array, hit_share: jax.Array, isl_cv: jax.Array) -> PrefillMix:
+    """Hits prefill ``hit_tokens``; the other turns the rest of the mean ``mean_tokens``, each
+    kind lognormal with coefficient of variation ``isl_cv``; prefill time is taken proportional
+    to the tokens (eq. 2), so the mix scales the mean prefill time.
+
+    Args:
+        mean_tokens: L_prefill, the mean over all turns [tokens] (> 0).
+        hit_tokens: what a hit prefills, min(ΔL, L) [tokens].
+        hit_share: h_eff, the share of hits in [0, 1].
+        isl_cv: ``Workload.isl_cv``.
+    """
+    mean = jnp.maximum(mean_tokens, 1e-9)
+    hit_share = jnp.clip(hit_share, 0.0, 1.0)
+    hit_scale = jnp.minimum(hit_tokens / mean, 1.0)
+    miss_share = 1.0 - hit_share
+    safe = jnp.where(miss_share > 1e-9, miss_share, 1.0)
+    miss_scale = jnp.where(miss_share > 1e-9, (1.0 - hit_share * hit_scale) / safe, 1.0)
+    second_moment = (1.0 + isl_cv * isl_cv) * (hit_share * hit_scale ** 2 + miss_share * miss_scale ** 2)
+    return PrefillMix(hit_share, hit_scale, miss_scale, isl_cv + 0.0 * mean, jnp.maximum(second_moment - 1.0, 0.0))
+
+
+def paused_sessions(rate_per_ms: jax.Array, think_time_ms: jax.Array, turns_per_session: jax.Array) -> jax.Array:
+    """P = λ Z (N - 1) / N: sessions between two of their turns under Poisson session arrivals
+    (Little's law over the pauses: λ / N sessions per ms, each pausing N - 1 times for Z)."""
+    return rate_per_ms * think_time_ms * (turns_per_session - 1.0) / turns_per_session

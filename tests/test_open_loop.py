@@ -1,0 +1,184 @@
+"""Open-loop load (``arrivals="poisson"``), latency percentiles and goodput
+(`jaxpareto.physics.queueing`, `jaxpareto.physics.percentiles`).
+
+The analytical percentiles are checked against a discrete-event simulation of a
+continuous-batching server with chunked prefill fed the model's own step times
+(tests/simulator.py); the limits against their closed forms.
+"""
+
+import jax
+import numpy as np
+import pytest
+
+import jaxpareto as jp
+from jaxpareto.definitions.catalog import resolve_gpu, resolve_model
+from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.definitions.hardware import effective_tflops
+from jaxpareto.physics.decode import decode_coefficients, decode_step
+from jaxpareto.physics.engine import step_ms
+from jaxpareto.physics.limits import LOAD_BEYOND_CAPACITY
+from jaxpareto.physics.prefill import ttft_ms
+from simulator import simulate
+
+GPU, MODEL, CONTEXT, OSL = "h100-sxm", "llama-3.1-8b", 2048, 128
+OPEN = dict(arrivals="poisson", context_tokens=CONTEXT, osl=OSL, dtype="float64")
+
+
+def _engine_step():
+    """The shared engine's step T(n, p) for the test configuration, as the model computes it."""
+    hw, model, eff = resolve_gpu(GPU).to_params(), resolve_model(MODEL).to_params(), jp.Efficiency()
+    tflops = effective_tflops(hw, model.compute_bits)
+    coefficients = decode_coefficients(hw, model, 1, float(CONTEXT), tflops, eff.eta_decode, eff.elementwise_overhead)
+    per_token = float(ttft_ms(model.params_active_b, 1.0, 1, tflops, eff.eta_prefill))
+    steps = jax.vmap(lambda n: decode_step(coefficients, n))(np.arange(1024.0))
+    # T(n, p) = max(memory(n), compute(n) + p c_p): `step_ms`, tabulated over n
+    memory = np.asarray(step_ms(steps, eff.eta_decode, eff.elementwise_overhead, 0.0, per_token)
+                        - steps.t_fixed_ms, np.float64)
+    compute = np.asarray(steps.t_compute_ms / eff.eta_decode, np.float64)
+    np.testing.assert_allclose(np.maximum(memory, compute), memory)  # memory-bound decode
+    return lambda n, p: max(memory[n], compute[n] + p * per_token)
+
+
+@pytest.fixture(scope="module")
+def engine_step():
+    return _engine_step()
+
+
+@pytest.mark.parametrize(("load", "spread"), [(0.3, 0.5), (0.6, 0.0)])
+def test_percentiles_agree_with_a_simulated_server(engine_step, load, spread):
+    """Means of TTFT and TPOT, and their P99, against 20,000 simulated requests at a light and a
+    moderate load (scripts/open_loop_agreement.py reports the whole range to 90 % of capacity)."""
+    settings = dict(prefill_model="shared", isl_cv=spread, osl_cv=spread)
+    ds = jp.sweep(GPU, MODEL, tp=1, request_rate=np.linspace(0.25, 40.0, 160), **OPEN, **settings).squeeze()
+    capacity = float(ds.request_rate.where(ds.feasible, drop=True).max())
+    model = ds.sel(request_rate=load * capacity, method="nearest")
+    rate = float(model.request_rate)
+    sim = simulate(engine_step, rate, 20_000, CONTEXT, OSL, 8192.0, spread, spread, seed=1)
+    assert float(model.tpot_ms) == pytest.approx(sim.tpot_ms.mean(), rel=0.10)
+    assert float(model.ttft_ms) == pytest.approx(sim.ttft_ms.mean(), rel=0.20)
+    assert float(model.p99_ttft_ms) == pytest.approx(np.percentile(sim.ttft_ms, 99), rel=0.20)
+    assert float(model.p99_tpot_ms) == pytest.approx(np.percentile(sim.tpot_ms, 99), rel=0.20)
+    assert float(model.p50_e2el_ms) == pytest.approx(np.percentile(sim.e2el_ms, 50), rel=0.10)
+    assert float(model.batch_eff) == pytest.approx(sim.mean_batch, rel=0.10)
+
+
+def test_poisson_limit_is_the_isolated_prefill():
+    """At a vanishing rate nothing queues: TTFT and TPOT are the closed loop's with one session."""
+    alone = jp.sweep(GPU, MODEL, tp=1, concurrency=1, context_tokens=CONTEXT, osl=OSL, dtype="float64").squeeze()
+    trickle = jp.sweep(GPU, MODEL, tp=1, request_rate=1e-4, **OPEN).squeeze()
+    assert float(trickle.ttft_ms) == pytest.approx(float(alone.ttft_ms), rel=1e-4)
+    assert float(trickle.tpot_ms) == pytest.approx(float(decode_alone_tpot()), rel=1e-3)
+    assert float(trickle.batch_eff) == pytest.approx(1e-4 * OSL * float(trickle.tpot_ms) / 1000, rel=1e-6)
+
+
+def decode_alone_tpot():
+    with jax.enable_x64(True):
+        hw, model, eff = resolve_gpu(GPU).to_params(), resolve_model(MODEL).to_params(), jp.Efficiency()
+        coefficients = decode_coefficients(hw, model, 1, float(CONTEXT), effective_tflops(hw, model.compute_bits),
+                                           eff.eta_decode, eff.elementwise_overhead)
+        return decode_step(coefficients, 0.0).tpot_ms
+
+
+@pytest.mark.parametrize("isl_cv", [0.0, 1.0])
+def test_wait_grows_as_one_over_one_minus_rho(isl_cv):
+    """The seed's isolated prefill is an M/G/1 queue: W (1 - ρ) / ρ = E[S] (1 + c_S²) / 2 at
+    every load, with ρ = λ E[S] (Pollaczek-Khinchine)."""
+    alone = float(jp.sweep(GPU, MODEL, tp=1, request_rate=1e-9, **OPEN).squeeze().ttft_ms)
+    rho = np.array([0.1, 0.5, 0.9, 0.99])
+    rates = rho / alone * 1000.0
+    ds = jp.sweep(GPU, MODEL, tp=1, request_rate=rates, isl_cv=isl_cv, **OPEN).squeeze()
+    wait = ds.ttft_ms.values - alone
+    np.testing.assert_allclose(wait * (1 - rho) / rho, alone * (1 + isl_cv ** 2) / 2, rtol=1e-6)
+    beyond = jp.sweep(GPU, MODEL, tp=1, request_rate=1.01 / alone * 1000.0, **OPEN).squeeze()
+    assert int(beyond.infeasible_reason) == LOAD_BEYOND_CAPACITY and np.isnan(float(beyond.ttft_ms))
+
+
+def test_exact_and_damped_solvers_agree_in_the_open_loop():
+    rates = [0.5, 2.0, 5.0, 10.0, 20.0, 40.0]
+    damped = jp.sweep(GPU, MODEL, tp=[1, 2], request_rate=rates, hit_rate=[0.0, 0.9], **OPEN)
+    exact = jp.sweep(GPU, MODEL, tp=[1, 2], request_rate=rates, hit_rate=[0.0, 0.9], solver="exact", **OPEN)
+    np.testing.assert_array_equal(damped.feasible.values, exact.feasible.values)
+    assert bool(exact.feasible.any()) and not bool(exact.feasible.all())  # both kinds of points
+    np.testing.assert_allclose(damped.batch_eff.values, exact.batch_eff.values, rtol=1e-5)
+
+
+def test_beyond_capacity_is_flagged_not_given_a_number():
+    ds = jp.sweep(GPU, MODEL, tp=1, request_rate=[1.0, 1000.0], prefill_model="shared", **OPEN).squeeze()
+    assert ds.infeasible_reason.values.tolist() == [0, LOAD_BEYOND_CAPACITY]
+    for name in ("ttft_ms", "p99_ttft_ms", "request_throughput", "request_goodput"):
+        assert np.isnan(ds[name].values[1]) and np.isfinite(ds[name].values[0])
+
+
+def test_goodput_is_the_throughput_where_every_target_holds():
+    rates = np.linspace(1.0, 30.0, 30)
+    free = jp.sweep(GPU, MODEL, tp=1, request_rate=rates, prefill_model="shared", isl_cv=0.5, **OPEN).squeeze()
+    slo = {"p99_ttft_ms": 400.0, "p90_tpot_ms": 30.0}
+    held = jp.sweep(GPU, MODEL, tp=1, request_rate=rates, prefill_model="shared", isl_cv=0.5, slo=slo,
+                    **OPEN).squeeze()
+    ok = held.feasible.values
+    np.testing.assert_array_equal(free.request_goodput.values[ok], free.request_throughput.values[ok])
+    meets = (held.p99_ttft_ms <= 400.0) & (held.p90_tpot_ms <= 30.0)
+    want = np.where(meets, held.request_throughput, 0.0)
+    np.testing.assert_array_equal(held.request_goodput.values[ok], want[ok])
+    assert np.all(held.request_goodput.values[ok] <= held.request_throughput.values[ok])
+    assert 0 < np.nanmax(held.request_goodput) < np.nanmax(held.request_throughput)
+    np.testing.assert_allclose(held.request_throughput.values[ok], rates[ok])
+
+
+def test_closed_loop_percentiles_come_from_the_lengths():
+    """Fixed lengths and no cache hits: every percentile is the mean; with hits, P50 is a hit's
+    prefill and P99 a miss's; the closed loop's means are untouched."""
+    fixed = jp.sweep(GPU, MODEL, tp=1, concurrency=[1, 8], hit_rate=[0.0, 0.9], dtype="float64")
+    cold, warm = fixed.sel(hit_rate=0.0).squeeze(), fixed.sel(hit_rate=0.9).squeeze()
+    for p in (50, 90, 99):
+        np.testing.assert_allclose(cold[f"p{p}_ttft_ms"], cold.ttft_ms, rtol=1e-3)
+        np.testing.assert_allclose(cold[f"p{p}_tpot_ms"], cold.tpot_ms, rtol=1e-3)
+    miss = cold.ttft_ms.values  # the isolated prefill of the whole context
+    hit = miss * 2128 / 16384
+    np.testing.assert_allclose(warm.p99_ttft_ms, miss, rtol=1e-3)
+    np.testing.assert_allclose(warm.p50_ttft_ms, hit, rtol=1e-3)
+    spread = jp.sweep(GPU, MODEL, tp=1, concurrency=[1, 8], isl_cv=0.5, osl_cv=0.5, dtype="float64").squeeze()
+    np.testing.assert_array_equal(spread.ttft_ms, cold.ttft_ms)
+    assert np.all(spread.p99_ttft_ms > spread.ttft_ms) and np.all(spread.p50_ttft_ms < spread.ttft_ms)
+
+
+def test_agent_sessions_hold_memory_while_paused():
+    """N turns per session with pauses Z: P = λ Z (N - 1) / N sessions paused (Little's law), in
+    the admitted sessions and, when they overflow KV memory, making the load unsustainable."""
+    ds = jp.sweep(GPU, MODEL, tp=1, request_rate=2.0, think_time_s=[0.0, 10.0, 1000.0], turns_per_session=5,
+                  **OPEN).squeeze()
+    in_turn = 2.0 * ds.latency_ms.values / 1000.0
+    paused = 2.0 * np.array([0.0, 10.0, 1000.0]) * 4 / 5
+    np.testing.assert_array_equal(ds.concurrency_eff.values[:2], np.round(in_turn + paused)[:2].astype(int))
+    assert int(ds.concurrency_max.values[2]) < 1600 and int(ds.infeasible_reason.values[2]) == LOAD_BEYOND_CAPACITY
+
+
+def test_the_dataset_and_store_take_request_rate_as_the_load(tmp_path):
+    ds = jp.sweep(GPU, MODEL, tp=[1, 2], request_rate=[1.0, 4.0], **OPEN)
+    assert "request_rate" in ds.dims and "concurrency" not in ds.dims
+    assert ds.request_rate.attrs["units"] == "requests/s"
+    front = jp.pareto_front(ds)
+    assert set(front.dims) == set(ds.ttft_ms.dims)
+    reduced = jp.pareto_sweep(GPU, MODEL, tp=[1, 2], request_rate=[1.0, 4.0], **OPEN)
+    assert "front_request_rate" in reduced
+    jp.sweep_to_zarr(tmp_path / "open.zarr", GPU, MODEL, tp=[1, 2], request_rate=[1.0, 4.0], **OPEN)
+    stored = jp.open_sweep(tmp_path / "open.zarr")
+    np.testing.assert_array_equal(stored.p99_ttft_ms.values, ds.p99_ttft_ms.values)
+
+
+def test_bad_open_loop_input_is_named():
+    cases = [
+        (dict(concurrency=4, arrivals="poisson"), "concurrency"),
+        (dict(request_rate=4.0), "request_rate"),
+        (dict(arrivals="poisson"), "request_rate"),
+        (dict(arrivals="poisson", request_rate=0.0), "request_rate"),
+        (dict(concurrency=4, turns_per_session=3), "turns_per_session"),
+        (dict(concurrency=4, slo={"p95_ttft_ms": 2000}), "slo"),
+        (dict(concurrency=4, slo={"p99_ttft_ms": -1}), "slo.p99_ttft_ms"),
+    ]
+    for kwargs, field in cases:
+        with pytest.raises(JaxparetoError) as error:
+            jp.sweep(GPU, MODEL, tp=1, **kwargs)
+        assert error.value.field == field, kwargs
+    with pytest.raises(JaxparetoError, match="arrivals"):
+        jp.optimize(GPU, MODEL, arrivals="poisson")
