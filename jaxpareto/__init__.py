@@ -13,6 +13,7 @@ The implementation lives in layer packages (``definitions``, ``physics``, ``mapp
 
 from jaxpareto.dataset.comparison import cache_comparison_sweep
 from jaxpareto.dataset.costs import add_costs
+from jaxpareto.dataset.goodput import peak_goodput
 from jaxpareto.dataset.mapping import agent_from_standard
 from jaxpareto.dataset.pareto import frontier_table
 from jaxpareto.dataset.pareto import pareto_front
@@ -73,6 +74,7 @@ __all__ = [
     "load_validation_set",
     "metrics",
     "open_sweep",
+    "peak_goodput",
     "optimize",
     "pareto_front",
     "pareto_sweep",

@@ -16,7 +16,15 @@ from __future__ import annotations
 from collections import deque
 from typing import NamedTuple
 
+import jax
 import numpy as np
+
+import jaxpareto as jp
+from jaxpareto.definitions.catalog import resolve_gpu, resolve_model
+from jaxpareto.definitions.hardware import effective_tflops
+from jaxpareto.physics.decode import decode_coefficients, decode_step
+from jaxpareto.physics.engine import step_ms
+from jaxpareto.physics.prefill import ttft_ms
 
 
 class Simulated(NamedTuple):
@@ -25,6 +33,24 @@ class Simulated(NamedTuple):
     itl_ms: np.ndarray
     e2el_ms: np.ndarray
     mean_batch: float
+
+
+def model_step(gpu: str, model: str, context_tokens: int, max_batch: int = 2048):
+    """The shared engine's step T(n, p) [ms] of the seed profile at TP 1, as the model computes it
+    (`step_ms` of the decode step at n, with p prefill tokens at c_p each), tabulated over n."""
+    hw, params, eff = resolve_gpu(gpu).to_params(), resolve_model(model).to_params(), jp.Efficiency()
+    tflops = effective_tflops(hw, params.compute_bits)
+    coefficients = decode_coefficients(hw, params, 1, float(context_tokens), tflops, eff.eta_decode,
+                                       eff.elementwise_overhead)
+    per_token = float(ttft_ms(params.params_active_b, 1.0, 1, tflops, eff.eta_prefill))
+    steps = jax.vmap(lambda n: decode_step(coefficients, n))(np.arange(float(max_batch)))
+    # T(n, p) = max(memory(n), compute(n) + p c_p): `step_ms` at p = 0 is the memory side here
+    memory = np.asarray(step_ms(steps, eff.eta_decode, eff.elementwise_overhead, 0.0, per_token)
+                        - steps.t_fixed_ms, np.float64)
+    compute = np.asarray(steps.t_compute_ms / eff.eta_decode, np.float64)
+    if not np.all(memory >= compute):
+        raise ValueError("the tabulation assumes memory-bound decode steps")
+    return lambda n, p: max(memory[n], compute[n] + p * per_token)
 
 
 def lognormal(rng, mean: float, cv: float, n: int) -> np.ndarray:

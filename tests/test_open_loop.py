@@ -15,33 +15,16 @@ from jaxpareto.definitions.catalog import resolve_gpu, resolve_model
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.hardware import effective_tflops
 from jaxpareto.physics.decode import decode_coefficients, decode_step
-from jaxpareto.physics.engine import step_ms
 from jaxpareto.physics.limits import LOAD_BEYOND_CAPACITY
-from jaxpareto.physics.prefill import ttft_ms
-from simulator import simulate
+from simulator import model_step, simulate
 
 GPU, MODEL, CONTEXT, OSL = "h100-sxm", "llama-3.1-8b", 2048, 128
 OPEN = dict(arrivals="poisson", context_tokens=CONTEXT, osl=OSL, dtype="float64")
 
 
-def _engine_step():
-    """The shared engine's step T(n, p) for the test configuration, as the model computes it."""
-    hw, model, eff = resolve_gpu(GPU).to_params(), resolve_model(MODEL).to_params(), jp.Efficiency()
-    tflops = effective_tflops(hw, model.compute_bits)
-    coefficients = decode_coefficients(hw, model, 1, float(CONTEXT), tflops, eff.eta_decode, eff.elementwise_overhead)
-    per_token = float(ttft_ms(model.params_active_b, 1.0, 1, tflops, eff.eta_prefill))
-    steps = jax.vmap(lambda n: decode_step(coefficients, n))(np.arange(1024.0))
-    # T(n, p) = max(memory(n), compute(n) + p c_p): `step_ms`, tabulated over n
-    memory = np.asarray(step_ms(steps, eff.eta_decode, eff.elementwise_overhead, 0.0, per_token)
-                        - steps.t_fixed_ms, np.float64)
-    compute = np.asarray(steps.t_compute_ms / eff.eta_decode, np.float64)
-    np.testing.assert_allclose(np.maximum(memory, compute), memory)  # memory-bound decode
-    return lambda n, p: max(memory[n], compute[n] + p * per_token)
-
-
 @pytest.fixture(scope="module")
 def engine_step():
-    return _engine_step()
+    return model_step(GPU, MODEL, CONTEXT)
 
 
 @pytest.mark.parametrize(("load", "spread"), [(0.3, 0.5), (0.6, 0.0)])

@@ -12,10 +12,10 @@ import numpy as np
 import xarray as xr
 
 from jaxpareto.cli._common import Report, check_file_out
-from jaxpareto.dataset.pareto import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y, frontier_table, pareto_front
+from jaxpareto.dataset.pareto import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y, default_dims, frontier_table, pareto_front
 from jaxpareto.dataset.store import open_sweep
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.definitions.axes import AXES
+from jaxpareto.definitions.axes import axis_table, load_axis
 
 
 def _open_sweep(path: Path) -> tuple[xr.Dataset, list[str]]:
@@ -24,7 +24,8 @@ def _open_sweep(path: Path) -> tuple[xr.Dataset, list[str]]:
     if ds.attrs.get("reduction") == "pareto":
         raise JaxparetoError("store", f"{path} holds reduced fronts already (`sweep --reduce`): read its front_* "
                                       "and best_* variables")
-    axes = [a if a != "context_tokens" or "turn" not in ds.dims else "turn" for a in AXES]
+    axes = [a if a != "context_tokens" or "turn" not in ds.dims else "turn" for a in axis_table(
+        load_axis(ds.dims) == "request_rate")]
     missing = [a for a in axes if a not in ds.dims]
     if missing:
         raise JaxparetoError("store", f"{path} is not a jaxpareto sweep: no dimension {missing[0]!r}")
@@ -52,7 +53,7 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
     stored = json.loads(ds.attrs.get("report", "{}"))
     x = args.x or (stored.get("x", DEFAULT_X) if not args.y else DEFAULT_X)
     y = args.y or (stored.get("y", DEFAULT_Y) if not args.x else DEFAULT_Y)
-    dims = args.dims.split(",") if args.dims else stored.get("dims", list(DEFAULT_DIMS))
+    dims = args.dims.split(",") if args.dims else stored.get("dims") or list(default_dims(ds.dims))
     minimize = args.minimize or ([] if (args.x or args.y) else stored.get("minimize", []))
     report = Report(x, y, dims, minimize, [str(v) for v in ds.data_vars], axes)
     headline = {k: v for k, v in stored.get("headline", {}).items() if k not in report.dims}

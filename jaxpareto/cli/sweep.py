@@ -15,9 +15,11 @@ import pandas as pd
 from jaxpareto.cli._common import FLOAT_FORMAT, Renamed, Report, add_calibration_option, add_csv_option, \
     add_output_options, add_solver_option, check_file_out, new_output, write_csv
 from jaxpareto.dataset.costs import add_costs
+from jaxpareto.dataset.goodput import peak_goodput
 from jaxpareto.dataset.reduce import pareto_sweep
 from jaxpareto.dataset.selection import best_task_configuration, session_axes, session_coords
 from jaxpareto.dataset.session import TASK_VARIABLES, session_sweep
+from jaxpareto.dataset.pareto import DEFAULT_DIMS, default_dims
 from jaxpareto.dataset.store import sweep_to_zarr, to_zarr
 from jaxpareto.dataset.plan import output_variables, plan_sweep
 from jaxpareto.dataset.sweep import sweep
@@ -44,7 +46,7 @@ def _cmd_session(args: argparse.Namespace, spec) -> int:
                              "apply to grid sweeps, not to [session] specs")
     axes = session_axes()
     # the report and the output path are checked before anything runs
-    report = Report(spec.report.x, spec.report.y, spec.report.dims, spec.report.minimize,
+    report = Report(spec.report.x, spec.report.y, spec.report.dims or list(DEFAULT_DIMS), spec.report.minimize,
                     [*OUTPUTS, *TASK_VARIABLES], axes)
     selection = report.cell(session_coords(kwargs, spec.session.turns), spec.report.headline, "report.headline")
     out = new_output(args)
@@ -95,7 +97,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                        "report": json.dumps(spec.report.model_dump(mode="json"))}
     # Every input is checked before anything runs or is written.
     plan = plan_sweep(**kwargs)
-    report = Report(spec.report.x, spec.report.y, spec.report.dims, spec.report.minimize, plan.variables)
+    report = Report(spec.report.x, spec.report.y, spec.report.dims or list(default_dims(plan.dims)),
+                    spec.report.minimize, plan.variables, plan.dims)
     selection = report.cell(plan.coords, spec.report.headline, "report.headline")
     if args.reduce:
         if args.scheduler:
@@ -136,7 +139,21 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     print(f"infeasible: {infeasible:,}{_reasons(ds) if infeasible else ''}; unconverged: {unconverged:,}")
     prices = spec.prices.model_dump(exclude_none=True) if spec.prices is not None else None
     write_csv(report.print_frontier(ds, selection, prices), args.csv, args.overwrite, "frontier points")
+    if plan.options.open_loop and "request_goodput" in ds.data_vars:
+        _print_goodput(ds, selection, plan)
     return 0
+
+
+def _print_goodput(ds, selection: dict, plan) -> None:
+    """The open loop's goodput peak per TP in the headline cell (`jaxpareto.peak_goodput`)."""
+    cell = {k: v for k, v in selection.items() if k not in ("tp", "request_rate")}
+    peak = peak_goodput(ds.sel(cell)[["request_goodput"]]).load()
+    targets = json.loads(plan.attrs()["slo"]) or "none (goodput = throughput)"
+    print(f"\nGoodput (requests/s within the SLO: {targets}) at its peak over request_rate:")
+    table = pd.DataFrame({"tp": peak.tp.values, "request_goodput_peak": peak.request_goodput_peak.values,
+                          "request_rate_at_peak": peak.request_rate_at_peak.values})
+    with pd.option_context("display.width", 250, "display.float_format", FLOAT_FORMAT):
+        print(table.to_string(index=False))
 
 
 def _rate(points: int, elapsed: float) -> str:

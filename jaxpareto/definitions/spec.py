@@ -173,7 +173,7 @@ class ReportSpec(_Table):
 
     x: str = DEFAULT_X
     y: str = DEFAULT_Y
-    dims: list[str] = list(DEFAULT_DIMS)
+    dims: list[str] | None = None  # default: tp and the load (concurrency, or request_rate)
     minimize: list[str] = pydantic.Field(default_factory=list)
     headline: dict[str, str | int | float] = pydantic.Field(default_factory=dict)
 

@@ -116,8 +116,11 @@ def shared_turn(step: DecodeStep, batch: jax.Array, concurrency: jax.Array, pref
         wait_scale: None: the processor-sharing wait S ρ' / (1 - ρ') (the closed loop); else
             that wait times this factor, (1 + c_S²) / 2 for first-come first-served prefills
             under Poisson arrivals (`jaxpareto.physics.queueing`; pass ``concurrency`` inf there,
-            as arrivals see the time-average load). A request arriving while no prefill runs
-            also waits for the decode step in progress to end, half a step T_0 on average (the
+            as arrivals see the time-average load). There a step carries the prefill at the
+            head of the queue and those waiting behind it, L_q / ρ_w = (1 + c_S²) ρ_w / (2 (1 -
+            ρ_w)) of them with ρ_w the share of time spent computing prefill tokens (M/G/1), so
+            a prefill's own steps take T_f, not T(B, L_prefill); and a request arriving while no
+            prefill runs first waits for the decode step in progress, T_0 / 2 on average (the
             mean residual of a fixed step).
         decode_batch: B counts the requests decoding only, X OSL TPOT = B (the open loop;
             static), instead of every session in its turn, X R = B.
@@ -145,15 +148,17 @@ def shared_turn(step: DecodeStep, batch: jax.Array, concurrency: jax.Array, pref
         # up (1 / (1 - ρ) of them are in the system while one is, for processor sharing)
         if wait_scale is None:
             per_step = jnp.minimum(chunk_tokens, tokens / (1.0 - seen))
-        else:  # FCFS: the prefill at the head and those queued behind it (M/G/1, L_q / ρ of them)
-            per_step = jnp.minimum(chunk_tokens, tokens * (1.0 + wait_scale * seen / (1.0 - seen)))
+        else:  # FCFS: the prefill at the head and those queued behind it
+            single = jnp.minimum(tokens, chunk_tokens)
+            work = seen * single * prefill_ms_per_token / t(single)  # share of time computing prefill
+            per_step = jnp.minimum(chunk_tokens, tokens * (1.0 + wait_scale * work / (1.0 - work)))
         tf = t(per_step)
         throughput = rho * per_step / tf / tokens  # X [turns per ms]
         tpot = t0 * tf / (seen * t0 + (1.0 - seen) * tf)
         if wait_scale is None:
             ttft = service / (1.0 - seen)
         else:
-            alone = service + (1.0 - seen) * 0.5 * t0
+            alone = jnp.maximum(tokens / chunk_tokens, 1.0) * tf + (1.0 - seen) * 0.5 * t0
             ttft = alone + wait_scale * service * seen / (1.0 - seen)
         in_batch = osl * tpot if decode_batch else ttft + osl * tpot
         return throughput * in_batch - batch, EngineTurn(ttft, tpot, rho, service if wait_scale is None else alone,
