@@ -36,7 +36,7 @@ from jax.sharding import Mesh, PartitionSpec
 from jaxpareto.definitions.axes import AXIS_TABLE, Axis, GridPoint
 from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.definitions.settings import DEFAULT_CHUNK_POINTS, Efficiency, Solver, Workload
-from jaxpareto.physics.point import PointOutputs, evaluate_point
+from jaxpareto.physics.point import PERCENTILE_OUTPUTS, PointOutputs, evaluate_point
 
 SUB_BATCH = 1 << 15  # points vmapped at once inside a block: the solver's state stays in cache
 _LANES = 64
@@ -101,8 +101,12 @@ def map_points(fn, per_point, shared: tuple = (), n_points: int | None = None):
 def _kept(point_fn, outputs: tuple[str, ...], options: ModelOptions):
     """``point_fn`` keeping only ``outputs`` as a dict (one object per arguments: jit keys on it)."""
 
+    # the percentiles' code only where an output needs it (the model's own point function)
+    extra = {"percentiles": bool({*PERCENTILE_OUTPUTS, "request_goodput"} & {*outputs})} \
+        if point_fn is evaluate_point else {}
+
     def point(p: GridPoint, workload, efficiency, solver):
-        out = point_fn(p, workload, efficiency, solver, options=options)
+        out = point_fn(p, workload, efficiency, solver, options=options, **extra)
         return {name: getattr(out, name) for name in outputs}
 
     return point

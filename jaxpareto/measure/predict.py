@@ -68,7 +68,7 @@ def _outputs(inputs: RowInputs, efficiency, solver, concurrency, options):
 
     def one(row, solver):
         point, workload, efficiency = row
-        return evaluate_point(point, workload, efficiency, solver, options=options)
+        return evaluate_point(point, workload, efficiency, solver, options=options, percentiles=False)
 
     points = GridPoint(gpu=inputs.hw, model=inputs.model, engine=inputs.engine, tp=inputs.tp, concurrency=concurrency,
                        think_time_s=inputs.think_time_s, context_tokens=inputs.context_tokens, hit_rate=inputs.hit_rate)

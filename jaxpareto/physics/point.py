@@ -29,6 +29,9 @@ from jaxpareto.physics.memory import memory_budget, session_gb
 from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.physics.prefill import PrefillWork, prefill_tokens, prefill_work, ttft_ms
 from jaxpareto.physics.percentiles import PERCENTILES, TurnSpread, latency_percentiles
+
+#: The outputs computed only with ``percentiles=True`` (`evaluate_point`).
+PERCENTILE_OUTPUTS = tuple(f"p{p}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for p in PERCENTILES)
 from jaxpareto.physics.queueing import PrefillMix, fcfs_wait_scale, mg1_wait_ms, paused_sessions, prefill_mix
 from jaxpareto.definitions.axes import GridPoint
 from jaxpareto.definitions.settings import SOLVERS, Efficiency, Solver, Workload
@@ -297,6 +300,7 @@ def evaluate_point(
     efficiency: Efficiency,
     solver: Solver,
     options: ModelOptions = ModelOptions(),
+    percentiles: bool = True,
 ) -> PointOutputs:
     """Evaluate seed eqs. 1-5 at one configuration (docs/model.md).
 
@@ -314,6 +318,8 @@ def evaluate_point(
         options: which equations (`jaxpareto.definitions.options.ModelOptions`, static); the defaults are
             the seed's. With the shared engine or the LRU model the fixed point's tolerance is at
             least 64 eps of the dtype (7.6e-6 in float32): R(B) then contains inner roots.
+        percentiles: compute the latency percentiles and the goodput (static; False leaves them
+            NaN and skips their code: the validation and the calibration read means only).
 
     Returns:
         `PointOutputs`. Where ``feasible`` is False (no memory left for KV, not one session
@@ -433,17 +439,22 @@ def evaluate_point(
     def masked(value):
         return jnp.where(ok, value, jnp.nan)
 
-    one_more = decode_step(coefficients, state.batch_run + 1.0, options.expert_routing)
-    spread = TurnSpread(state.ttft_ms, state.queue_wait_ms, state.queue_busy, state.mix, state.tpot_ms,
-                        workload.osl, workload.osl_cv, state.decode_step_ms, state.mixed_step_ms, state.mixed_share,
-                        batch_variance, one_more.tpot_ms - step.tpot_ms, turns_per_s / MS_PER_S)
-    safe = jax.tree_util.tree_map(lambda v: jnp.where(ok, v, 1.0), spread)  # no NaN into the bisections
-    percentiles = latency_percentiles(safe, with_wait=open_loop)
-    percentile_outputs = {f"p{p}_{name}": masked(values[i]) for name, values in percentiles._asdict().items()
-                          for i, p in enumerate(PERCENTILES)}
-    # goodput (DistServe): the requests served while every latency target of the SLO holds
-    achieved = {**percentile_outputs, "ttft_ms": state.ttft_ms, "tpot_ms": state.tpot_ms, "latency_ms": latency}
-    meets = jnp.stack([achieved[name] <= limit for name, limit in workload.slo._asdict().items()]).all()
+    if percentiles:
+        one_more = decode_step(coefficients, state.batch_run + 1.0, options.expert_routing)
+        spread = TurnSpread(state.ttft_ms, state.queue_wait_ms, state.queue_busy, state.mix, state.tpot_ms,
+                            workload.osl, workload.osl_cv, state.decode_step_ms, state.mixed_step_ms,
+                            state.mixed_share, batch_variance, one_more.tpot_ms - step.tpot_ms, turns_per_s / MS_PER_S)
+        safe = jax.tree_util.tree_map(lambda v: jnp.where(ok, v, 1.0), spread)  # no NaN into the bisections
+        found = latency_percentiles(safe, with_wait=open_loop)
+        percentile_outputs = {f"p{p}_{name}": masked(values[i]) for name, values in found._asdict().items()
+                              for i, p in enumerate(PERCENTILES)}
+        # goodput (DistServe): the requests served while every latency target of the SLO holds
+        achieved = {**percentile_outputs, "ttft_ms": state.ttft_ms, "tpot_ms": state.tpot_ms, "latency_ms": latency}
+        meets = jnp.stack([achieved[name] <= limit for name, limit in workload.slo._asdict().items()]).all()
+        goodput = masked(jnp.where(meets, turns_per_s, 0.0))
+    else:
+        percentile_outputs = {name: jnp.nan + 0.0 * latency for name in PERCENTILE_OUTPUTS}
+        goodput = jnp.nan + 0.0 * latency
 
     return PointOutputs(
         ttft_ms=masked(state.ttft_ms),
@@ -476,7 +487,7 @@ def evaluate_point(
         memory_wait_ms=masked(state.memory_wait_ms),
         request_throughput=masked(turns_per_s),
         **percentile_outputs,
-        request_goodput=masked(jnp.where(meets, turns_per_s, 0.0)),
+        request_goodput=goodput,
         feasible=ok,
         infeasible_reason=reason,
         converged=ok & solution.converged,

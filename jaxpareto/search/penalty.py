@@ -19,7 +19,7 @@ from jaxpareto.definitions.axes import GridPoint
 from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.definitions.settings import Efficiency, Solver, Workload
 from jaxpareto.physics.memory import MemoryBudget, memory_budget
-from jaxpareto.physics.point import PointOutputs, evaluate_point
+from jaxpareto.physics.point import PERCENTILE_OUTPUTS, PointOutputs, evaluate_point
 
 # the penalty's weight grows from FIRST_WEIGHT to FIRST_WEIGHT x HARDENING over the run
 FIRST_WEIGHT = 10.0
@@ -27,10 +27,12 @@ HARDENING = 1e4
 
 
 def evaluate_with_memory(point: GridPoint, workload: Workload, efficiency: Efficiency, solver: Solver,
-                         options: ModelOptions) -> tuple[PointOutputs, MemoryBudget]:
+                         options: ModelOptions, names=None) -> tuple[PointOutputs, MemoryBudget]:
     """`evaluate_point` and the point's memory budget (whose KV room the memory term needs),
-    with the point's serving engine's share of memory (the seed's without an engine)."""
-    out = evaluate_point(point, workload, efficiency, solver, options=options)
+    with the point's serving engine's share of memory (the seed's without an engine); the
+    latency percentiles are computed only when ``names`` (the outputs read; None: all) need them."""
+    needed = names is None or bool({*PERCENTILE_OUTPUTS, "request_goodput"} & {*names})
+    out = evaluate_point(point, workload, efficiency, solver, options=options, percentiles=needed)
     kv_context = jnp.where(workload.kv_context_tokens > 0, workload.kv_context_tokens, point.context_tokens)
     return out, memory_budget(point.gpu, point.model, point.tp, point.concurrency, kv_context, point.get("engine"))
 

@@ -241,7 +241,8 @@ def _descend(start, workload, efficiency, solver, log_lo, log_hi, limits, *, obj
 
     def terms(u):
         c = jnp.exp(u)
-        out, memory = evaluate_with_memory(point.replace(concurrency=c), workload, efficiency, solver, options)
+        out, memory = evaluate_with_memory(point.replace(concurrency=c), workload, efficiency, solver, options,
+                                           (objective, *(name for name, _, _ in constraints)))
         ok = out.feasible
         value = jnp.where(ok, getattr(out, objective), 1.0)  # double where: no NaN in gradients
         violations = relative_violations(out, memory, c, constraints, limits, options.memory_caps_concurrency)

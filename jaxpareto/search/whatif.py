@@ -149,7 +149,8 @@ class _Search:
     def _point(self, scenario, hw, solver):
         """One scenario's outputs and relative violations on the GPU ``hw``."""
         point = scenario.replace(gpu=hw, tp=self.tp, concurrency=self.c)
-        out, memory = evaluate_with_memory(point, self.workload, self.efficiency, solver, self.options)
+        out, memory = evaluate_with_memory(point, self.workload, self.efficiency, solver, self.options,
+                                           [name for name, _, _ in self.spec])
         return out, relative_violations(out, memory, self.c, self.spec, capped=self.options.memory_caps_concurrency)
 
     def _evaluate(self, u, solver):
