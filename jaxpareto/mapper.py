@@ -36,7 +36,8 @@ from jax.sharding import Mesh, PartitionSpec
 from jaxpareto.definitions.axes import AXIS_TABLE, Axis, GridPoint
 from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.definitions.settings import DEFAULT_CHUNK_POINTS, Efficiency, Solver, Workload
-from jaxpareto.physics.point import PERCENTILE_OUTPUTS, PointOutputs, evaluate_point
+from jaxpareto.definitions.schema import PERCENTILE_VARIABLES
+from jaxpareto.physics.point import PointOutputs, evaluate_point
 
 SUB_BATCH = 1 << 15  # points vmapped at once inside a block: the solver's state stays in cache
 _LANES = 64
@@ -102,7 +103,7 @@ def _kept(point_fn, outputs: tuple[str, ...], options: ModelOptions):
     """``point_fn`` keeping only ``outputs`` as a dict (one object per arguments: jit keys on it)."""
 
     # the percentiles' code only where an output needs it (the model's own point function)
-    extra = {"percentiles": bool({*PERCENTILE_OUTPUTS, "request_goodput"} & {*outputs})} \
+    extra = {"percentiles": bool({*PERCENTILE_VARIABLES} & {*outputs})} \
         if point_fn is evaluate_point else {}
 
     def point(p: GridPoint, workload, efficiency, solver):

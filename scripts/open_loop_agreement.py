@@ -46,7 +46,7 @@ def main() -> None:
         for load in (0.3, 0.6, 0.9):
             point = ds.sel(request_rate=load * capacity, method="nearest")
             rate = float(point.request_rate)
-            sim = simulate(step, rate, requests, context, OSL, CHUNK, cv, cv, seed=1)
+            sim = simulate(step, rate, requests, context, OSL, CHUNK, cv, cv, seed=1, slots=int(point.concurrency_max))
             measured = {"ttft": sim.ttft_ms, "tpot": sim.tpot_ms, "itl": sim.itl_ms, "e2el": sim.e2el_ms}
             means = {"ttft": point.ttft_ms, "tpot": point.tpot_ms, "itl": point.tpot_ms, "e2el": point.latency_ms}
             cells = []

@@ -62,7 +62,8 @@ def lognormal(rng, mean: float, cv: float, n: int) -> np.ndarray:
 
 
 def simulate(step_ms, rate_per_s: float, requests: int, prefill_tokens: float, osl: float, chunk_tokens: float,
-             isl_cv: float = 0.0, osl_cv: float = 0.0, seed: int = 0, warmup: float = 0.1) -> Simulated:
+             isl_cv: float = 0.0, osl_cv: float = 0.0, seed: int = 0, warmup: float = 0.1,
+             slots: int | None = None) -> Simulated:
     """Run ``requests`` Poisson arrivals at ``rate_per_s`` through the engine.
 
     Args:
@@ -70,6 +71,8 @@ def simulate(step_ms, rate_per_s: float, requests: int, prefill_tokens: float, o
         prefill_tokens, osl: mean prefill and output tokens per request.
         isl_cv, osl_cv: their lognormal coefficients of variation.
         warmup: share of the first requests left out of the statistics.
+        slots: requests that may hold KV at once (prefilling or decoding); a request waits
+            for a free one before its prefill starts (None: no limit).
     """
     rng = np.random.default_rng(seed)
     arrivals = np.cumsum(rng.exponential(1000.0 / rate_per_s, requests))
@@ -91,7 +94,10 @@ def simulate(step_ms, rate_per_s: float, requests: int, prefill_tokens: float, o
             now = arrivals[nxt]
             continue
         budget, finished_prefill = chunk_tokens, []
-        for r in waiting:
+        admitted = len(waiting) if slots is None else max(slots - len(decoding), 0)
+        for k, r in enumerate(waiting):
+            if k >= admitted:  # no KV slot for it yet
+                break
             take = min(budget, left[r])
             left[r] -= take
             budget -= take

@@ -134,10 +134,12 @@ def test_readme_spec_example_is_valid():
     spec = parse_spec(tomllib.loads(block))
     plan_kwargs = spec.sweep_kwargs()
     from jaxpareto.cli._common import Report
+    from jaxpareto.dataset.pareto import default_dims
     from jaxpareto.dataset.plan import plan_sweep
 
     plan = plan_sweep(**plan_kwargs)
-    Report(spec.report.x, spec.report.y, spec.report.dims, spec.report.minimize, plan.variables).cell(
+    dims = spec.report.dims or list(default_dims(plan.dims))  # as `jaxpareto sweep` resolves them
+    Report(spec.report.x, spec.report.y, dims, spec.report.minimize, plan.variables).cell(
         plan.coords, spec.report.headline, "report.headline")
 
 

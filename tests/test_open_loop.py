@@ -36,7 +36,8 @@ def test_percentiles_agree_with_a_simulated_server(engine_step, load, spread):
     capacity = float(ds.request_rate.where(ds.feasible, drop=True).max())
     model = ds.sel(request_rate=load * capacity, method="nearest")
     rate = float(model.request_rate)
-    sim = simulate(engine_step, rate, 20_000, CONTEXT, OSL, 8192.0, spread, spread, seed=1)
+    sim = simulate(engine_step, rate, 20_000, CONTEXT, OSL, 8192.0, spread, spread, seed=1,
+                   slots=int(model.concurrency_max))
     assert float(model.tpot_ms) == pytest.approx(sim.tpot_ms.mean(), rel=0.10)
     assert float(model.ttft_ms) == pytest.approx(sim.ttft_ms.mean(), rel=0.20)
     assert float(model.p99_ttft_ms) == pytest.approx(np.percentile(sim.ttft_ms, 99), rel=0.20)
@@ -94,10 +95,11 @@ def test_beyond_capacity_is_flagged_not_given_a_number():
 
 def test_goodput_is_the_throughput_where_every_target_holds():
     rates = np.linspace(1.0, 30.0, 30)
-    free = jp.sweep(GPU, MODEL, tp=1, request_rate=rates, prefill_model="shared", isl_cv=0.5, **OPEN).squeeze()
+    free = jp.sweep(GPU, MODEL, tp=[1, 2], request_rate=rates, prefill_model="shared", isl_cv=0.5,
+                    **OPEN).sel(tp=1).squeeze()
     slo = {"p99_ttft_ms": 400.0, "p90_tpot_ms": 30.0}
-    held = jp.sweep(GPU, MODEL, tp=1, request_rate=rates, prefill_model="shared", isl_cv=0.5, slo=slo,
-                    **OPEN).squeeze()
+    both = jp.sweep(GPU, MODEL, tp=[1, 2], request_rate=rates, prefill_model="shared", isl_cv=0.5, slo=slo, **OPEN)
+    held = both.sel(tp=1).squeeze()
     ok = held.feasible.values
     np.testing.assert_array_equal(free.request_goodput.values[ok], free.request_throughput.values[ok])
     meets = (held.p99_ttft_ms <= 400.0) & (held.p90_tpot_ms <= 30.0)
@@ -106,12 +108,22 @@ def test_goodput_is_the_throughput_where_every_target_holds():
     assert np.all(held.request_goodput.values[ok] <= held.request_throughput.values[ok])
     assert 0 < np.nanmax(held.request_goodput) < np.nanmax(held.request_throughput)
     np.testing.assert_allclose(held.request_throughput.values[ok], rates[ok])
+    # DistServe's goodput: the highest rate within the SLO, per TP
+    peak = jp.peak_goodput(both).squeeze()
+    for tp in (1, 2):
+        cell = both.sel(tp=tp).squeeze()
+        within = (cell.p99_ttft_ms <= 400.0).values & (cell.p90_tpot_ms <= 30.0).values & cell.feasible.values
+        assert float(peak.request_goodput_peak.sel(tp=tp)) == pytest.approx(cell.request_rate.values[within].max())
+        assert float(peak.request_rate_at_peak.sel(tp=tp)) == cell.request_rate.values[within].max()
+    with pytest.raises(JaxparetoError, match="open-loop"):
+        jp.peak_goodput(free.drop_vars("request_goodput"))
 
 
 def test_closed_loop_percentiles_come_from_the_lengths():
     """Fixed lengths and no cache hits: every percentile is the mean; with hits, P50 is a hit's
     prefill and P99 a miss's; the closed loop's means are untouched."""
-    fixed = jp.sweep(GPU, MODEL, tp=1, concurrency=[1, 8], hit_rate=[0.0, 0.9], dtype="float64")
+    fixed = jp.sweep(GPU, MODEL, tp=1, concurrency=[1, 8], hit_rate=[0.0, 0.9], dtype="float64", percentiles=True)
+    assert "p99_ttft_ms" not in jp.sweep(GPU, MODEL, tp=1, concurrency=1, variables=None)  # off by default here
     cold, warm = fixed.sel(hit_rate=0.0).squeeze(), fixed.sel(hit_rate=0.9).squeeze()
     for p in (50, 90, 99):
         np.testing.assert_allclose(cold[f"p{p}_ttft_ms"], cold.ttft_ms, rtol=1e-3)
@@ -165,3 +177,58 @@ def test_bad_open_loop_input_is_named():
         assert error.value.field == field, kwargs
     with pytest.raises(JaxparetoError, match="arrivals"):
         jp.optimize(GPU, MODEL, arrivals="poisson")
+
+
+def test_erlang_c_matches_the_recursion():
+    """C(M, a) by the incomplete gamma function equals Erlang B's recursion (Kleinrock vol. 1)."""
+    from jaxpareto.physics.queueing import erlang_c
+
+    def recursion(m, a):
+        b = 1.0
+        for k in range(1, m + 1):
+            b = a * b / (k + a * b)
+        return m * b / (m - a * (1 - b))
+
+    with jax.enable_x64(True):
+        for m, a in [(1, 0.5), (2, 1.5), (10, 8.0), (100, 95.0), (1170, 1142.0)]:
+            assert float(erlang_c(float(m), a)) == pytest.approx(recursion(m, a), rel=1e-9)
+        assert float(erlang_c(10.0, 10.0)) == 1.0
+
+
+def test_requests_wait_for_a_kv_slot_near_memory_capacity():
+    """Long contexts fill KV memory before prefill saturates: the wait for a slot (Erlang C,
+    `memory_wait_ms`) grows without bound as the busy slots approach concurrency_max."""
+    rates = np.linspace(0.2, 2.0, 10)
+    ds = jp.sweep(GPU, MODEL, tp=1, request_rate=rates, context_tokens=32768, prefill_model="shared",
+                  arrivals="poisson", osl=OSL, dtype="float64").squeeze()
+    ok = ds.feasible.values
+    wait = ds.memory_wait_ms.values[ok]
+    assert wait[0] < 1e-3 and wait[-1] > 10.0 and np.all(np.diff(wait) >= 0)
+    assert not ok[-1] and int(ds.infeasible_reason.values[-1]) == LOAD_BEYOND_CAPACITY
+
+
+def test_a_spec_takes_request_rate_arrivals_and_an_slo():
+    from pathlib import Path
+
+    from jaxpareto.definitions.spec import load_spec
+
+    spec = load_spec(Path(__file__).resolve().parents[1] / "sweeps" / "open_loop_agent.toml")
+    plan = jp.plan_sweep(**spec.sweep_kwargs())
+    assert plan.options.arrivals == "poisson" and "request_rate" in plan.dims and "concurrency" not in plan.dims
+    assert plan.workload.slo.p99_ttft_ms == 2000.0 and plan.workload.turns_per_session == 8
+
+
+def test_validation_server_rows_in_the_open_loop():
+    """`arrivals="poisson"` evaluates the validation's server rows (MLPerf's server scenario) at
+    Poisson arrivals of their load; the other rows stay in the closed loop."""
+    from jaxpareto.definitions.options import ModelOptions
+
+    rows = jp.load_validation_set()
+    rows = rows[rows["id"].str.startswith("mlperf51-llama2")]
+    with jax.enable_x64(True):
+        closed = jp.validate(rows, options=ModelOptions(prefill_model="shared"))
+        arrived = jp.validate(rows, options=ModelOptions(prefill_model="shared", arrivals="poisson"))
+    server = closed["id"].str.contains("server").to_numpy()
+    others = ~server & closed.predicted.notna().to_numpy()
+    np.testing.assert_allclose(arrived.predicted.to_numpy()[others], closed.predicted.to_numpy()[others], rtol=1e-9)
+    assert not np.allclose(arrived.predicted.to_numpy()[server], closed.predicted.to_numpy()[server], equal_nan=True)

@@ -24,8 +24,8 @@ def _open_sweep(path: Path) -> tuple[xr.Dataset, list[str]]:
     if ds.attrs.get("reduction") == "pareto":
         raise JaxparetoError("store", f"{path} holds reduced fronts already (`sweep --reduce`): read its front_* "
                                       "and best_* variables")
-    axes = [a if a != "context_tokens" or "turn" not in ds.dims else "turn" for a in axis_table(
-        load_axis(ds.dims) == "request_rate")]
+    axes = [a.name if a.name != "context_tokens" or "turn" not in ds.dims else "turn"
+            for a in axis_table(load_axis(ds.dims) == "request_rate")]
     missing = [a for a in axes if a not in ds.dims]
     if missing:
         raise JaxparetoError("store", f"{path} is not a jaxpareto sweep: no dimension {missing[0]!r}")

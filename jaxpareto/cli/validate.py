@@ -28,14 +28,15 @@ def _adopted(args: argparse.Namespace, field: str, default: str) -> str:
 def _cmd_validate(args: argparse.Namespace) -> int:
     out = check_file_out(args.out, "--out", args.overwrite) if args.out else None
     options = ModelOptions(prefill_model=_adopted(args, "prefill_model", "isolated"),
-                           profile=_adopted(args, "profile", "seed"))
+                           profile=_adopted(args, "profile", "seed"), arrivals=args.arrivals)
     rows = validation_rows(args.data)
     efficiency = calibration_factors(args.calibration, engine_names(rows)) if args.calibration else Efficiency()
     table = validate(rows, efficiency=efficiency, dtype=args.dtype, prefill=args.prefill, options=options)
     summary = table.attrs["mape"]
     print(f"validation set: {args.data or 'shipped jaxpareto/data/validation.csv'} ({len(table)} rows); "
           f"efficiency: {args.calibration or 'seed defaults'}; profile: {options.profile}, "
-          f"prefill_model: {options.prefill_model}")
+          f"prefill_model: {options.prefill_model}; server rows: "
+          f"{'Poisson arrivals' if options.open_loop else 'closed-loop matching'}")
     if out is not None:
         prediction_rows(rows, table).to_csv(out, index=False)
         print(f"wrote {len(table):,} rows with their predictions to {out}")
@@ -73,5 +74,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         "--calibration file was fitted with, else isolated)")
     p.add_argument("--profile", choices=PROFILES,
                    help="the seed's equations or the measured profile (default: the calibration's, else seed)")
+    p.add_argument("--arrivals", choices=("staggered", "poisson"), default="staggered",
+                   help="how the server rows' load arrives: the closed loop's Little's-law matching (default) or "
+                        "Poisson arrivals at that load (the open loop)")
     p.set_defaults(func=_cmd_validate)
     return p

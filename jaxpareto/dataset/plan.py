@@ -22,7 +22,7 @@ from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.hardware import Hardware
 from jaxpareto.definitions.model import Model
 from jaxpareto.definitions.options import CACHE_MODELS, ModelOptions
-from jaxpareto.definitions.schema import OUTPUTS
+from jaxpareto.definitions.schema import OUTPUTS, PERCENTILE_VARIABLES
 from jaxpareto.definitions.settings import DTYPES, SOLVERS, Efficiency, Solver, Workload, flat_default, latency_slo, \
     numeric_fields, solver_of
 from jaxpareto.definitions.version import __version__
@@ -161,6 +161,7 @@ def plan_sweep(
     attrs: dict | None = None,
     calibration=None,
     slo=None,
+    percentiles: bool | None = None,
     **settings,
 ) -> SweepPlan:
     """Validate every input of a sweep without computing anything.
@@ -204,6 +205,11 @@ def plan_sweep(
         slo: latency targets {metric: limit in ms} for ``request_goodput``, metrics among
             `jaxpareto.definitions.settings.LatencySlo`'s fields (``p99_ttft_ms``, ``p90_tpot_ms``,
             ``ttft_ms``, ...); default none (goodput = throughput).
+        percentiles: keep the latency percentiles (``p50_ttft_ms`` ... ``p99_e2el_ms``) and
+            ``request_goodput`` among the default outputs. None (default): when they say
+            something beyond the means, i.e. under Poisson arrivals, with an ``slo``, or with a
+            length spread (``isl_cv`` or ``osl_cv`` > 0). Outputs named in ``variables`` are
+            always computed.
         **settings: any further axis of `AXIS_TABLE` (a new row needs no new argument here), and
             flat keywords, each a field of `Workload`, `Efficiency`, `Solver` (damping, tol,
             max_iter) or `ModelOptions` (`FLAT_KEYWORDS` lists them with their defaults).
@@ -272,7 +278,9 @@ def plan_sweep(
         json.dumps(extra)
     except TypeError as error:
         raise JaxparetoError("attrs", f"must be JSON-serialisable: {error}") from None
-    return SweepPlan(definitions, axes, workload, efficiency, solver, dtype, output_variables(variables),
+    if percentiles is None:
+        percentiles = options.open_loop or slo is not None or workload.isl_cv > 0 or workload.osl_cv > 0
+    return SweepPlan(definitions, axes, workload, efficiency, solver, dtype, output_variables(variables, percentiles),
                      chunk_points, extra, options)
 
 
@@ -362,15 +370,16 @@ def _check_used(options: ModelOptions, workload: Workload) -> None:
                                         f"not {getattr(options, needs)!r}; leave it at {defaults[field]!r}")
 
 
-def output_variables(variables) -> tuple[str, ...]:
+def output_variables(variables, percentiles: bool = True) -> tuple[str, ...]:
     """The outputs to compute, in schema order; ``feasible``, ``infeasible_reason`` and
-    ``converged`` always.
+    ``converged`` always. ``variables`` None: every output, the latency percentiles and
+    ``request_goodput`` only with ``percentiles``.
 
     Raises:
         JaxparetoError: an unknown output, listing the known ones.
     """
     if variables is None:
-        return tuple(OUTPUTS)
+        return tuple(name for name in OUTPUTS if percentiles or name not in PERCENTILE_VARIABLES)
     if not isinstance(variables, (str, Iterable)):
         raise JaxparetoError("variables", f"expected output names, got {type(variables).__name__}", list(OUTPUTS))
     names = [variables] if isinstance(variables, str) else list(variables)

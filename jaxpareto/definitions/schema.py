@@ -61,6 +61,11 @@ OUTPUTS: dict[str, VariableInfo] = {
     "iterations": VariableInfo("1", "damped fixed-point updates performed"),
 }
 
+#: The outputs a sweep keeps by default only when they say something beyond the means
+#: (`jaxpareto.dataset.plan.plan_sweep`'s ``percentiles``).
+PERCENTILE_VARIABLES = tuple(name for name in OUTPUTS if name.startswith(("p50_", "p90_", "p99_"))) + \
+    ("request_goodput",)
+
 # CF-style flag encoding of the categorical decode_bound.
 DECODE_BOUND_FLAGS = {"flag_values": [-1, 0, 1], "flag_meanings": "infeasible memory compute"}
 DECODE_BOUND_LABELS = {-1: "infeasible", 0: "memory", 1: "compute"}

@@ -163,6 +163,7 @@ class OutputSpec(_Table):
 
     variables: list[str] | None = None
     chunk_points: int = pydantic.Field(default=DEFAULT_CHUNK_POINTS, ge=1)
+    percentiles: bool | None = None  # the latency percentiles and goodput (default: plan_sweep's rule)
 
 
 class ReportSpec(_Table):

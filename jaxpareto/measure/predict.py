@@ -61,16 +61,18 @@ BISECTION_STEPS = 64
 
 
 # The one place the rows are evaluated: every prediction of this module goes through `_outputs`.
-def _outputs(inputs: RowInputs, efficiency, solver, concurrency, options):
-    """`evaluate_point` vmapped over the rows at per-row ``concurrency`` and per-row factors
-    ``efficiency`` (an `Efficiency` of (rows,) arrays) under the model ``options`` (the exact
-    closed-loop solver where R(B) is piecewise linear, else the damped one)."""
+def _outputs(inputs: RowInputs, efficiency, solver, load, options):
+    """`evaluate_point` vmapped over the rows at per-row ``load`` (the concurrency; the request
+    rate [1/s] under ``arrivals="poisson"``) and per-row factors ``efficiency`` (an `Efficiency`
+    of (rows,) arrays) under the model ``options`` (the exact solver where R(B) is piecewise
+    linear, else the damped one)."""
 
     def one(row, solver):
         point, workload, efficiency = row
         return evaluate_point(point, workload, efficiency, solver, options=options, percentiles=False)
 
-    points = GridPoint(gpu=inputs.hw, model=inputs.model, engine=inputs.engine, tp=inputs.tp, concurrency=concurrency,
+    axis = "request_rate" if options.open_loop else "concurrency"
+    points = GridPoint(gpu=inputs.hw, model=inputs.model, engine=inputs.engine, tp=inputs.tp, **{axis: load},
                        think_time_s=inputs.think_time_s, context_tokens=inputs.context_tokens, hit_rate=inputs.hit_rate)
     return map_points(one, (points, inputs.workload, efficiency),
                       (dataclasses.replace(solver, name=options.differentiable_solver),))
@@ -118,7 +120,9 @@ def _solve_server(inputs: RowInputs, efficiency, solver, options, steps):
 
 def _predict(inputs: RowInputs, table, solver, *, options, steps):
     """Predictions and diagnostics; a pure function of the per-engine factors ``table``
-    (differentiable)."""
+    (differentiable). Under ``arrivals="poisson"`` the server rows are evaluated in the open loop
+    at λ = their load's share of the model's capacity over OSL, the other rows in the closed loop."""
+    open_loop, options = options.open_loop, options._replace(arrivals="staggered") if options.open_loop else options
     efficiency = _row_efficiency(inputs, table)
     frozen = jax.lax.stop_gradient(efficiency)
     c0, reachable, cmax, x_max = _solve_server(inputs, frozen, solver, options, steps)
@@ -136,6 +140,15 @@ def _predict(inputs: RowInputs, table, solver, *, options, steps):
     concurrency = jnp.where(inputs.server, c_server, inputs.concurrency)
 
     out = _outputs(inputs, efficiency, solver, concurrency, options)
+    if open_loop:  # MLPerf's server scenario, `vllm bench serve --request-rate`: Poisson arrivals
+        rate = _target(inputs, capacity) / inputs.workload.osl
+        arrived = _outputs(inputs, efficiency, solver, jnp.where(inputs.server, rate, 1.0),
+                           options._replace(arrivals="poisson"))
+        reachable = jnp.where(inputs.server, arrived.feasible, reachable)  # unreachable: beyond capacity
+        layout_ok = out.feasible
+        out = jax.tree_util.tree_map(lambda o, c: jnp.where(inputs.server, o, c), arrived, out)
+        out = out._replace(feasible=layout_ok)
+        concurrency = jnp.where(inputs.server, arrived.concurrency_eff.astype(concurrency.dtype), concurrency)
     candidates = jnp.stack([
         out.output_tokens_per_s_per_gpu * inputs.gpus,  # whole system: per-GPU output x all GPUs
         out.tpot_ms,

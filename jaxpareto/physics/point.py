@@ -32,7 +32,8 @@ from jaxpareto.physics.percentiles import PERCENTILES, TurnSpread, latency_perce
 
 #: The outputs computed only with ``percentiles=True`` (`evaluate_point`).
 PERCENTILE_OUTPUTS = tuple(f"p{p}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for p in PERCENTILES)
-from jaxpareto.physics.queueing import PrefillMix, fcfs_wait_scale, mg1_wait_ms, paused_sessions, prefill_mix
+from jaxpareto.physics.queueing import PrefillMix, fcfs_wait_scale, mg1_wait_ms, paused_sessions, prefill_mix, \
+    slot_wait_ms
 from jaxpareto.definitions.axes import GridPoint
 from jaxpareto.definitions.settings import SOLVERS, Efficiency, Solver, Workload
 from jaxpareto.definitions.units import BYTES_PER_GB, FLOPS_PER_TFLOPS, MS_PER_S
@@ -208,6 +209,18 @@ def isolated_prefill_ms(decode: DecodeCoefficients, tokens: jax.Array, chunk_tok
     one = step_ms(idle, decode.eta_decode, decode.elementwise_overhead, chunk, prefill_ms_per_token,
                   prefill_expert_ms(decode, 0.0 * tokens, options)(chunk))
     return jnp.maximum(tokens / chunk_tokens, 1.0) * one
+
+
+def _with_slot_wait(state: TurnState, slots: jax.Array, rate_per_ms: jax.Array, osl_cv: jax.Array) -> TurnState:
+    """The open-loop turn with the wait for a KV slot added to TTFT (in ``memory_wait_ms``): a
+    request holds its slot for its prefill and decode, whose spread is the output's."""
+    hold = state.latency_ms - state.queue_wait_ms - state.memory_wait_ms
+    decode = state.latency_ms - state.ttft_ms
+    wait, waits = slot_wait_ms(slots, rate_per_ms, hold, (decode * osl_cv / hold) ** 2)
+    busy = 1.0 - (1.0 - state.queue_busy) * (1.0 - waits)
+    return state._replace(ttft_ms=state.ttft_ms + wait, latency_ms=state.latency_ms + wait,
+                          memory_wait_ms=state.memory_wait_ms + wait, queue_wait_ms=state.queue_wait_ms + wait,
+                          queue_busy=jnp.where(jnp.isfinite(wait), busy, 1.0))
 
 
 def turn_latency_ms(turn: TurnLatency, batch: jax.Array, options: ModelOptions = ModelOptions()) -> jax.Array:
@@ -419,8 +432,10 @@ def evaluate_point(
                                  LoopInputs(turn, concurrency_eff, think_ms, rate_per_ms, batch_cap),
                                  solver, turn_latency_lines, open_loop)
     state = turn_state(turn, solution.batch, options)
+    if open_loop:  # a request waits for a KV slot before its prefill (Erlang C; `jaxpareto.physics.queueing`)
+        state = _with_slot_wait(state, batch_cap, rate_per_ms, workload.osl_cv)
     step, latency = state.step, state.latency_ms
-    if open_loop:  # beyond capacity: no fixed point below the cap, or the prefill queue's ρ >= 1
+    if open_loop:  # beyond capacity: no fixed point below the cap, or a queue's ρ >= 1
         stable = solution.converged & jnp.isfinite(latency) & (state.queue_busy < 1.0)
         reason = jnp.where(ok & ~stable, LOAD_BEYOND_CAPACITY, reason).astype(jnp.int8)
         ok = reason == 0

@@ -20,6 +20,14 @@ server does, as ``vllm bench serve --request-rate`` and MLPerf's server scenario
   Under the shared engine the prefill server is the chunked-prefill engine, whose ρ and S come
   from `jaxpareto.physics.engine`; there the closed loop's processor-sharing wait
   E[S] ρ / (1 - ρ) is this formula at c_S² = 1, so the two agree for exponential prefill sizes.
+- **The wait for a KV slot.** A request holds its KV from its prefill to its last token; with M
+  slots (the sessions KV memory holds, less the paused ones under the seed's memory model) and
+  a = λ x that holding time of them busy on average, a request finding every slot busy waits
+  for one: an M/G/M queue, whose mean wait is Erlang's C formula for M/M/M (Kleinrock vol. 1,
+  section 3.5), C(M, a) T_hold / (M - a), times (1 + c_T²) / 2 for the holding time's spread
+  (the M/G/c approximation of Lee and Longton, 1959). This is the queue of a server run near
+  its KV capacity, as MLPerf's server scenario runs: with a thousand slots 97 % busy, requests
+  wait hundreds of ms for one though prefill itself is idle most of the time.
 - **Stability.** A point whose fixed point does not exist (λ beyond what the decode batch or
   KV memory sustains) or whose prefill load reaches ρ = 1 is flagged ``load_beyond_capacity``
   and carries NaN, never a number.
@@ -31,6 +39,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.scipy.special import gammaincc, gammaln
 
 
 def fcfs_wait_scale(service_scv: jax.Array) -> jax.Array:
@@ -91,6 +100,38 @@ def prefill_mix(mean_tokens: jax.Array, hit_tokens: jax.Array, hit_share: jax.Ar
     miss_scale = jnp.where(miss_share > 1e-9, (1.0 - hit_share * hit_scale) / safe, 1.0)
     second_moment = (1.0 + isl_cv * isl_cv) * (hit_share * hit_scale ** 2 + miss_share * miss_scale ** 2)
     return PrefillMix(hit_share, hit_scale, miss_scale, isl_cv + 0.0 * mean, jnp.maximum(second_moment - 1.0, 0.0))
+
+
+def erlang_c(servers: jax.Array, offered: jax.Array) -> jax.Array:
+    """C(M, a): the probability that an arrival waits in an M/M/M queue with offered load a < M.
+
+    Erlang's B formula as a ratio of Poisson terms, B = pmf(M; a) / P(N <= M; a), the CDF by the
+    regularised incomplete gamma function (so M need not be an integer and no recursion over
+    the servers runs), then C = M B / (M - a (1 - B)) (Kleinrock vol. 1, section 3.5). 1 where a >= M.
+    """
+    m = jnp.maximum(servers, 1e-9)
+    a = jnp.maximum(offered, 1e-30)
+    log_pmf = m * jnp.log(a) - a - gammaln(m + 1.0)
+    blocking = jnp.exp(log_pmf - jnp.log(jnp.maximum(gammaincc(m + 1.0, a), 1e-300)))
+    stable = a < m
+    wait_prob = m * blocking / jnp.where(stable, m - a * (1.0 - blocking), 1.0)
+    return jnp.where(stable, jnp.clip(wait_prob, 0.0, 1.0), 1.0)
+
+
+def slot_wait_ms(slots: jax.Array, rate_per_ms: jax.Array, hold_ms: jax.Array, hold_scv: jax.Array
+                 ) -> tuple[jax.Array, jax.Array]:
+    """(W, P(wait)): the mean wait for one of ``slots`` KV slots [ms] (inf when λ T_hold >= M).
+
+    Args:
+        slots: M, the sessions KV memory holds for running requests.
+        rate_per_ms: λ. hold_ms: T_hold, a request's time holding its KV [ms].
+        hold_scv: c_T², the squared coefficient of variation of T_hold.
+    """
+    offered = rate_per_ms * hold_ms
+    stable = offered < slots
+    waits = erlang_c(slots, offered)
+    wait = waits * hold_ms / jnp.where(stable, slots - offered, 1.0) * fcfs_wait_scale(hold_scv)
+    return jnp.where(stable, wait, jnp.inf), waits
 
 
 def paused_sessions(rate_per_ms: jax.Array, think_time_ms: jax.Array, turns_per_session: jax.Array) -> jax.Array:

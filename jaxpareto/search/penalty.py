@@ -19,7 +19,8 @@ from jaxpareto.definitions.axes import GridPoint
 from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.definitions.settings import Efficiency, Solver, Workload
 from jaxpareto.physics.memory import MemoryBudget, memory_budget
-from jaxpareto.physics.point import PERCENTILE_OUTPUTS, PointOutputs, evaluate_point
+from jaxpareto.definitions.schema import PERCENTILE_VARIABLES
+from jaxpareto.physics.point import PointOutputs, evaluate_point
 
 # the penalty's weight grows from FIRST_WEIGHT to FIRST_WEIGHT x HARDENING over the run
 FIRST_WEIGHT = 10.0
@@ -31,7 +32,7 @@ def evaluate_with_memory(point: GridPoint, workload: Workload, efficiency: Effic
     """`evaluate_point` and the point's memory budget (whose KV room the memory term needs),
     with the point's serving engine's share of memory (the seed's without an engine); the
     latency percentiles are computed only when ``names`` (the outputs read; None: all) need them."""
-    needed = names is None or bool({*PERCENTILE_OUTPUTS, "request_goodput"} & {*names})
+    needed = names is None or bool({*PERCENTILE_VARIABLES} & {*names})
     out = evaluate_point(point, workload, efficiency, solver, options=options, percentiles=needed)
     kv_context = jnp.where(workload.kv_context_tokens > 0, workload.kv_context_tokens, point.context_tokens)
     return out, memory_budget(point.gpu, point.model, point.tp, point.concurrency, kv_context, point.get("engine"))
