@@ -17,7 +17,7 @@ from jaxpareto.definitions.settings import Efficiency
 from jaxpareto.measure.calibrate import calibrate, train_mask
 from jaxpareto.measure.validation_set import COLUMNS, default_path, load_validation_set
 
-MEASURED = ModelOptions(profile="measured", prefill_model="shared")
+MEASURED = ModelOptions(profile="measured")  # isolated prefill: the partition is the same, the compile shorter
 FIELDS = ("eta_prefill", "eta_decode", "ttft_overhead_ms")
 
 
@@ -78,7 +78,7 @@ def test_the_calibration_file_holds_each_engine_and_is_adopted(small, fitted, tm
     rows, fit = load_validation_set(small), fitted
     path = tmp_path / "cal.toml"
     path.write_text(fit.to_toml())
-    assert calibration_options(path) == {"prefill_model": "shared", "profile": "measured"}
+    assert calibration_options(path) == {"prefill_model": "isolated", "profile": "measured"}
     factors = calibration_factors(path, ["vllm", "trtllm", "sglang"])
     for engine in ("vllm", "trtllm"):
         for field in FIELDS:
@@ -86,7 +86,7 @@ def test_the_calibration_file_holds_each_engine_and_is_adopted(small, fitted, tm
     assert factors["sglang"] == Efficiency()  # no table of its own: the file's [efficiency] (the start)
     plan = jp.plan_sweep(gpu="h100-sxm", model="llama-3.1-8b", engine=["vllm", "trtllm"], tp=1, concurrency=8,
                          calibration=path)
-    assert plan.options.profile == "measured" and plan.options.prefill_model == "shared"
+    assert plan.options.profile == "measured" and plan.options.prefill_model == "isolated"
     vllm = next(e for e in plan.definitions["engine"] if e.name == "vllm")
     assert vllm.efficiency["eta_decode"] == pytest.approx(fit.efficiency["vllm"].eta_decode, rel=1e-5)
     assert vllm.gpu_memory_utilization == 0.9  # the engine's own settings stay

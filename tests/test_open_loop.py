@@ -27,10 +27,10 @@ def engine_step():
     return model_step(GPU, MODEL, CONTEXT)
 
 
-@pytest.mark.parametrize(("load", "spread"), [(0.3, 0.5), (0.6, 0.0)])
+@pytest.mark.parametrize(("load", "spread"), [(0.6, 0.5)])
 def test_percentiles_agree_with_a_simulated_server(engine_step, load, spread):
-    """Means of TTFT and TPOT, and their P99, against 20,000 simulated requests at a light and a
-    moderate load (scripts/open_loop_agreement.py reports the whole range to 90 % of capacity)."""
+    """Means of TTFT and TPOT, and their P99, against 20,000 simulated requests at a moderate load
+    (scripts/open_loop_agreement.py reports the whole range, 30 % to 90 % of capacity)."""
     settings = dict(prefill_model="shared", isl_cv=spread, osl_cv=spread)
     ds = jp.sweep(GPU, MODEL, tp=1, request_rate=np.linspace(0.25, 40.0, 160), **OPEN, **settings).squeeze()
     capacity = float(ds.request_rate.where(ds.feasible, drop=True).max())
@@ -224,11 +224,13 @@ def test_validation_server_rows_in_the_open_loop():
     from jaxpareto.definitions.options import ModelOptions
 
     rows = jp.load_validation_set()
-    rows = rows[rows["id"].str.startswith("mlperf51-llama2")]
-    with jax.enable_x64(True):
-        closed = jp.validate(rows, options=ModelOptions(prefill_model="shared"))
-        arrived = jp.validate(rows, options=ModelOptions(prefill_model="shared", arrivals="poisson"))
+    rows = rows[rows["id"].str.startswith("mlperf51-llama2-b200")]
+    with jax.enable_x64(True):  # the seed's equations: the cheapest to compile
+        closed = jp.validate(rows)
+        arrived = jp.validate(rows, options=ModelOptions(arrivals="poisson"))
     server = closed["id"].str.contains("server").to_numpy()
     others = ~server & closed.predicted.notna().to_numpy()
+    assert others.any() and server.any()
     np.testing.assert_allclose(arrived.predicted.to_numpy()[others], closed.predicted.to_numpy()[others], rtol=1e-9)
-    assert not np.allclose(arrived.predicted.to_numpy()[server], closed.predicted.to_numpy()[server], equal_nan=True)
+    ttft = closed["metric"].eq("ttft_ms").to_numpy() & server
+    assert np.all(arrived.predicted.to_numpy()[ttft] > closed.predicted.to_numpy()[ttft])  # the queue

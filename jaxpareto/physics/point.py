@@ -29,9 +29,6 @@ from jaxpareto.physics.memory import memory_budget, session_gb
 from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.physics.prefill import PrefillWork, prefill_tokens, prefill_work, ttft_ms
 from jaxpareto.physics.percentiles import PERCENTILES, TurnSpread, latency_percentiles
-
-#: The outputs computed only with ``percentiles=True`` (`evaluate_point`).
-PERCENTILE_OUTPUTS = tuple(f"p{p}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for p in PERCENTILES)
 from jaxpareto.physics.queueing import PrefillMix, fcfs_wait_scale, mg1_wait_ms, paused_sessions, prefill_mix, \
     slot_wait_ms
 from jaxpareto.definitions.axes import GridPoint
@@ -39,6 +36,8 @@ from jaxpareto.definitions.settings import SOLVERS, Efficiency, Solver, Workload
 from jaxpareto.definitions.units import BYTES_PER_GB, FLOPS_PER_TFLOPS, MS_PER_S
 
 DECODE_MEMORY, DECODE_COMPUTE, DECODE_NONE = 0, 1, -1
+#: The outputs computed only with ``percentiles=True`` (`evaluate_point`).
+PERCENTILE_OUTPUTS = tuple(f"p{p}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for p in PERCENTILES)
 # The fixed point's tolerance floor, in units of the dtype's eps, with the shared engine or LRU.
 _INNER_ROOT_EPS = 64
 
