@@ -63,34 +63,20 @@ def decode_alone_tpot():
         return decode_step(coefficients, 0.0).tpot_ms
 
 
-@pytest.mark.parametrize("isl_cv", [0.0, 1.0])
-def test_wait_grows_as_one_over_one_minus_rho(isl_cv):
+@pytest.mark.parametrize(("isl_cv", "solver"), [(0.0, "damped"), (1.0, "exact")])
+def test_wait_grows_as_one_over_one_minus_rho(isl_cv, solver):
     """The seed's isolated prefill is an M/G/1 queue: W (1 - ρ) / ρ = E[S] (1 + c_S²) / 2 at
-    every load, with ρ = λ E[S] (Pollaczek-Khinchine)."""
+    every load, with ρ = λ E[S] (Pollaczek-Khinchine), by either solver (the exact one solves
+    B = λ OSL TPOT(B) in closed form per linear piece)."""
     alone = float(jp.sweep(GPU, MODEL, tp=1, request_rate=1e-9, **OPEN).squeeze().ttft_ms)
     rho = np.array([0.1, 0.5, 0.9, 0.99])
     rates = rho / alone * 1000.0
-    ds = jp.sweep(GPU, MODEL, tp=1, request_rate=rates, isl_cv=isl_cv, **OPEN).squeeze()
+    ds = jp.sweep(GPU, MODEL, tp=1, request_rate=rates, isl_cv=isl_cv, solver=solver, **OPEN).squeeze()
+    np.testing.assert_allclose(ds.batch_eff, rates / 1000.0 * OSL * ds.tpot_ms, rtol=1e-5)  # Little's law, to tol
     wait = ds.ttft_ms.values - alone
     np.testing.assert_allclose(wait * (1 - rho) / rho, alone * (1 + isl_cv ** 2) / 2, rtol=1e-6)
     beyond = jp.sweep(GPU, MODEL, tp=1, request_rate=1.01 / alone * 1000.0, **OPEN).squeeze()
     assert int(beyond.infeasible_reason) == LOAD_BEYOND_CAPACITY and np.isnan(float(beyond.ttft_ms))
-
-
-def test_exact_and_damped_solvers_agree_in_the_open_loop():
-    rates = [0.5, 2.0, 5.0, 10.0, 20.0, 40.0]
-    damped = jp.sweep(GPU, MODEL, tp=[1, 2], request_rate=rates, hit_rate=[0.0, 0.9], **OPEN)
-    exact = jp.sweep(GPU, MODEL, tp=[1, 2], request_rate=rates, hit_rate=[0.0, 0.9], solver="exact", **OPEN)
-    np.testing.assert_array_equal(damped.feasible.values, exact.feasible.values)
-    assert bool(exact.feasible.any()) and not bool(exact.feasible.all())  # both kinds of points
-    np.testing.assert_allclose(damped.batch_eff.values, exact.batch_eff.values, rtol=1e-5)
-
-
-def test_beyond_capacity_is_flagged_not_given_a_number():
-    ds = jp.sweep(GPU, MODEL, tp=1, request_rate=[1.0, 1000.0], prefill_model="shared", **OPEN).squeeze()
-    assert ds.infeasible_reason.values.tolist() == [0, LOAD_BEYOND_CAPACITY]
-    for name in ("ttft_ms", "p99_ttft_ms", "request_throughput", "request_goodput"):
-        assert np.isnan(ds[name].values[1]) and np.isfinite(ds[name].values[0])
 
 
 def test_goodput_is_the_throughput_where_every_target_holds():
@@ -101,7 +87,11 @@ def test_goodput_is_the_throughput_where_every_target_holds():
     both = jp.sweep(GPU, MODEL, tp=[1, 2], request_rate=rates, prefill_model="shared", isl_cv=0.5, slo=slo, **OPEN)
     held = both.sel(tp=1).squeeze()
     ok = held.feasible.values
-    np.testing.assert_array_equal(free.request_goodput.values[ok], free.request_throughput.values[ok])
+    assert ok[0] and not ok[-1]  # beyond capacity: flagged, and NaN rather than a number
+    assert np.all(held.infeasible_reason.values[~ok] == LOAD_BEYOND_CAPACITY)
+    for name in ("ttft_ms", "p99_ttft_ms", "request_throughput", "request_goodput"):
+        assert np.all(np.isnan(held[name].values[~ok])) and np.all(np.isfinite(held[name].values[ok]))
+    np.testing.assert_allclose(free.request_goodput.values[ok], free.request_throughput.values[ok])
     meets = (held.p99_ttft_ms <= 400.0) & (held.p90_tpot_ms <= 30.0)
     want = np.where(meets, held.request_throughput, 0.0)
     np.testing.assert_array_equal(held.request_goodput.values[ok], want[ok])
@@ -123,7 +113,7 @@ def test_closed_loop_percentiles_come_from_the_lengths():
     """Fixed lengths and no cache hits: every percentile is the mean; with hits, P50 is a hit's
     prefill and P99 a miss's; the closed loop's means are untouched."""
     fixed = jp.sweep(GPU, MODEL, tp=1, concurrency=[1, 8], hit_rate=[0.0, 0.9], dtype="float64", percentiles=True)
-    assert "p99_ttft_ms" not in jp.sweep(GPU, MODEL, tp=1, concurrency=1, variables=None)  # off by default here
+    assert "p99_ttft_ms" not in jp.plan_sweep(GPU, MODEL, tp=1, concurrency=1).variables  # off by default here
     cold, warm = fixed.sel(hit_rate=0.0).squeeze(), fixed.sel(hit_rate=0.9).squeeze()
     for p in (50, 90, 99):
         np.testing.assert_allclose(cold[f"p{p}_ttft_ms"], cold.ttft_ms, rtol=1e-3)
@@ -152,10 +142,8 @@ def test_the_dataset_and_store_take_request_rate_as_the_load(tmp_path):
     ds = jp.sweep(GPU, MODEL, tp=[1, 2], request_rate=[1.0, 4.0], **OPEN)
     assert "request_rate" in ds.dims and "concurrency" not in ds.dims
     assert ds.request_rate.attrs["units"] == "requests/s"
-    front = jp.pareto_front(ds)
-    assert set(front.dims) == set(ds.ttft_ms.dims)
-    reduced = jp.pareto_sweep(GPU, MODEL, tp=[1, 2], request_rate=[1.0, 4.0], **OPEN)
-    assert "front_request_rate" in reduced
+    front = jp.pareto_front(ds)  # over tp and request_rate by default
+    assert set(front.dims) == set(ds.ttft_ms.dims) and bool(front.any())
     jp.sweep_to_zarr(tmp_path / "open.zarr", GPU, MODEL, tp=[1, 2], request_rate=[1.0, 4.0], **OPEN)
     stored = jp.open_sweep(tmp_path / "open.zarr")
     np.testing.assert_array_equal(stored.p99_ttft_ms.values, ds.p99_ttft_ms.values)
