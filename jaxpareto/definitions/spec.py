@@ -23,8 +23,8 @@ from jaxpareto.definitions.options import CACHE_MODELS, EXPERT_ROUTINGS, KV_DEMA
 from jaxpareto.definitions.settings import DEFAULT_CHUNK_POINTS, DTYPES, SOLVERS, Efficiency, Solver, Workload, numeric_fields
 from jaxpareto.definitions.hardware import Hardware
 from jaxpareto.definitions.model import Model
-from jaxpareto.definitions.axes import AXES, AXIS_BY_NAME, AXIS_TABLE, LOAD_AXES, REQUEST_RATE, axis_table, CONCURRENCY_RANGE, INTEGER_AXES, SCENARIO_AXES, \
-    TP_CHOICES
+from jaxpareto.definitions.axes import AXES, AXIS_BY_NAME, AXIS_TABLE, CONCURRENCY_RANGE, INTEGER_AXES, LOAD_AXES, \
+    REQUEST_RATE, SCENARIO_AXES, TP_CHOICES, axis_table
 from jaxpareto.definitions.schema import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y
 
 DEFAULT_SPEC = "code_agent.toml"
