@@ -92,7 +92,7 @@ def test_a_resumed_run_says_so_and_counts_only_its_own_work(tmp_path, capsys):
 
 def test_ctrl_c_ends_with_one_line_saying_how_to_resume(tmp_path):
     script = ("import sys, jaxpareto.cli.app as m; sys.exit(m.main(['sweep', '--out', sys.argv[1], "
-              "'--no-progress', '--chunk-points', '64']))")
+              "'--no-progress', '--chunk-points', '2048']))")
     proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "s.zarr")], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
@@ -100,8 +100,8 @@ def test_ctrl_c_ends_with_one_line_saying_how_to_resume(tmp_path):
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
-    # the template appears before the first of ~3,300 blocks is computed: the interrupt lands mid-sweep,
-    # however loaded the machine (a smaller count could finish between two polls)
+    # the template appears before the first of ~100 blocks is computed: the interrupt lands mid-sweep
+    # (run from a shell's background job, SIGINT is ignored by inheritance and this test cannot pass)
     assert proc.returncode == 130, err
     assert err.strip().splitlines()[-1].startswith("jaxpareto: interrupted; run the same command again to resume")
     assert "Traceback" not in err
