@@ -32,12 +32,11 @@ from jaxpareto.physics.percentiles import PERCENTILES, TurnSpread, latency_perce
 from jaxpareto.physics.queueing import PrefillMix, fcfs_wait_scale, mg1_wait_ms, paused_sessions, prefill_mix, \
     slot_wait_ms
 from jaxpareto.definitions.axes import GridPoint
+from jaxpareto.definitions.schema import PERCENTILE_VARIABLES
 from jaxpareto.definitions.settings import SOLVERS, Efficiency, Solver, Workload
 from jaxpareto.definitions.units import BYTES_PER_GB, FLOPS_PER_TFLOPS, MS_PER_S
 
 DECODE_MEMORY, DECODE_COMPUTE, DECODE_NONE = 0, 1, -1
-#: The outputs computed only with ``percentiles=True`` (`evaluate_point`).
-PERCENTILE_OUTPUTS = tuple(f"p{p}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for p in PERCENTILES)
 # The fixed point's tolerance floor, in units of the dtype's eps, with the shared engine or LRU.
 _INNER_ROOT_EPS = 64
 
@@ -467,7 +466,8 @@ def evaluate_point(
         meets = jnp.stack([achieved[name] <= limit for name, limit in workload.slo._asdict().items()]).all()
         goodput = masked(jnp.where(meets, turns_per_s, 0.0))
     else:
-        percentile_outputs = {name: jnp.nan + 0.0 * latency for name in PERCENTILE_OUTPUTS}
+        percentile_outputs = {name: jnp.nan + 0.0 * latency for name in PERCENTILE_VARIABLES
+                              if name != "request_goodput"}
         goodput = jnp.nan + 0.0 * latency
 
     return PointOutputs(
