@@ -153,12 +153,17 @@ def test_allreduce_latency_grows_with_the_peer_gpus():
 def test_engine_memory_reserves_follow_each_engine():
     hw, model = catalog.gpus()["h100-sxm"].to_params(), catalog.models()["llama-3.1-70b"].to_params()
     weights = catalog.models()["llama-3.1-70b"].weight_memory_gb
-    expected = {"seed": 4 * 80 - weights, "vllm": 0.9 * 4 * 80 - weights - 4 * 2.0,
-                "sglang": 0.88 * 4 * 80 - weights, "trtllm": 0.9 * (4 * 80 - weights - 4 * 1.0)}
+    # the seed counts the datasheet's 80 GB; engines take their share of the 85.03 GB the driver reports
+    expected = {"seed": 4 * 80 - weights, "vllm": 0.9 * 4 * 85.03 - weights - 4 * 2.0,
+                "sglang": 0.88 * 4 * 85.03 - weights, "trtllm": 0.9 * (4 * 85.03 - weights - 4 * 1.0)}
     for name, available in expected.items():
         budget = memory_budget(hw, model, 4.0, 1.0, 8192.0, engines()[name].to_params())
         assert float(budget.available_gb) == pytest.approx(available, rel=1e-12), name
     assert float(memory_budget(hw, model, 4.0, 1.0, 8192.0).available_gb) == pytest.approx(expected["seed"])
+    # a GPU that gives no reported total is taken at its datasheet size
+    plain = catalog.gpus()["h100-sxm"].model_copy(update={"memory_reported_gb": None}).to_params()
+    budget = memory_budget(plain, model, 4.0, 1.0, 8192.0, engines()["vllm"].to_params())
+    assert float(budget.available_gb) == pytest.approx(0.9 * 4 * 80 - weights - 4 * 2.0, rel=1e-12)
 
 
 def test_sessions_beyond_kv_memory_wait_and_their_wait_is_in_ttft():

@@ -222,3 +222,36 @@ def test_max_context_from_rope_scaling():
            "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}
     assert jp.Model.from_hf_config(cfg).max_context_tokens == 131072  # Qwen3 with YaRN enabled
     assert jp.Model.from_hf_config({**cfg, "rope_scaling": None}).max_context_tokens == 40960
+    # transformers 5 names the table rope_parameters, one table or one per layer type
+    v5 = {**cfg, "rope_scaling": None, "rope_parameters": {"rope_theta": 1e6, **cfg["rope_scaling"]}}
+    assert jp.Model.from_hf_config(v5).max_context_tokens == 131072
+    per_type = {**v5, "rope_parameters": {"full_attention": v5["rope_parameters"],
+                                          "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}
+    assert jp.Model.from_hf_config(per_type).max_context_tokens == 131072
+    bad = {**v5, "rope_parameters": {"full_attention": {"rope_type": "yarn", "factor": -1.0}}}
+    with pytest.raises(jp.JaxparetoError, match=r"rope_parameters\.full_attention\.factor"):
+        jp.Model.from_hf_config(bad)
+
+
+@pytest.mark.parametrize("key, extra", [
+    ("linear_key_head_dim", {"model_type": "qwen3_next", "layer_types": ["linear_attention", "full_attention"],
+                             "linear_num_key_heads": 4, "linear_num_value_heads": 4, "linear_key_head_dim": 64,
+                             "linear_value_head_dim": 64, "linear_conv_kernel_dim": 4}),
+    ("linear_num_value_heads", {"model_type": "qwen3_next", "layer_types": ["linear_attention", "full_attention"],
+                                "linear_num_key_heads": 4, "linear_num_value_heads": 4, "linear_key_head_dim": 64,
+                                "linear_value_head_dim": 64, "linear_conv_kernel_dim": 4}),
+    ("mamba_num_heads", {"model_type": "nemotron_h", "hybrid_override_pattern": "M*", "mamba_num_heads": 8,
+                         "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4}),
+    ("ssm_state_size", {"model_type": "nemotron_h", "hybrid_override_pattern": "M*", "mamba_num_heads": 8,
+                        "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4}),
+    ("kv_lora_rank", {"model_type": "deepseek_v3", "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+                      "qk_nope_head_dim": 128, "v_head_dim": 128, "q_lora_rank": 1536}),
+    ("num_global_key_value_heads", {"model_type": "gemma4", "layer_types": ["sliding_attention", "full_attention"],
+                                    "sliding_window": 512, "num_global_key_value_heads": 4, "global_head_dim": 128}),
+])
+def test_zero_widths_are_named_by_their_config_key(key, extra):
+    cfg = {"num_hidden_layers": 2, "hidden_size": 512, "num_attention_heads": 8, "vocab_size": 1000,
+           "intermediate_size": 1024, "num_key_value_heads": 8, "head_dim": 64, **extra}
+    jp.Model.from_hf_config(cfg)  # the config itself is valid
+    with pytest.raises(jp.JaxparetoError, match=f"config.json: {key}: must be a positive integer, got 0"):
+        jp.Model.from_hf_config({**cfg, key: 0})

@@ -5,6 +5,7 @@ import itertools
 
 import jax.numpy as jnp
 import numpy as np
+import pandas as pd
 import pytest
 
 import jaxpareto as jp
@@ -87,6 +88,11 @@ def test_cli_tables_write_csv_and_share_one_slo_syntax(tmp_path, capsys):
                  "--csv", str(tmp_path / "best.csv")]) == 0
     assert "binding:" in capsys.readouterr().out
     assert (tmp_path / "best.csv").read_text().startswith("gpu,model,tp,concurrency")
+    assert main(["optimize", "--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--objective", "ttft_ms",
+                 "--sense", "min", "--max-concurrency", "64", "--csv", str(tmp_path / "fastest.csv")]) == 0
+    capsys.readouterr()
+    best, fastest = (pd.read_csv(tmp_path / name).iloc[0] for name in ("best.csv", "fastest.csv"))
+    assert fastest["concurrency"] == 1 and fastest["ttft_ms"] < best["ttft_ms"]
     assert main(["catalog", "--csv", str(tmp_path / "catalog.csv")]) == 0
     assert "qwen3-next-80b-a3b" in (tmp_path / "catalog.csv").read_text()
     assert main(["size", "--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--sessions", "1",
@@ -113,6 +119,8 @@ def test_spec_and_one_scenario_flags_do_not_mix(tmp_path, capsys):
     spec = Path(__file__).resolve().parents[1] / "sweeps" / "code_agent_slo.toml"
     assert main(["optimize", str(spec), "--slo", "ttft_ms<=1"]) == 2
     assert "--slo" in capsys.readouterr().err
+    assert main(["optimize", str(spec), "--sense", "min"]) == 2
+    assert "--sense" in capsys.readouterr().err
     assert main(["optimize", "--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--slo", "ttft_ms<=100",
                  "--slo", "ttft_ms>=5"]) == 2
     assert "given twice" in capsys.readouterr().err

@@ -84,7 +84,7 @@ def test_session_preset_runs_from_the_cli(capsys, tmp_path):
     from jaxpareto.cli import main
 
     spec = tmp_path / "s.toml"
-    spec.write_text('[grid]\ngpu = ["h100-sxm"]\nmodel = ["llama-3.1-70b"]\ntp = [4, 8]\nconcurrency = [1, 16, 64]\n'
+    spec.write_text('[grid]\ngpu = ["h100-sxm"]\nmodel = ["llama-3.1-70b"]\ntp = [1, 4, 8]\nconcurrency = [1, 16, 64]\n'
                     'think_time_s = [2.0]\nhit_rate = [0.9]\n[session]\ninitial_context_tokens = 16384\nturns = 6\n'
                     'tool_tokens = 2000\n[prices]\ninput_per_mtok = 3.0\ncached_input_per_mtok = 0.3\n'
                     'output_per_mtok = 15.0\ngpu_hour = 2.0\n[report]\nheadline = { turn = 3 }\n')
@@ -92,6 +92,8 @@ def test_session_preset_runs_from_the_cli(capsys, tmp_path):
     assert main(["sweep", str(spec), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "most tasks/s" in printed and "Pareto frontier" in printed
+    # 70B bf16 weights exceed one H100: the three TP 1 configurations, counted once each, not per turn
+    assert "infeasible: 3 (weights exceed memory 3); unconverged: 0" in printed
     import xarray as xr
 
     ds = xr.open_zarr(out)

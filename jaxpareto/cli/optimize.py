@@ -69,7 +69,7 @@ def _one_scenario(args: argparse.Namespace) -> int:
     for option in ("method", "solver"):
         if getattr(args, option):
             kwargs[option] = getattr(args, option)
-    result = optimize(objective=args.objective, **kwargs)
+    result = optimize(objective=args.objective, sense=args.sense, **kwargs)
     print(_wrapped(describe_scenario(args)))
     if not result.feasible:
         print(_wrapped(f"{args.model} on {args.gpu}: nothing meets the SLOs ({result.reason})"))
@@ -91,6 +91,7 @@ def _scenario_defaults() -> dict:
     parser = argparse.ArgumentParser()
     add_scenario_options(parser, required=False)
     parser.add_argument("--objective", default="output_tokens_per_s_per_gpu")
+    parser.add_argument("--sense", default="max")
     return {k: v for k, v in vars(parser.parse_args([])).items() if k not in ("gpu", "model", "calibration")}
 
 
@@ -144,7 +145,9 @@ def register(subparsers) -> argparse.ArgumentParser:
                                            "--gpu and --model)")
     add_scenario_options(p, required=False)
     p.add_argument("--objective", default="output_tokens_per_s_per_gpu", choices=NUMERIC_OUTPUTS, metavar="OUTPUT",
-                   help="output to maximise, one scenario (default output_tokens_per_s_per_gpu)")
+                   help="output to optimise, one scenario (default output_tokens_per_s_per_gpu)")
+    p.add_argument("--sense", default="max", choices=("max", "min"),
+                   help="maximise or minimise the objective, one scenario (default max)")
     add_output_options(p, "zarr store for the optimum per scenario of a spec")
     add_csv_option(p, "the table")
     p.add_argument("--method", action=SearchMethod, metavar="{" + ",".join(SEARCH_METHODS) + "}",

@@ -66,6 +66,12 @@ def _cmd_session(args: argparse.Namespace, spec) -> int:
     print(f"sessions: {points:,} configurations x turns ({' x '.join(f'{a} {ds.sizes[a]}' for a in axes)})"
           f"{f', written to {out}' if out else ''}")
     print(f"wall time: {elapsed:.2f} s, {_rate(points, elapsed)} configs/s; KV demand {ds.attrs['kv_demand']}")
+    # a session configuration fails at its first infeasible turn, for that turn's reason
+    reason = ds.infeasible_reason
+    first = reason.isel(turn=(reason > 0).argmax("turn"))
+    infeasible = int((first > 0).sum())
+    unconverged = int((ds.feasible & ~ds.converged).any("turn").sum())
+    print(f"infeasible: {infeasible:,}{_reasons(first) if infeasible else ''}; unconverged: {unconverged:,}")
     where = {k: v for k, v in selection.items() if k != "turn"}
     top = best_task_configuration(ds.sel(where))
     if top is not None:
@@ -136,7 +142,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
               f"{points - resumed:,} by this one")
     print(f"wall time: {elapsed:.2f} s (compilation included{where}), {_rate(points - resumed, elapsed)} "
           f"configs/s, solver {plan.solver.name}, {plan.dtype}")
-    print(f"infeasible: {infeasible:,}{_reasons(ds) if infeasible else ''}; unconverged: {unconverged:,}")
+    reasons = _reasons(ds.infeasible_reason) if infeasible and "infeasible_reason" in ds.data_vars else ""
+    print(f"infeasible: {infeasible:,}{reasons}; unconverged: {unconverged:,}")
     prices = spec.prices.model_dump(exclude_none=True) if spec.prices is not None else None
     write_csv(report.print_frontier(ds, selection, prices), args.csv, args.overwrite, "frontier points")
     if plan.options.open_loop and "request_goodput" in ds.data_vars:
@@ -162,12 +169,10 @@ def _rate(points: int, elapsed: float) -> str:
     return f"{rate:,.0f}" if rate >= 100 else f"{rate:.3g}"
 
 
-def _reasons(ds) -> str:
+def _reasons(reason) -> str:
     """`` (12 context beyond model maximum, 30 no session fits kv memory)``: the infeasible points
-    by reason, from the ``infeasible_reason`` flags."""
-    if "infeasible_reason" not in ds.data_vars:
-        return ""
-    codes, counts = np.unique(np.asarray(ds.infeasible_reason.values), return_counts=True)
+    by reason, from ``infeasible_reason`` flags."""
+    codes, counts = np.unique(np.asarray(reason.values), return_counts=True)
     labels = FLAG_VARIABLES["infeasible_reason"][1]
     parts = [f"{labels[int(c)].replace('_', ' ')} {n:,}" for c, n in zip(codes, counts) if c > 0]
     return f" ({', '.join(parts)})"

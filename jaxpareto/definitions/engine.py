@@ -12,6 +12,10 @@ KV memory of one TP group of G GPUs with M_gpu each (`jaxpareto.physics.memory`)
   u x G x M_gpu - weights - G x reserve;
 - ``memory_basis="after_weights"`` (TensorRT-LLM ``free_gpu_memory_fraction``):
   u x (G x M_gpu - weights - G x reserve).
+
+M_gpu is the total the driver reports (``memory_total="reported"``, what engines read from
+``cudaMemGetInfo``; the GPU's ``memory_reported_gb``), or the datasheet size (``"datasheet"``,
+the seed's eq. 5).
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ class Engine(Definition):
         gpu_memory_utilization: u in (0, 1], the share of memory the engine may use (module
             docstring for what it is a share of).
         memory_basis: "total" or "after_weights".
+        memory_total: which size of each GPU u is a share of: "reported" (default; the driver's
+            total, `jaxpareto.definitions.hardware.Hardware.memory_reported_gb`, as real engines
+            read it) or "datasheet" (``memory_gb``, the seed's eq. 5).
         activation_reserve_gb: memory per GPU kept for activations, CUDA graphs and workspace
             besides the weights and KV [GB], >= 0.
         prefill_chunk_tokens: tokens one engine step carries at most (vLLM
@@ -58,6 +65,7 @@ class Engine(Definition):
     name: str = pydantic.Field(min_length=1)
     gpu_memory_utilization: float = pydantic.Field(default=1.0, gt=0, le=1)
     memory_basis: Literal["total", "after_weights"] = "total"
+    memory_total: Literal["reported", "datasheet"] = "reported"
     activation_reserve_gb: float = pydantic.Field(default=0.0, ge=0)
     prefill_chunk_tokens: int = pydantic.Field(default=0, ge=0)
     efficiency: dict[str, float] = pydantic.Field(default_factory=dict)
@@ -82,6 +90,7 @@ class Engine(Definition):
         return EngineParams(
             gpu_memory_utilization=self.gpu_memory_utilization,
             after_weights=float(self.memory_basis == "after_weights"),
+            reported_total=float(self.memory_total == "reported"),
             activation_reserve_gb=self.activation_reserve_gb,
             prefill_chunk_tokens=float(self.prefill_chunk_tokens),
             efficiency=Efficiency(**own),
@@ -98,12 +107,14 @@ class Engine(Definition):
 class EngineParams:
     """One engine as scalars (or, stacked, a table with a leading engine axis); see `Engine`.
 
-    ``after_weights`` is 1.0 for ``memory_basis="after_weights"``; ``efficiency_mask`` holds
-    1.0 for each `Efficiency` field the engine sets and 0.0 where the shared factor applies.
+    ``after_weights`` is 1.0 for ``memory_basis="after_weights"``, ``reported_total`` 1.0 for
+    ``memory_total="reported"``; ``efficiency_mask`` holds 1.0 for each `Efficiency` field the
+    engine sets and 0.0 where the shared factor applies.
     """
 
     gpu_memory_utilization: jax.Array | float
     after_weights: jax.Array | float
+    reported_total: jax.Array | float
     activation_reserve_gb: jax.Array | float
     prefill_chunk_tokens: jax.Array | float
     efficiency: Efficiency
@@ -112,7 +123,8 @@ class EngineParams:
 
 def seed_engine() -> Engine:
     """The engine of the seed's equations: nothing reserved, nothing of its own."""
-    return Engine(name=SEED_ENGINE, sources={"all": "seed eq. 5: all HBM beyond the weights holds KV"})
+    return Engine(name=SEED_ENGINE, memory_total="datasheet",
+                  sources={"all": "seed eq. 5: all HBM beyond the weights holds KV"})
 
 
 @functools.cache

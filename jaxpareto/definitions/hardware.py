@@ -22,7 +22,13 @@ class Hardware(Definition):
 
     Attributes:
         name: identifier used in the dataset's ``gpu`` coordinate.
-        memory_gb: HBM capacity M_gpu per GPU [GB = 1e9 B].
+        memory_gb: HBM capacity M_gpu per GPU [GB = 1e9 B], as the seed's memory budget (eq. 5)
+            counts it.
+        memory_reported_gb: the total the driver reports (``torch.cuda.mem_get_info()[1]``,
+            ``cudaMemGetInfo``) [GB]: the memory an engine's ``gpu_memory_utilization`` is a
+            share of (docs/model.md, "Engine memory"). None: ``memory_gb``. It differs from the
+            nominal size both ways: an H100 "80 GB" is 80 GiB of HBM of which the driver reports
+            79.19 GiB = 85.03 GB.
         bandwidth_gbs: peak HBM bandwidth BW per GPU [GB/s].
         tflops_fp16: dense FP16/BF16 tensor throughput [TFLOPS], no sparsity.
         tflops_fp8: dense FP8 throughput [TFLOPS]; None where the GPU has no FP8.
@@ -38,6 +44,7 @@ class Hardware(Definition):
 
     name: str = pydantic.Field(min_length=1)
     memory_gb: float
+    memory_reported_gb: float | None = None
     bandwidth_gbs: float
     tflops_fp16: float
     tflops_fp8: float | None = None
@@ -46,7 +53,8 @@ class Hardware(Definition):
     sources: dict[str, str] = pydantic.Field(default_factory=dict)
 
     @pydantic.field_validator(
-        "memory_gb", "bandwidth_gbs", "tflops_fp16", "tflops_fp8", "tflops_fp4", "interconnect_gbs"
+        "memory_gb", "memory_reported_gb", "bandwidth_gbs", "tflops_fp16", "tflops_fp8", "tflops_fp4",
+        "interconnect_gbs"
     )
     @classmethod
     def _positive(cls, value, info):
@@ -55,8 +63,10 @@ class Hardware(Definition):
     def to_params(self) -> "HardwareParams":
         """Numeric form for the physics; absent precisions become NaN."""
         nan = math.nan
+        reported = self.memory_gb if self.memory_reported_gb is None else self.memory_reported_gb
         return HardwareParams(
             memory_gb=self.memory_gb,
+            memory_reported_ratio=reported / self.memory_gb,
             bandwidth_gbs=self.bandwidth_gbs,
             tflops_fp16=self.tflops_fp16,
             tflops_fp8=nan if self.tflops_fp8 is None else self.tflops_fp8,
@@ -71,10 +81,12 @@ class HardwareParams:
     """One GPU as scalars (or, stacked, a table with a leading GPU axis).
 
     Fields have the units of `Hardware`; ``tflops_fp8``/``tflops_fp4``/``interconnect_gbs`` are
-    NaN where absent.
+    NaN where absent. ``memory_reported_ratio`` is ``memory_reported_gb / memory_gb``, a ratio so
+    that a what-if that scales ``memory_gb`` scales the reported total with it.
     """
 
     memory_gb: jax.Array | float
+    memory_reported_ratio: jax.Array | float
     bandwidth_gbs: jax.Array | float
     tflops_fp16: jax.Array | float
     tflops_fp8: jax.Array | float

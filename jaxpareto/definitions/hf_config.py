@@ -90,7 +90,10 @@ _INT_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_s
 #: Keys that must be at least 1 when given (a period or a width of 0 means nothing).
 _POSITIVE = ("full_attention_interval", "sliding_window_pattern", "interleave_moe_layer_step", "decoder_sparse_step",
              "moe_layer_freq", "num_key_value_heads", "head_dim", "attention_head_dim", "sliding_window",
-             "attention_chunk_size", "max_position_embeddings")
+             "attention_chunk_size", "max_position_embeddings", "num_global_key_value_heads", "global_head_dim",
+             "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "linear_num_key_heads", "linear_num_value_heads",
+             "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim", "mamba_num_heads",
+             "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel")
 _REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
 #: Parameter categories a quantised checkpoint stores at low precision (the linear projections).
 _QUANTISABLE = ("attention", "linear_attention", "mamba", "mlp", "shared")
@@ -147,13 +150,29 @@ def _load(path: str | Path | dict) -> tuple[dict, str]:
             raise JaxparetoError(f"config.json: {key}", f"must be a list, got {cfg[key]!r}")
     if cfg.get("no_rope_layers") is not None and len(cfg["no_rope_layers"]) != cfg["num_hidden_layers"]:
         raise JaxparetoError("config.json: no_rope_layers", f"must list {cfg['num_hidden_layers']} layers")
-    for key in ("rope_scaling", "quantization_config"):
+    for key in ("rope_scaling", "rope_parameters", "quantization_config"):
         if cfg.get(key) is not None and not isinstance(cfg[key], dict):
             raise JaxparetoError(f"config.json: {key}", f"must be a table (a JSON object), got {cfg[key]!r}")
-    factor = (cfg.get("rope_scaling") or {}).get("factor")
-    if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0):
-        raise JaxparetoError("config.json: rope_scaling.factor", f"must be a number > 0, got {factor!r}")
+    for where, scaling in _rope_scalings(cfg):
+        factor = scaling.get("factor")
+        if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0):
+            raise JaxparetoError(f"config.json: {where}.factor", f"must be a number > 0, got {factor!r}")
     return cfg, str(default_name)
+
+
+def _rope_scalings(cfg: dict) -> list[tuple[str, dict]]:
+    """Every RoPE scaling table with the key path it came from: ``rope_scaling`` (transformers
+    4), or ``rope_parameters`` (transformers 5), which is either one table or one per layer type
+    (``{"full_attention": {...}, "sliding_attention": {...}}``)."""
+    if cfg.get("rope_scaling") is not None:
+        return [("rope_scaling", cfg["rope_scaling"])]
+    parameters = cfg.get("rope_parameters")
+    if parameters is None:
+        return []
+    per_type = {k: v for k, v in parameters.items() if isinstance(v, dict)}
+    if per_type and len(per_type) == len(parameters):
+        return [(f"rope_parameters.{k}", v) for k, v in per_type.items()]
+    return [("rope_parameters", parameters)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -389,13 +408,18 @@ def _skipped(cfg: dict) -> set[str]:
 def _max_context(cfg: dict) -> int | None:
     """``max_position_embeddings``, or a RoPE scaling's extension when larger: factor x
     ``original_max_position_embeddings`` of a YaRN, dynamic or LongRoPE scaling that names its
-    original length (Llama 3's and Gemma 3's scalings are already in ``max_position_embeddings``)."""
+    original length (Llama 3's and Gemma 3's scalings are already in ``max_position_embeddings``).
+    The scaling is ``rope_scaling`` or transformers 5's ``rope_parameters``; with one table per
+    layer type, the largest extension counts (sliding layers never attend beyond their window,
+    so only the full-attention layers' scaling bounds the context)."""
     limit = cfg.get("max_position_embeddings")
-    scaling = cfg.get("rope_scaling") or {}
-    kind = str(scaling.get("rope_type") or scaling.get("type") or "")
-    original = scaling.get("original_max_position_embeddings")
-    if limit is not None and kind in ("yarn", "dynamic", "longrope") and scaling.get("factor") and original:
-        limit = max(limit, int(scaling["factor"] * original))
+    if limit is None:
+        return None
+    for _, scaling in _rope_scalings(cfg):
+        kind = str(scaling.get("rope_type") or scaling.get("type") or "")
+        original = scaling.get("original_max_position_embeddings")
+        if kind in ("yarn", "dynamic", "longrope") and scaling.get("factor") and original:
+            limit = max(limit, int(scaling["factor"] * original))
     return limit
 
 

@@ -221,8 +221,8 @@ def calibrate(rows=None, *, fields=None, start: Efficiency = Efficiency(), test_
         train: the rows the fit may read, as a filter (`train_mask`, e.g. ``{"gpu":
             ["h100-sxm", "h200-sxm"]}``); every other row is held out and never evaluated by
             the fit. None: a random ``test_fraction`` split.
-        per_engine: fit one set of factors per engine of the training rows (default: when they
-            name more than one).
+        per_engine: fit one set of factors per engine of the training rows (default: when the
+            rows of fitted metrics name more than one; a KV-capacity row does not count).
 
     Returns:
         `CalibrationResult`.
@@ -258,8 +258,8 @@ def calibrate(rows=None, *, fields=None, start: Efficiency = Efficiency(), test_
     fit_rows = rows[~test].reset_index(drop=True)
     predictor = prediction_fn(fit_rows, options=options)
     engines = predictor.engines
-    if per_engine is None:
-        per_engine = len(engines) > 1
+    if per_engine is None:  # engines whose rows inform the factors (a KV-capacity row does not)
+        per_engine = len(engine_names(fit_rows[fit_rows["metric"].isin(FITTED_METRICS)])) > 1
     measured = fit_rows["value"].to_numpy(np.float64)
     supported = fit_rows["unsupported"].eq("") if "unsupported" in fit_rows else True
     fitted = (fit_rows["metric"].isin(FITTED_METRICS) & supported).to_numpy()

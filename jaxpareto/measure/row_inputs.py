@@ -134,7 +134,10 @@ def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl")
     defaults = Workload()
     workload = Workload(**{f.name: np.full(n, getattr(defaults, f.name), dtype=dt) for f in numeric_fields(Workload)},
                         slo=LatencySlo(*(np.full(n, limit, dtype=dt) for limit in defaults.slo)))
-    workload = dataclasses.replace(workload, osl=osl, delta_tokens=isl, kv_context_tokens=np.zeros(n, dt))
+    # a static row's KV capacity counts sessions of exactly one token of KV, under every profile
+    # (the measured profile would otherwise hold L + OSL / 2 per session)
+    static_kv = np.where(load == "static", 1.0, 0.0).astype(dt)
+    workload = dataclasses.replace(workload, osl=osl, delta_tokens=isl, kv_context_tokens=static_kv)
     names = engine_names(rows)
     row_engines = [r.get("engine") or SEED_ENGINE for r in records]
     factors_off = {name: resolve_engine(name).model_copy(update={"efficiency": {}}).to_params() for name in names}

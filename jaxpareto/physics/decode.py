@@ -15,7 +15,7 @@ import jax.numpy as jnp
 
 from jaxpareto.definitions.hardware import HardwareParams
 from jaxpareto.physics.attention import decode_pairs
-from jaxpareto.physics.memory import window_bytes
+from jaxpareto.physics.memory import session_gb
 from jaxpareto.definitions.model import ModelParams
 from jaxpareto.definitions.units import BYTES_PER_GB, FLOPS_PER_PARAM_PER_TOKEN, FLOPS_PER_TFLOPS, MS_PER_S, PARAMS_PER_B
 
@@ -28,8 +28,9 @@ class DecodeCoefficients(NamedTuple):
         expert_ms: one routed expert on one GPU's share, P_expert x d / (G x BW) [ms].
         experts: E (0 for dense).
         experts_per_token: K (0 for dense).
-        kv_ms: one session's KV reads L x κ / (min(G, n_kv) x BW) [ms], plus its fixed recurrent
-            state (linear and Mamba layers) read once per step.
+        kv_ms: one session's KV reads per GPU, `jaxpareto.physics.memory.session_gb` / (G x BW)
+            [ms]: L x κ / (min(G, n_kv) x BW) for full attention, plus its sliding-window KV and
+            fixed recurrent state (linear and Mamba layers), each read once per step.
         compute_ms: one session's matmuls 2 x P_active / (G x F) [ms] (plus its attention under the
             measured profile).
         elementwise_overhead: multiplier on memory time (1.10).
@@ -125,10 +126,8 @@ def decode_coefficients(
         expert_ms=model.expert_params_b * model.expert_weight_bytes / (tp * bw) * MS_PER_S,
         experts=model.experts,
         experts_per_token=model.experts_per_token,
-        kv_ms=context_tokens * model.kv_bytes_per_token / BYTES_PER_GB / (jnp.minimum(tp, model.kv_heads) * bw)
-        * MS_PER_S
-        + window_bytes(model, context_tokens) / BYTES_PER_GB / (jnp.minimum(tp, model.kv_window_heads) * bw) * MS_PER_S
-        + model.fixed_state_bytes / BYTES_PER_GB / (jnp.minimum(tp, model.state_heads) * bw) * MS_PER_S,
+        # each GPU reads its share of the session's KV, replicated heads included
+        kv_ms=session_gb(model, context_tokens, tp) / (tp * bw) * MS_PER_S,
         compute_ms=matmul_ms,
         elementwise_overhead=elementwise_overhead,
         eta_decode=eta_decode,

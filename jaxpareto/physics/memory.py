@@ -81,7 +81,8 @@ def memory_budget(
     """Seed eq. 5 for one point.
 
     Args:
-        hw: one GPU; memory_gb [GB].
+        hw: one GPU; memory_gb [GB] (the seed's budget), and with an engine its driver-reported
+            total memory_gb x memory_reported_ratio [GB].
         model: one model; weights_gb [GB] and its KV widths [B].
         tp: G, GPUs in the tensor-parallel group (scalar).
         concurrency: C, sessions offered (scalar).
@@ -93,10 +94,12 @@ def memory_budget(
     """
     weights_gb = model.weights_gb
     available_gb = tp * hw.memory_gb - weights_gb
-    if engine is not None:  # u x G M - W - G r, or u x (G M - W - G r) for TensorRT-LLM
+    if engine is not None:  # u x G M' - W - G r, or u x (G M' - W - G r) for TensorRT-LLM
+        # real engines take their share of the total the driver reports, M' (not the datasheet's)
+        reported_gb = tp * hw.memory_gb * jnp.where(engine.reported_total > 0, hw.memory_reported_ratio, 1.0)
         u, reserve = engine.gpu_memory_utilization, tp * engine.activation_reserve_gb
-        available_gb = jnp.where(engine.after_weights > 0, u * (available_gb - reserve),
-                                 u * tp * hw.memory_gb - weights_gb - reserve)
+        available_gb = jnp.where(engine.after_weights > 0, u * (reported_gb - weights_gb - reserve),
+                                 u * reported_gb - weights_gb - reserve)
     kv_per_session_gb = session_gb(model, kv_context_tokens, tp)
     sessions = jnp.floor(jnp.maximum(available_gb, 0.0) / kv_per_session_gb)
     concurrency_max = jnp.minimum(sessions, _INT32_MAX)

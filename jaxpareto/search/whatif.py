@@ -112,7 +112,10 @@ def least_hardware(
                               + ", ".join(search.unmet(u + np.log(2.0) * _MAX_DOUBLINGS)),
                               "gradient")
     values = np.exp(u)
-    hardware = base.model_copy(update={"name": f"{base.name}-what-if", **dict(zip(variables, map(float, values)))})
+    found = dict(zip(variables, map(float, values)))
+    if "memory_gb" in found and base.memory_reported_gb is not None:  # the reported total scales with it
+        found["memory_reported_gb"] = base.memory_reported_gb * found["memory_gb"] / base.memory_gb
+    hardware = base.model_copy(update={"name": f"{base.name}-what-if", **found})
     out = search.outputs(u)
     metrics = {n: float(np.asarray(getattr(out, n))[0]) for n in REPORTED}
     tight = search.violations(u).max(axis=0) > -1e-3  # within 0.1 % of a limit
