@@ -123,3 +123,5 @@ def test_validate_out_writes_every_row_with_its_prediction(small, fitted, tmp_pa
     assert main(["validate", "--data", str(small), "--out", str(out)]) == 2  # kept unless --overwrite
     assert "--overwrite" in capsys.readouterr().err
     assert out.read_text() == before
+    assert main(["validate", "--data", str(small), "--csv", str(out)]) == 2  # --csv is the same option
+    assert "--csv" in capsys.readouterr().err

@@ -534,3 +534,8 @@ def test_summary_as_csv_is_the_printed_table(tmp_path):
     assert main(["metrics", str(source), "--slo", "ttft_ms<=2000", "--out", str(out)]) == 0
     table = pd.read_csv(out)
     assert list(table.columns) == ["metric", "value", "units", "definition"] and "p99_ttft_ms" in set(table.metric)
+    # --csv, the option every table-printing command has, writes the same table
+    assert main(["metrics", str(source), "--slo", "ttft_ms<=2000", "--csv", str(tmp_path / "same.csv")]) == 0
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "same.csv"), table)
+    assert main(["metrics", str(source), "--csv", str(tmp_path / "summary.json")]) == 2
+    assert main(["metrics", str(source), "--csv", str(out)]) == 2  # kept unless --overwrite

@@ -45,15 +45,21 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else None
     if out is not None:
         check_summary_path(out, "--out", args.overwrite)
+    csv = Path(args.csv) if args.csv else None
+    if csv is not None:
+        if csv.suffix != ".csv":
+            raise JaxparetoError("--csv", f"writes a .csv file, got {csv.name!r}")
+        check_summary_path(csv, "--csv", args.overwrite)
     ds = metrics(args.file, args.format, percentiles=qs, percentile_method=args.percentile_method,
                  slo=_parse_slo(args.slo), benchmark=args.benchmark)
     slo = ", ".join(f"{k} <= {v:g}" for k, v in json.loads(ds.attrs["slo_ms"]).items()) or "none"
     print(f"{args.file}: {ds.attrs['format']}, {ds.attrs['requests']:,} requests; percentiles {ds.attrs['percentile_method']};"
           f" SLO {slo}; ITL {ds.attrs['itl_source']}\n")
     print(summary_table(ds))
-    if out is not None:
-        write_summary(ds, out, overwrite=args.overwrite)
-        print(f"\nwrote {out}")
+    for path in (out, csv):
+        if path is not None:
+            write_summary(ds, path, overwrite=args.overwrite)
+            print(f"\nwrote {path}")
     return 0
 
 
@@ -69,6 +75,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help=f"goodput SLO in ms, one of {', '.join(SLO_NAMES)} (repeatable)")
     p.add_argument("--benchmark", type=int, help="GuideLLM report: index of the benchmark to summarise")
     p.add_argument("--out", help="also write the summary: .json, .csv, .nc (netCDF3) or .zarr")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    p.add_argument("--csv", help="also write the summary table to this CSV file")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out or --csv file")
     p.set_defaults(func=_cmd_metrics)
     return p

@@ -26,7 +26,7 @@ def _adopted(args: argparse.Namespace, field: str, default: str) -> str:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    out = check_file_out(args.out, "--out", args.overwrite) if args.out else None
+    out = check_file_out(args.out, "--csv", args.overwrite) if args.out else None
     options = ModelOptions(prefill_model=_adopted(args, "prefill_model", "isolated"),
                            profile=_adopted(args, "profile", "seed"), arrivals=args.arrivals)
     rows = validation_rows(args.data)
@@ -57,15 +57,15 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``jaxpareto validate`` on an argparse sub-parser set."""
     p = subparsers.add_parser("validate", help="compare the model with measurements (MAPE per source and per "
-                                               "metric); --out writes every row with its prediction")
+                                               "metric); --csv writes every row with its prediction")
     p.add_argument("--calibration", metavar="FILE.toml",
                    help="factors of a calibration file (`jaxpareto calibrate`), per engine where it has them; "
                         "its profile and prefill model are adopted (default: the seed's factors)")
     p.add_argument("--data", metavar="FILE.csv", help="validation set (default: the shipped one)")
-    p.add_argument("--out", metavar="FILE.csv",
+    p.add_argument("--csv", "--out", dest="out", metavar="FILE.csv",
                    help="write every input row with `predicted`, `error_pct` and `reason` (why a row has no "
-                        "prediction or is not scored) columns")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+                        "prediction or is not scored) columns (--out is the same option)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --csv file")
     p.add_argument("--dtype", choices=DTYPES, default="float64", help="floating point type (default float64)")
     p.add_argument("--prefill", choices=PREFILL,
                    help="how a row's prompt is prefilled (default: 'prompt' under the measured profile, else 'isl')")
