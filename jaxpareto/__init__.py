@@ -8,9 +8,12 @@ Public API::
     front = jp.pareto_front(ds)
 
 The implementation lives in layer packages (``definitions``, ``physics``, ``mapper``,
-``dataset``, ``search``, ``measure``, ``plot``, ``cli``); this module only re-exports.
+``dataset``, ``search``, ``measure``, ``plot``, ``cli``); this module re-exports them and turns
+on JAX's persistent compilation cache (`jaxpareto.definitions.compilation_cache`).
 """
 
+from jaxpareto.definitions.compilation_cache import compilation_cache_dir
+from jaxpareto.definitions.compilation_cache import enable_compilation_cache
 from jaxpareto.dataset.comparison import cache_comparison_sweep
 from jaxpareto.dataset.costs import add_costs
 from jaxpareto.dataset.goodput import peak_goodput
@@ -70,6 +73,7 @@ __all__ = [
     "cache_comparison_sweep",
     "calibrate",
     "catalog",
+    "compilation_cache_dir",
     "frontier_table",
     "load_validation_set",
     "metrics",
@@ -92,3 +96,5 @@ __all__ = [
     "to_zarr",
     "validate",
 ]
+
+enable_compilation_cache()  # warm starts: a second process loads what the first compiled
