@@ -11,10 +11,10 @@ of three models on the same supported rows:
 - the measured profile with the Hopper-fitted factors (``--calibration``, or fitted here).
 
 Errors are split by partition (train = Hopper runs of the models measured when the shipped fit was made;
-test = Blackwell, and every run of MiniMax-M2.5 and Qwen3.5-397B, each apart), engine, GPU, model
-family and concurrency band. Throughput is each run's output tokens/s, C x OSL / (TTFT + (OSL - 1) TPOT)
+test = Blackwell, and every run of MiniMax-M2.5 and Qwen3.5-397B, each apart), layout (tensor or
+expert parallel), engine, GPU, model family and concurrency band. Throughput is each run's output tokens/s, C x OSL / (TTFT + (OSL - 1) TPOT)
 (Little's law at Z = 0), from the measured and from the predicted latencies. Rows whose layout the
-model cannot express (disaggregated, EP, attention-DP, PP, TP not dividing the heads) are counted
+model cannot express (disaggregated, attention-DP, PP, TP not dividing the heads) are counted
 apart, never scored.
 
 With ``--aiconfigurator FILE`` (`scripts/aiconfigurator_baseline.py`'s output) it adds
@@ -73,6 +73,8 @@ def runs(rows: pd.DataFrame, table: pd.DataFrame, split: np.ndarray) -> pd.DataF
         latency = wide[f"{kind}_ttft_ms"] + (wide["osl"] - 1.0) * wide[f"{kind}_tpot_ms"]
         wide[f"{kind}_throughput"] = wide["concurrency"] * wide["osl"] / latency * 1000.0
     wide["family"] = wide["model"].map(family)
+    layout = rows.assign(run=frame["run"]).drop_duplicates("run").set_index("run")["moe_ep"]
+    wide["layout"] = np.where(wide["run"].map(layout).fillna(1) > 1, "expert parallel", "tensor parallel")
     # the README's partitions: the fit's rows, the held-out Blackwell runs of the same models, and
     # each model no fit read
     never = wide["family"].str.contains("never in a fit")
@@ -142,7 +144,8 @@ def main(argv=None) -> int:
         sections.append((f"{label}, by partition", mape_table(wide, ["partition"])))
         if label.endswith("Hopper"):
             final = wide
-    for by in (["partition", "engine"], ["split", "gpu"], ["split", "family"], ["partition", "band"]):
+    for by in (["partition", "layout"], ["partition", "engine"], ["split", "gpu"], ["split", "family"],
+               ["partition", "band"]):
         sections.append((f"measured profile, fitted on Hopper, by {by[-1]}", mape_table(final, by)))
     if args.aiconfigurator:
         aic = pd.read_csv(args.aiconfigurator)

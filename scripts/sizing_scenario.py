@@ -2,7 +2,8 @@
 the measured profile calibrated on Hopper (the README's side-by-side).
 
 Llama-3.1-70B (bf16 unless ``--model``) on 8x H100, ISL 4,000, OSL 500, TTFT <= 2 s, TPOT <= 50 ms:
-the best TP and concurrency per TP group for output tokens/s per GPU, per engine.
+the best layout of replicas filling the 8 GPUs for output tokens/s per GPU, per engine
+(``jp.optimize(..., gpu_budget=8)``).
 
     python scripts/sizing_scenario.py [--model llama-3.1-70b-fp8]
 """
@@ -20,13 +21,11 @@ import jaxpareto as jp  # noqa: E402
 GPUS = 8
 
 
-def answer(ds) -> dict:
-    row = {k: ds[k].values.ravel()[0] for k in ("tp", "concurrency", "output_tokens_per_s_per_gpu", "ttft_ms",
-                                                 "tpot_ms")}
-    replicas = GPUS // int(row["tp"])
-    return {"layout": f"TP {int(row['tp'])} x {replicas}", "concurrency": int(row["concurrency"]) * replicas,
-            "tokens/s/GPU": round(float(row["output_tokens_per_s_per_gpu"])),
-            "TTFT ms": round(float(row["ttft_ms"])), "TPOT ms": round(float(row["tpot_ms"]), 1)}
+def answer(result) -> dict:
+    """The best layout of the budget (`jp.optimize(..., gpu_budget=8)`) as the table's row."""
+    return {"layout": f"TP {result.tp} x {result.replicas}", "concurrency": result.concurrency * result.replicas,
+            "tokens/s/GPU": round(result.value), "TTFT ms": round(result.metrics["ttft_ms"]),
+            "TPOT ms": round(result.metrics["tpot_ms"], 1)}
 
 
 def main(argv=None) -> int:
@@ -34,13 +33,13 @@ def main(argv=None) -> int:
     parser.add_argument("--model", default="llama-3.1-70b")
     parser.add_argument("--calibration", default="hopper-measured")
     args = parser.parse_args(argv)
-    common = dict(gpu=["h100-sxm"], model=[args.model], think_time_s=[0.0], context_tokens=[4000], hit_rate=[0.0],
+    common = dict(gpu="h100-sxm", model=args.model, think_time_s=0.0, context_tokens=4000, hit_rate=0.0,
                   osl=500, constraints={"ttft_ms": ("<=", 2000), "tpot_ms": ("<=", 50)}, tp=(1, 2, 4, 8),
-                  concurrency=(1, 1024))
+                  concurrency=(1, 1024), gpu_budget=GPUS)
     rows = [{"model": "seed profile", **answer(jp.optimize(**common))}]
     for engine in ("vllm", "sglang", "trtllm"):
         rows.append({"model": f"measured, {engine}",
-                     **answer(jp.optimize(**common, engine=[engine], calibration=args.calibration))})
+                     **answer(jp.optimize(**common, engine=engine, calibration=args.calibration))})
     keys = list(rows[0])
     print("| " + " | ".join(keys) + " |\n|" + "|".join(" --- " for _ in keys) + "|")
     for row in rows:

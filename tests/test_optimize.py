@@ -8,6 +8,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pandas as pd
 import pytest
 
 import jaxpareto as jp
@@ -334,3 +335,34 @@ def test_hf_quantisation_formats(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(jp.JaxparetoError, match="not valid JSON"):
         jp.Model.from_hf_config(bad)
+
+
+def test_gpu_budget_fills_whole_replicas_and_ranks_the_layouts(tmp_path, capsys):
+    from jaxpareto.cli import main
+
+    best = jp.optimize(**SCENARIO, constraints=SLO, concurrency=(1, 256), gpu_budget=8)
+    layouts = best.layouts
+    assert set(layouts["tp"]) == {1, 2, 4, 8} and (layouts["gpus_used"] == 8).all()  # never beyond the budget
+    assert (layouts["replicas"] * layouts["tp"] == layouts["gpus_used"]).all()
+    assert layouts["feasible"].tolist() == sorted(layouts["feasible"], reverse=True)  # infeasible ones last
+    ranked = layouts.loc[layouts["feasible"], "output_tokens_per_s_per_gpu"]
+    assert ranked.is_monotonic_decreasing
+    assert not layouts.set_index("tp").loc[1, "feasible"]  # 70B bf16 does not fit one H100
+    # per-GPU throughput: the budget's best layout is the unconstrained search's best TP
+    free = jp.optimize(**SCENARIO, constraints=SLO, concurrency=(1, 256))
+    assert (best.tp, best.concurrency) == (free.tp, free.concurrency)
+    assert best.value == pytest.approx(free.value, rel=1e-5)  # float32, evaluated in another batch
+    assert (best.replicas, best.gpus_used, best.serving) == (8 // best.tp, 8, "aggregated")
+    six = jp.optimize(**SCENARIO, constraints=SLO, concurrency=(1, 256), gpu_budget=6)
+    assert set(six.layouts["tp"]) == {1, 2} and (six.layouts["gpus_used"] == 6).all()
+    with pytest.raises(jp.JaxparetoError, match="gpu_budget: no TP choice in \\[2, 4, 8\\] divides 3 GPUs"):
+        jp.optimize(**SCENARIO, constraints=SLO, tp=(2, 4, 8), gpu_budget=3)
+    with pytest.raises(jp.JaxparetoError, match="gpu_budget: takes one scenario"):
+        jp.optimize(**{**SCENARIO, "gpu": ["h100-sxm", "h200-sxm"]}, constraints=SLO, gpu_budget=8)
+    out = tmp_path / "layouts.csv"
+    assert main(["optimize", "--gpu", "h100-sxm", "--model", "llama-3.1-70b", "--slo", "ttft_ms<=2000",
+                 "--gpu-budget", "8", "--max-concurrency", "256", "--csv", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "layouts of 8 GPUs" in printed and "best: aggregated, TP" in printed
+    assert max(len(line) for line in printed.splitlines() if not line.startswith("wrote")) <= 100  # not the path
+    assert set(pd.read_csv(out)["tp"]) == {1, 2, 4, 8}

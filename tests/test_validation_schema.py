@@ -100,9 +100,12 @@ def test_unsupported_reason_names_each_layout():
     assert unsupported_reason(row | dict(mode="disagg")) == "disaggregated prefill/decode"
     assert unsupported_reason(row | dict(pp=2, moe_tp=4)) == "pipeline parallelism (pp 2); MoE split moe_tp 4 x " \
                                                                "moe_ep 1 over tp 8 x attention_dp 1 GPUs"
-    assert unsupported_reason(row | dict(tp=1, attention_dp=8, moe_tp=1, moe_ep=8)) == (
-        "attention data parallelism (attention_dp 8); expert parallelism (moe_ep 8)")
-    assert unsupported_reason(row | dict(moe_tp=1, moe_ep=8)) == "expert parallelism (moe_ep 8)"
+    # expert parallelism is expressed (physics/layout.py) when the experts fill the replica
+    assert unsupported_reason(row | dict(moe_tp=1, moe_ep=8)) == ""
+    assert unsupported_reason(row | dict(tp=1, attention_dp=8, moe_tp=1, moe_ep=8)).startswith(
+        "attention data parallelism (attention_dp 8): a prefill on one rank stalls")
+    assert unsupported_reason(row | dict(tp=2, attention_dp=4, moe_tp=1, moe_ep=4)).endswith(
+        "MoE split moe_tp 1 x moe_ep 4 over tp 2 x attention_dp 4 GPUs")
 
 
 def test_converter_on_a_small_source(tmp_path, capsys):
@@ -136,7 +139,7 @@ def test_converter_on_a_small_source(tmp_path, capsys):
     dsr1 = by_id.loc["aic-dsr1-ttft"]
     assert (dsr1["model"], dsr1["weight_dtype"], dsr1["expert_weight_dtype"], dsr1["kv_dtype"]) == (
         "deepseek-v3", "fp4", "fp4", "bf16")  # SGLang: KV in the activation dtype
-    assert "DeepSeek-V3's architecture" in dsr1["notes"] and dsr1["unsupported"] == "expert parallelism (moe_ep 8)"
+    assert "DeepSeek-V3's architecture" in dsr1["notes"] and dsr1["unsupported"] == ""  # EP 8: expressed
     assert not by_id.index.str.contains("minimax").any()
     kimi = by_id.loc["aic-kimi-tpot"]
     assert (kimi["mode"], kimi["gpus"], kimi["tp"], kimi["concurrency"]) == ("disagg", 12, 4, 32.0)

@@ -69,6 +69,8 @@ def _one_scenario(args: argparse.Namespace) -> int:
     for option in ("method", "solver"):
         if getattr(args, option):
             kwargs[option] = getattr(args, option)
+    if args.gpu_budget is not None:
+        return _budget(args, kwargs)
     result = optimize(objective=args.objective, sense=args.sense, **kwargs)
     print(_wrapped(describe_scenario(args)))
     if not result.feasible:
@@ -86,12 +88,37 @@ def _one_scenario(args: argparse.Namespace) -> int:
     return 0
 
 
+def _budget(args: argparse.Namespace, kwargs: dict) -> int:
+    """--gpu-budget: every layout of replicas filling the budget, best first (`jaxpareto.search.budget`)."""
+    result = optimize(objective=args.objective, sense=args.sense, gpu_budget=args.gpu_budget, **kwargs)
+    print(_wrapped(describe_scenario(args)))
+    table = result.layouts
+    shown = ["serving", "tp", "replicas", "concurrency", "sessions", args.objective, "ttft_ms", "tpot_ms"]
+    shown = [c for c in dict.fromkeys(shown) if c in table]
+    printed = table[shown].rename(columns={**SHORT, "concurrency": "C/replica"})
+    with pd.option_context("display.width", 100, "display.float_format", FLOAT_FORMAT):
+        print(f"\nlayouts of {args.gpu_budget} GPUs ({args.sense} {args.objective}), best first:")
+        print(printed.to_string(index=False))
+    for _, row in table.iterrows():
+        note = row["binding"] if row["feasible"] else row["reason"]
+        print(_wrapped(f"  TP {row['tp']} x {row['replicas']}: {_short(note) or 'none binding'}"))
+    print()
+    if result.feasible:
+        print(_wrapped(f"best: {result.serving}, TP {result.tp} x {result.replicas} replicas ({result.gpus_used} "
+                       f"GPUs), concurrency {result.concurrency} per replica: {result.objective} {result.value:,.4g}"))
+    else:
+        print(f"no layout of {args.gpu_budget} GPUs meets the SLOs")
+    write_csv(table, args.csv, args.overwrite, "layouts")
+    return 0 if result.feasible else 1
+
+
 def _scenario_defaults() -> dict:
     """The one-scenario flags' defaults (those flags are refused with a spec when changed)."""
     parser = argparse.ArgumentParser()
     add_scenario_options(parser, required=False)
     parser.add_argument("--objective", default="output_tokens_per_s_per_gpu")
     parser.add_argument("--sense", default="max")
+    parser.add_argument("--gpu-budget", type=int, default=None)
     return {k: v for k, v in vars(parser.parse_args([])).items() if k not in ("gpu", "model", "calibration")}
 
 
@@ -148,6 +175,9 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="output to optimise, one scenario (default output_tokens_per_s_per_gpu)")
     p.add_argument("--sense", default="max", choices=("max", "min"),
                    help="maximise or minimise the objective, one scenario (default max)")
+    p.add_argument("--gpu-budget", type=int, metavar="GPUS",
+                   help="one scenario: fill this many GPUs with replicas of each TP choice dividing it, and "
+                        "rank the layouts (the best concurrency per replica of each)")
     add_output_options(p, "zarr store for the optimum per scenario of a spec")
     add_csv_option(p, "the table")
     p.add_argument("--method", action=SearchMethod, metavar="{" + ",".join(SEARCH_METHODS) + "}",

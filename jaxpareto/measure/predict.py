@@ -21,11 +21,12 @@ Load. Rows are evaluated at what they were measured at:
   concurrency_max (or below X(1)) is flagged unreachable and evaluated at that bound.
 - ``static``: ``kv_capacity_tokens`` is concurrency_max at a 1-token context: M_avail / κ r_kv.
 
-Normalisation. A row's system has ``gpus`` GPUs in gpus / tp TP groups (replicas). Whole-system
-throughput (``output_tokens_per_s_total``) is predicted as the per-GPU output tokens/s of one
-group (`evaluate_point`'s ``output_tokens_per_s_per_gpu``) times ``gpus``; a server row's load is
-divided by the number of groups before matching; concurrencies, latencies and KV capacity are
-per group.
+Normalisation. A row's system has ``gpus`` GPUs in gpus / (tp x attention_dp) replicas (a
+replica: one TP group, or ``attention_dp`` of them sharing the experts; `jaxpareto.physics.layout`).
+Whole-system throughput (``output_tokens_per_s_total``) is predicted as the per-GPU output
+tokens/s of one replica (`evaluate_point`'s ``output_tokens_per_s_per_gpu``) times ``gpus``; a
+server row's load is divided by the number of replicas before matching; concurrencies, latencies
+and KV capacity are per replica.
 
 Differentiability. `prediction_fn` returns a pure JAX function of the `Efficiency` pytree
 (``jax.vmap`` of `evaluate_point` over the rows, the `Efficiency` passed through unchanged). The
@@ -72,7 +73,8 @@ def _outputs(inputs: RowInputs, efficiency, solver, load, options):
         return evaluate_point(point, workload, efficiency, solver, options=options, percentiles=False)
 
     axis = "request_rate" if options.open_loop else "concurrency"
-    points = GridPoint(gpu=inputs.hw, model=inputs.model, engine=inputs.engine, tp=inputs.tp, **{axis: load},
+    points = GridPoint(gpu=inputs.hw, model=inputs.model, engine=inputs.engine, tp=inputs.tp,
+                       dp_attention=inputs.dp_attention, **{axis: load},
                        think_time_s=inputs.think_time_s, context_tokens=inputs.context_tokens, hit_rate=inputs.hit_rate)
     return map_points(one, (points, inputs.workload, efficiency),
                       (dataclasses.replace(solver, name=options.differentiable_solver),))
@@ -84,8 +86,8 @@ def _row_efficiency(inputs: RowInputs, table: Efficiency) -> Efficiency:
 
 
 def _group_throughput(out, inputs: RowInputs):
-    """Output tokens/s of one TP group: per-GPU output x G."""
-    return out.output_tokens_per_s_per_gpu * inputs.tp
+    """Output tokens/s of one replica: per-GPU output x G x D."""
+    return out.output_tokens_per_s_per_gpu * inputs.tp * inputs.dp_attention
 
 
 def _target(inputs: RowInputs, capacity):
@@ -161,7 +163,7 @@ def _predict(inputs: RowInputs, table, solver, *, options, steps):
         "concurrency_eff": out.concurrency_eff,
         "concurrency_max": cmax,
         "reachable": reachable,
-        "max_load_tokens_per_s": x_max * inputs.gpus / inputs.tp,
+        "max_load_tokens_per_s": x_max * inputs.gpus / (inputs.tp * inputs.dp_attention),
         "feasible": out.feasible,
     }
     return prediction, details

@@ -52,14 +52,16 @@ class RowInputs:
         engine: per-row serving engine's memory and chunk settings (`EngineParams`; rows with
             no engine: the seed's); its factors are not used (the predictor's `Efficiency` is).
         engine_index: per row, the index of its engine in `engine_names` (rows,).
-        tp: GPUs per TP group G. gpus: GPUs of the whole system.
-        concurrency: sessions per group offered (offline rows: `OFFLINE_CONCURRENCY` unless the
+        tp: GPUs per TP group G (the attention TP of each attention-DP rank). dp_attention: D,
+            attention-DP ranks of a replica (1 without attention DP), so a replica has G x D GPUs.
+        gpus: GPUs of the whole system.
+        concurrency: sessions per replica offered (offline rows: `OFFLINE_CONCURRENCY` unless the
             row gives one; server and static rows: 1, unused).
         think_time_s: Z = 0. context_tokens: L [tokens]. hit_rate: 1 with ``prefill="isl"``.
         workload: per-row `Workload` (OSL, ΔL = ISL; other fields at their defaults).
         metric: index into the candidate predictions (`METRIC_CODE`).
         server: the row is matched to ``target``.
-        target: a server row's load per TP group [output tokens/s] (0 elsewhere).
+        target: a server row's load per replica [output tokens/s] (0 elsewhere).
         load_fraction: a server row's load over its system's measured capacity, matched as that
             share of the model's capacity; 0 where no capacity is given (absolute matching).
     """
@@ -69,6 +71,7 @@ class RowInputs:
     engine: EngineParams
     engine_index: np.ndarray
     tp: np.ndarray
+    dp_attention: np.ndarray
     gpus: np.ndarray
     concurrency: np.ndarray
     think_time_s: np.ndarray
@@ -127,8 +130,9 @@ def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl")
     concurrency = np.where(np.isnan(given), np.where(load == "offline", OFFLINE_CONCURRENCY, 1.0), given)
     concurrency = np.where(load == "server", 1.0, concurrency).astype(dt)
     tp, gpus = num(rows["tp"]), num(rows["gpus"])
+    ranks = num(rows["attention_dp"]) if "attention_dp" in rows else np.ones(n, dt)
     server = load == "server"
-    target = np.where(server, num(rows["load_tokens_per_s"]) / (gpus / tp), 0.0).astype(dt)
+    target = np.where(server, num(rows["load_tokens_per_s"]) / (gpus / (tp * ranks)), 0.0).astype(dt)
     fraction = num(rows["load_tokens_per_s"]) / num(rows["capacity_tokens_per_s"])
     fraction = np.where(server & np.isfinite(fraction), fraction, 0.0).astype(dt)
     defaults = Workload()
@@ -147,6 +151,7 @@ def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl")
         engine_index=np.asarray([names.index(name) for name in row_engines], np.int32),
         model=stack_params([row_model(r).to_params() for r in records], dt),
         tp=tp,
+        dp_attention=ranks.astype(dt),
         gpus=gpus,
         concurrency=concurrency,
         think_time_s=np.zeros(n, dt),

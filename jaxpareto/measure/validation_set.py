@@ -300,12 +300,13 @@ def _fill_defaults(row: dict) -> None:
 def unsupported_reason(row) -> str:
     """Why the model cannot express a row's serving layout yet, "" when it can.
 
-    The model serves one TP group (weights, attention and experts split ``tp`` ways) with prefill
-    and decode on the same GPUs. Reasons, joined with "; ": ``mode`` disagg, ``pp`` > 1,
-    ``attention_dp`` > 1, ``moe_ep`` > 1, for MoE models an expert split ``moe_tp`` x
-    ``moe_ep`` other than ``tp`` x ``attention_dp`` GPUs, and a ``tp`` that does not divide the
-    model's attention heads (vLLM, SGLang and TensorRT-LLM shard whole heads: such a run used a
-    layout the row does not give).
+    The model serves a replica of ``attention_dp`` TP groups of ``tp`` GPUs each, the experts
+    spread over all of them (by ``moe_ep`` and ``moe_tp``; `jaxpareto.physics.layout`), with
+    prefill and decode on the same GPUs. Reasons, joined with "; ": ``mode`` disagg, ``pp`` > 1,
+    ``attention_dp`` > 1 (its memory is modelled, the ranks stepping in lockstep is not), for MoE
+    models an expert split ``moe_tp`` x ``moe_ep`` other than ``tp`` x ``attention_dp``
+    GPUs, and a ``tp`` that does not divide the model's attention heads (vLLM, SGLang and
+    TensorRT-LLM shard whole heads: such a run used a layout the row does not give).
 
     Args:
         row: a row of `load_validation_set` (a mapping; blank layout fields take their defaults).
@@ -322,10 +323,9 @@ def unsupported_reason(row) -> str:
         reasons.append("disaggregated prefill/decode")
     if pp > 1:
         reasons.append(f"pipeline parallelism (pp {pp})")
-    if attention_dp > 1:
-        reasons.append(f"attention data parallelism (attention_dp {attention_dp})")
-    if moe_ep > 1:
-        reasons.append(f"expert parallelism (moe_ep {moe_ep})")
+    if attention_dp > 1:  # memory and reads are modelled (physics/layout.py); the ranks' lockstep is not
+        reasons.append(f"attention data parallelism (attention_dp {attention_dp}): a prefill on one rank "
+                       "stalls every rank's MoE step, not modelled yet")
     model = {**catalog.models(), **EXTRA_MODELS}.get(row["model"])
     if model is not None and model.experts and moe_tp * moe_ep != tp * attention_dp:
         reasons.append(f"MoE split moe_tp {moe_tp} x moe_ep {moe_ep} over tp {tp} x attention_dp {attention_dp} "

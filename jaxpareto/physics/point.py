@@ -25,6 +25,7 @@ from jaxpareto.physics.engine import shared_turn, step_ms, synchronised_turn
 from jaxpareto.definitions.hardware import effective_tflops
 from jaxpareto.physics.intensity import operational_intensity
 from jaxpareto.physics.limits import LOAD_BEYOND_CAPACITY, context_fits, heads_split, infeasible_reason
+from jaxpareto.physics.layout import rank_model
 from jaxpareto.physics.memory import memory_budget, session_gb
 from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.physics.prefill import PrefillWork, prefill_tokens, prefill_work, ttft_ms
@@ -349,8 +350,15 @@ def evaluate_point(
         raise ValueError(f"solver {solver.name!r} not in {SOLVERS}, or 'exact' with {options} (not piecewise linear)")
     open_loop = options.open_loop
     hw, model, tp = point.gpu, point.model, point.tp
+    # attention data parallelism: one of D alike ranks stands for the replica (physics/layout.py)
+    ranks = point["dp_attention"] if "dp_attention" in point else None
+    if ranks is not None:
+        model = rank_model(model, ranks)
     # the open loop admits whatever arrives: memory then decides stability, not admission
-    concurrency = point.request_rate * 0.0 + jnp.inf if open_loop else point.concurrency
+    if open_loop:
+        concurrency = point.request_rate * 0.0 + jnp.inf
+    else:
+        concurrency = point.concurrency if ranks is None else point.concurrency / ranks
     think_time_s, context_tokens, hit_rate = point.think_time_s, point.context_tokens, point.hit_rate
     lru = options.cache_model == "lru"
     # the measured profile: decode attends, and KV holds, the turn's mean context L + OSL / 2
@@ -368,6 +376,8 @@ def evaluate_point(
     ok = reason == 0
     concurrency_eff = jnp.where(ok, admitted, 1.0)  # safe stand-in when infeasible
     rate_per_ms = point.request_rate / MS_PER_S if open_loop else 0.0 * memory.concurrency_max
+    if open_loop and ranks is not None:
+        rate_per_ms = rate_per_ms / ranks
     slots = jnp.where(ok, memory.concurrency_max, 1.0)
 
     tflops = effective_tflops(hw, model.compute_bits)
@@ -470,7 +480,7 @@ def evaluate_point(
                               if name != "request_goodput"}
         goodput = jnp.nan + 0.0 * latency
 
-    return PointOutputs(
+    outputs = PointOutputs(
         ttft_ms=masked(state.ttft_ms),
         tpot_ms=masked(state.tpot_ms),
         latency_ms=masked(latency),
@@ -507,3 +517,14 @@ def evaluate_point(
         converged=ok & solution.converged,
         iterations=jnp.where(ok, solution.iterations, 0).astype(jnp.int32),
     )
+    if ranks is None:
+        return outputs
+    # the replica has D times its rank's batch, throughput and sessions; per GPU, per session and
+    # per request it is the rank
+    concurrency_eff = jnp.where(ok, jnp.round(sessions * ranks) if open_loop else jnp.minimum(
+        point.concurrency, memory.concurrency_max * ranks), memory.concurrency_eff * ranks)
+    return outputs._replace(
+        batch_eff=outputs.batch_eff * ranks, turns_per_s=outputs.turns_per_s * ranks,
+        request_throughput=outputs.request_throughput * ranks, request_goodput=outputs.request_goodput * ranks,
+        concurrency_max=(memory.concurrency_max * ranks).astype(jnp.int32),
+        concurrency_eff=jnp.round(concurrency_eff).astype(jnp.int32))

@@ -95,6 +95,11 @@ class OptimizeResult:
         reason: why nothing is feasible ("" when feasible).
         method: "exhaustive" or "gradient".
         hardware: for a hardware what-if (``variables``), the GPU with the values found.
+        serving: "aggregated" (prefill and decode on the same GPUs; the only mode modelled yet).
+        replicas, gpus_used: with a GPU budget, the replicas of ``tp`` GPUs filling it and their
+            GPUs (None without a budget, or when infeasible).
+        layouts: with a GPU budget, every layout's best as a DataFrame, best first
+            (`jaxpareto.search.budget.best_layout`).
     """
 
     feasible: bool
@@ -107,6 +112,10 @@ class OptimizeResult:
     reason: str
     method: str
     hardware: Hardware | None = None
+    serving: str = "aggregated"
+    replicas: int | None = None
+    gpus_used: int | None = None
+    layouts: object = dataclasses.field(default=None, compare=False, repr=False)
 
 
 __all__ = ["HARDWARE_VARIABLES", "NUMERIC_OUTPUTS", "OPERATORS", "REPORTED", "Constraint", "OptimizeResult",

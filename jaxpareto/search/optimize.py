@@ -43,6 +43,7 @@ from jaxpareto.definitions.options import SEARCH_METHODS
 from jaxpareto.definitions.settings import SOLVERS
 from jaxpareto.search.constraints import (HARDWARE_VARIABLES, NUMERIC_OUTPUTS, Constraint,  # noqa: F401
                                           OptimizeResult, concurrency_range, parse_constraints)
+from jaxpareto.search.budget import best_layout, budget_layouts
 from jaxpareto.search.problem import Problem
 from jaxpareto.search.servable import require_servable
 from jaxpareto.search.whatif import least_hardware
@@ -89,6 +90,7 @@ def optimize(
     variables: Sequence[str] | None = None,
     starts: int = 6,
     steps: int = 250,
+    gpu_budget: int | None = None,
     **settings,
 ):
     """The best TP and concurrency for a scenario under SLOs (or for many scenarios at once).
@@ -108,6 +110,10 @@ def optimize(
             result's ``hardware`` holds the values found (see
             `jaxpareto.search.whatif.least_hardware`).
         starts, steps: gradient search: starting points per TP choice and optax steps.
+        gpu_budget: GPUs to fill with replicas (one scenario): each TP choice dividing it is a
+            layout of gpu_budget / TP replicas, searched for its best concurrency per replica;
+            the result is the best layout, with ``replicas``, ``gpus_used`` and every layout's
+            best in ``layouts`` (`jaxpareto.search.budget`).
         **settings: the keywords of `jaxpareto.dataset.plan.plan_sweep` (``workload=``,
             ``efficiency=``, ``options=``, flat scalars such as osl or eta_prefill, ``dtype``,
             and ``solver``, the closed-loop solver of the exact evaluations: "damped" (default),
@@ -135,6 +141,29 @@ def optimize(
     lo, hi = concurrency_range(concurrency)
     starts = check_number("starts", starts, low=1, high=256, integer=True)
     steps = check_number("steps", steps, low=1, high=100_000, integer=True)
+    if gpu_budget is not None:
+        if variables is not None:
+            raise JaxparetoError("gpu_budget", "a hardware what-if (variables=) takes one TP, not a budget")
+        fitting = budget_layouts(gpu_budget, tp_choices)
+        one = dict(objective=objective, sense=sense, constraints=constraints, concurrency=concurrency, method=method,
+                   starts=starts, steps=steps)
+        scenario_args = (gpu, model, think_time_s, context_tokens, hit_rate)
+        if any(_is_batch(v) for v in (*scenario_args, *(settings.get(a) for a in SCENARIO_AXES))):
+            raise JaxparetoError("gpu_budget", "takes one scenario (no lists of GPUs, models or workloads)")
+        require_servable(plan_sweep(gpu=gpu, model=model, think_time_s=think_time_s, context_tokens=context_tokens,
+                                    hit_rate=hit_rate, tp=fitting, concurrency=[lo], **settings),
+                         np.asarray(fitting))
+
+        def at(tp: int) -> OptimizeResult:
+            try:
+                return optimize(*scenario_args, tp=(tp,), **one, **settings)
+            except JaxparetoError as error:  # a TP that does not shard the model: a layout no server runs
+                if error.field != "tp":
+                    raise
+                return OptimizeResult(False, None, None, objective, float("nan"), {}, (),
+                                      f"TP {tp}: {model_name(model)} {error.problem}", method)
+
+        return best_layout(gpu_budget, np.asarray(fitting), at, sense)
     if variables is not None:
         return least_hardware(gpu, model, think_time_s, context_tokens, hit_rate, variables=variables,
                               constraints=constraints, tp=tp, concurrency=concurrency, **settings)
@@ -152,6 +181,10 @@ def optimize(
     problem = Problem(plan, cons, objective, 1.0 if sense == "max" else -1.0, tp_choices, lo, hi)
     found = problem.exhaustive() if chosen == "exhaustive" else problem.gradient(starts, steps)
     return problem.to_dataset(found, chosen) if batched else problem.to_result(found, chosen)
+
+
+def model_name(model) -> str:
+    return model if isinstance(model, str) else getattr(model, "name", str(model))
 
 
 __all__ = ["AUTO_EXHAUSTIVE_MAX_POINTS", "HARDWARE_VARIABLES", "METHODS", "Constraint", "OptimizeResult",

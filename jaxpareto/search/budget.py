@@ -1,0 +1,78 @@
+"""A GPU budget: the best layout of replicas filling it (AIConfigurator's question, aggregated
+serving).
+
+Given B GPUs, every TP choice G that divides B is a layout of B / G replicas, each serving its
+own sessions on its own GPUs (the replicas do not interact: a router spreads sessions evenly).
+Each layout's best concurrency per replica comes from the one-scenario search
+(`jaxpareto.search.optimize.optimize`), and the layouts are ranked by the objective. Per GPU
+figures are those of one replica; whole-budget figures are B / G times a replica's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from jaxpareto.definitions.checks import check_number
+from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.search.constraints import OptimizeResult
+
+
+def budget_layouts(budget: int, tp_choices: np.ndarray) -> list[int]:
+    """The TP choices that fill ``budget`` GPUs with whole replicas.
+
+    Raises:
+        JaxparetoError: a budget that is not a whole number >= 1, or no TP choice dividing it.
+    """
+    budget = check_number("gpu_budget", budget, low=1, high=2**20, integer=True)
+    fitting = [int(t) for t in tp_choices if budget % int(t) == 0]
+    if not fitting:
+        raise JaxparetoError("gpu_budget", f"no TP choice in {[int(t) for t in tp_choices]} divides {budget} GPUs "
+                                           "into whole replicas")
+    return fitting
+
+
+def best_layout(budget: int, tp_choices: np.ndarray, search: Callable[[int], OptimizeResult],
+                sense: str) -> OptimizeResult:
+    """The best layout under ``budget`` GPUs (module docstring).
+
+    Args:
+        budget: B, GPUs to fill.
+        tp_choices: TP choices; those not dividing B are left out.
+        search: G -> the one-scenario optimum at TP G alone.
+        sense: "max" or "min" of the objective.
+
+    Returns:
+        The best layout's `OptimizeResult` with ``serving`` "aggregated", ``replicas`` B / G,
+        ``gpus_used`` B and ``layouts``: one row per TP choice (best first; infeasible ones last
+        with their reason): ``tp``, ``replicas``, ``gpus_used``, ``concurrency`` per replica,
+        ``sessions`` over the budget, the objective and the metrics, ``binding`` and ``reason``.
+    """
+    rows, results = [], {}
+    for tp in budget_layouts(budget, tp_choices):
+        found = search(tp)
+        results[tp] = found
+        replicas = budget // tp
+        row = {"serving": "aggregated", "tp": tp, "replicas": replicas, "gpus_used": replicas * tp,
+               "concurrency": found.concurrency, "sessions": None if found.concurrency is None
+               else replicas * found.concurrency, found.objective: found.value}
+        row.update({k: v for k, v in found.metrics.items() if k != found.objective})
+        if found.feasible and "output_tokens_per_s_per_gpu" in found.metrics:
+            row["output_tokens_per_s_total"] = found.metrics["output_tokens_per_s_per_gpu"] * replicas * tp
+        row.update(binding=", ".join(found.binding), reason=found.reason, feasible=found.feasible)
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    objective = next(iter(results.values())).objective
+    order = table[table["feasible"]].sort_values(objective, ascending=(sense == "min"), kind="stable")
+    table = pd.concat([order, table[~table["feasible"]]]).reset_index(drop=True)
+    table[["concurrency", "sessions"]] = table[["concurrency", "sessions"]].astype("Int64")
+    best = results[int(table["tp"].iloc[0])]
+    replicas = budget // int(table["tp"].iloc[0])
+    return dataclasses.replace(best, serving="aggregated", replicas=replicas if best.feasible else None,
+                               gpus_used=replicas * best.tp if best.feasible else None, layouts=table)
+
+
+__all__ = ["best_layout", "budget_layouts"]
