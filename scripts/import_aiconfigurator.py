@@ -15,6 +15,10 @@ Rules, per source row:
   or blank: blank; dense models: ``moe_*`` blank), ``gpus`` = tp x pp x attention_dp. Rows whose
   concurrency is not ``batch_size`` (sessions per attention-DP rank) x attention_dp are dropped:
   the source does not say how the other sessions were served (replicas or engine queueing).
+  Rows with ``tp_size`` = ``moe_tp_size`` x ``moe_ep_size`` and ``moe_tp_size`` =
+  ``moe_ep_size`` > 1 are dropped: every such run whose name states its layout (``tp4_ep4``,
+  ``tp8_0_ep8_0``) ran on ``tp_size`` / ``moe_ep_size`` GPUs, and no other run has that
+  signature, so the source counted their GPUs twice.
 - Disaggregated rows (``mode`` disagg): ``gpus`` = the prefill plus the decode workers' GPUs
   (workers x tp x attention_dp x pp each); ``tp`` and the layout columns are the decode
   workers'; the prefill layout is in ``notes``. Rows without worker counts are dropped.
@@ -84,6 +88,8 @@ DROP_CONCURRENCY = "concurrency is not batch_size x attention_dp (how the sessio
 DROP_WORKERS = "disaggregated run without worker counts"
 DROP_SPLIT = "disaggregated GPUs do not split into decode TP groups"
 DROP_BUILD = "model does not build with these dtypes"
+DROP_DOUBLED = ("tp_size = moe_tp x moe_ep with moe_tp = moe_ep > 1: the GPUs counted twice (each of the 160 such "
+                "runs whose name gives its layout, tp4_ep4 or tp8_ep8, ran on tp_size / moe_ep GPUs)")
 
 
 def default_source() -> Path:
@@ -120,6 +126,9 @@ def _layout(src: dict) -> tuple[dict, str] | str:
         tp, pp, adp = _size(src["tp_size"]), _size(src["pp_size"]), _size(src["attention_dp_size"])
         if given and concurrency != (_size(src["batch_size"]) or 0) * (adp or 1):
             return DROP_CONCURRENCY
+        moe_tp, moe_ep = _size(src["moe_tp_size"]), _size(src["moe_ep_size"])
+        if moe_tp is not None and moe_tp == moe_ep and moe_ep > 1 and tp == moe_tp * moe_ep:
+            return DROP_DOUBLED
         layout = dict(gpus=tp * (pp or 1) * (adp or 1), tp=tp, pp=pp, attention_dp=adp, mode="agg",
                       moe_tp=_size(src["moe_tp_size"]), moe_ep=_size(src["moe_ep_size"]), concurrency=concurrency)
         return layout, note

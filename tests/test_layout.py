@@ -74,3 +74,15 @@ def test_rank_model_reads_the_experts_of_the_whole_replica():
         assert float(rank.weights_gb) == pytest.approx(dense + float(expert_weights_gb(model)) / ranks, rel=1e-12)
     same = rank_model(model, jnp.float64(1.0))
     assert float(same.experts_per_token) == model.experts_per_token and float(same.weights_gb) == model.weights_gb
+
+
+@pytest.mark.parametrize("gpu, tp, link_gbs", [("h100-sxm", 8, 450.0), ("h100-sxm", 16, 50.0), ("b200", 16, 100.0),
+                                               ("gb200", 16, 900.0), ("gb200", 72, 900.0), ("gb200", 144, 50.0)])
+def test_a_tp_group_beyond_the_scaleup_domain_all_reduces_over_the_nics(gpu, tp, link_gbs):
+    from jaxpareto.physics.communication import allreduce_time
+
+    hw, model = _f64(catalog.gpus()[gpu].to_params()), _f64(catalog.models()["llama-3.1-70b"].to_params())
+    got = allreduce_time(hw, model, jnp.float64(tp), jnp.float64(1.0), jnp.float64(0.0))
+    ring = 2 * (tp - 1) / tp  # of the message per GPU, two all-reduces per layer, 16-bit activations
+    want = 2 * float(model.layers) * ring * float(model.hidden_size) * 2 / (link_gbs * 1e9) * 1000
+    assert float(got.per_token_ms) == pytest.approx(want, rel=1e-12)

@@ -35,6 +35,11 @@ class Hardware(Definition):
         tflops_fp4: dense FP4 (NVFP4/MXFP4) throughput [TFLOPS]; None where absent.
         interconnect_gbs: scale-up bandwidth per GPU, one direction [GB/s]; the all-reduce term's
             link (`jaxpareto.physics.communication`, opt-in).
+        scaleup_domain_gpus: GPUs that share that link (an 8-GPU node; 72 for a GB200 NVL72
+            rack); None: unlimited.
+        scaleout_gbs: bandwidth per GPU beyond the scale-up domain, one direction [GB/s] (its
+            NIC): the link of a TP group larger than the domain. None: unknown (the scale-up
+            link is used).
         sources: field name -> where its value comes from.
 
     Raises:
@@ -50,11 +55,13 @@ class Hardware(Definition):
     tflops_fp8: float | None = None
     tflops_fp4: float | None = None
     interconnect_gbs: float | None = None
+    scaleup_domain_gpus: int | None = pydantic.Field(default=None, ge=1)
+    scaleout_gbs: float | None = None
     sources: dict[str, str] = pydantic.Field(default_factory=dict)
 
     @pydantic.field_validator(
         "memory_gb", "memory_reported_gb", "bandwidth_gbs", "tflops_fp16", "tflops_fp8", "tflops_fp4",
-        "interconnect_gbs"
+        "interconnect_gbs", "scaleout_gbs"
     )
     @classmethod
     def _positive(cls, value, info):
@@ -72,6 +79,8 @@ class Hardware(Definition):
             tflops_fp8=nan if self.tflops_fp8 is None else self.tflops_fp8,
             tflops_fp4=nan if self.tflops_fp4 is None else self.tflops_fp4,
             interconnect_gbs=nan if self.interconnect_gbs is None else self.interconnect_gbs,
+            scaleup_domain_gpus=math.inf if self.scaleup_domain_gpus is None else float(self.scaleup_domain_gpus),
+            scaleout_gbs=nan if self.scaleout_gbs is None else self.scaleout_gbs,
         )
 
 
@@ -80,8 +89,8 @@ class Hardware(Definition):
 class HardwareParams:
     """One GPU as scalars (or, stacked, a table with a leading GPU axis).
 
-    Fields have the units of `Hardware`; ``tflops_fp8``/``tflops_fp4``/``interconnect_gbs`` are
-    NaN where absent. ``memory_reported_ratio`` is ``memory_reported_gb / memory_gb``, a ratio so
+    Fields have the units of `Hardware`; ``tflops_fp8``/``tflops_fp4``/``interconnect_gbs``/
+    ``scaleout_gbs`` are NaN where absent, ``scaleup_domain_gpus`` inf. ``memory_reported_ratio`` is ``memory_reported_gb / memory_gb``, a ratio so
     that a what-if that scales ``memory_gb`` scales the reported total with it.
     """
 
@@ -92,6 +101,8 @@ class HardwareParams:
     tflops_fp8: jax.Array | float
     tflops_fp4: jax.Array | float
     interconnect_gbs: jax.Array | float
+    scaleup_domain_gpus: jax.Array | float = math.inf
+    scaleout_gbs: jax.Array | float = math.nan
 
 
 def effective_tflops(hw: HardwareParams, compute_bits: jax.Array | float) -> jax.Array:

@@ -8,7 +8,10 @@ carries T tokens spends
     t = 2 layers x [scale x 2 (G - 1) / G x T x hidden x 2 B / interconnect + latency]
 
 on communication (16-bit activations; ``interconnect_gbs`` is the GPU's one-way scale-up
-bandwidth from the catalog). ``scale`` (`Efficiency.allreduce_scale`, 0 by default) switches the
+bandwidth from the catalog). A group larger than the scale-up domain (``scaleup_domain_gpus``:
+TP 16 over 8-GPU nodes) runs its ring over the nodes' NICs, so its slowest hop, and the ring's
+bandwidth, is ``scaleout_gbs`` (nccl-tests' bus bandwidth of a multi-node all-reduce is that of
+the NIC per GPU; AIConfigurator's ``inter_node_bw``). ``scale`` (`Efficiency.allreduce_scale`, 0 by default) switches the
 bandwidth term on (1 = the link's peak) and absorbs achieved-bandwidth losses when calibrated;
 ``latency`` (`Efficiency.allreduce_latency_us`) is the fixed cost of one all-reduce. G = 1 has
 neither. GPUs without interconnect data, and models without ``hidden_size``, get no bandwidth
@@ -53,7 +56,8 @@ def allreduce_time(hw: HardwareParams, model: ModelParams, tp: jax.Array, scale:
     """The module docstring's t for one forward pass, split into per-token and fixed parts.
 
     Args:
-        hw: one GPU; ``interconnect_gbs`` [GB/s one way] (NaN when unknown).
+        hw: one GPU; ``interconnect_gbs`` [GB/s one way] (NaN when unknown), and beyond
+            ``scaleup_domain_gpus`` GPUs ``scaleout_gbs`` [GB/s one way].
         model: one model; ``layers``, ``hidden_size`` (NaN when unknown).
         tp: G [GPUs].
         scale: multiplier on the bandwidth term (0: off).
@@ -61,7 +65,11 @@ def allreduce_time(hw: HardwareParams, model: ModelParams, tp: jax.Array, scale:
         latency_per_peer: the latency grows as G - 1 (static; the measured profile).
     """
     known = jnp.isfinite(hw.interconnect_gbs) & jnp.isfinite(model.hidden_size) & (tp > 1)
-    link = jnp.where(known, hw.interconnect_gbs, 1.0)  # double where: no NaN in gradients
+    # beyond the scale-up domain the ring crosses the NICs (unknown scale-out: the scale-up link)
+    across = (tp > hw.scaleup_domain_gpus) & jnp.isfinite(hw.scaleout_gbs)
+    link = jnp.where(across, jnp.minimum(hw.interconnect_gbs, jnp.where(across, hw.scaleout_gbs, 1.0)),
+                     hw.interconnect_gbs)
+    link = jnp.where(known, link, 1.0)  # double where: no NaN in gradients
     hidden = jnp.where(known, model.hidden_size, 0.0)
     passes = ALLREDUCES_PER_LAYER * model.layers
     ring = 2.0 * (tp - 1.0) / tp
