@@ -23,6 +23,9 @@ GPUS = 8
 
 def answer(result) -> dict:
     """The best layout of the budget (`jp.optimize(..., gpu_budget=8)`) as the table's row."""
+    if not result.feasible:
+        return {"layout": f"none ({result.reason})", "concurrency": "", "tokens/s/GPU": "", "TTFT ms": "",
+                "TPOT ms": ""}
     return {"layout": f"TP {result.tp} x {result.replicas}", "concurrency": result.concurrency * result.replicas,
             "tokens/s/GPU": round(result.value), "TTFT ms": round(result.metrics["ttft_ms"]),
             "TPOT ms": round(result.metrics["tpot_ms"], 1)}

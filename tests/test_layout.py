@@ -63,16 +63,22 @@ def test_a_dense_replica_of_two_ranks_is_two_tp_groups():
 
 
 def test_rank_model_reads_the_experts_of_the_whole_replica():
+    from jaxpareto.physics.decode import experts_touched
+
     model = catalog.models()["deepseek-v3"].to_params()
+    for ranks, batch in ((1, 5.0), (4, 3.0), (8, 40.0), (8, 2.0)):  # the seed's routing: min(D b K, E) / D
+        rank = rank_model(model, jnp.float64(ranks), "seed")
+        touched = experts_touched(jnp.float64(batch), rank.experts, rank.experts_per_token, "seed")
+        assert float(touched) == pytest.approx(min(ranks * batch * model.experts_per_token, model.experts) / ranks)
     for ranks, batch in ((1, 5.0), (4, 3.0), (8, 40.0)):
-        rank = rank_model(model, jnp.float64(ranks))
+        rank = rank_model(model, jnp.float64(ranks), "uniform")
         e, k = model.experts, model.experts_per_token
         touched_replica = e * (1 - (1 - k / e) ** (ranks * batch))  # the whole replica's batch
         touched_rank = float(rank.experts * (1 - (1 - rank.experts_per_token / rank.experts) ** batch))
         assert touched_rank == pytest.approx(touched_replica / ranks, rel=1e-12)
         dense = model.weights_gb - float(expert_weights_gb(model))
         assert float(rank.weights_gb) == pytest.approx(dense + float(expert_weights_gb(model)) / ranks, rel=1e-12)
-    same = rank_model(model, jnp.float64(1.0))
+    same = rank_model(model, jnp.float64(1.0), "uniform")
     assert float(same.experts_per_token) == model.experts_per_token and float(same.weights_gb) == model.weights_gb
 
 

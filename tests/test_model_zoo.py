@@ -244,8 +244,8 @@ def test_max_context_from_rope_scaling():
                          "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4}),
     ("ssm_state_size", {"model_type": "nemotron_h", "hybrid_override_pattern": "M*", "mamba_num_heads": 8,
                         "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4}),
-    ("kv_lora_rank", {"model_type": "deepseek_v3", "kv_lora_rank": 512, "qk_rope_head_dim": 64,
-                      "qk_nope_head_dim": 128, "v_head_dim": 128, "q_lora_rank": 1536}),
+    ("v_head_dim", {"model_type": "deepseek_v3", "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+                    "qk_nope_head_dim": 128, "v_head_dim": 128, "q_lora_rank": 1536}),
     ("num_global_key_value_heads", {"model_type": "gemma4", "layer_types": ["sliding_attention", "full_attention"],
                                     "sliding_window": 512, "num_global_key_value_heads": 4, "global_head_dim": 128}),
 ])
@@ -255,3 +255,13 @@ def test_zero_widths_are_named_by_their_config_key(key, extra):
     jp.Model.from_hf_config(cfg)  # the config itself is valid
     with pytest.raises(jp.JaxparetoError, match=f"config.json: {key}: must be a positive integer, got 0"):
         jp.Model.from_hf_config({**cfg, key: 0})
+
+
+def test_zero_widths_of_an_unused_feature_are_accepted():
+    """DeepSeek-VL2-style configs carry the MLA widths as 0 when MLA is off."""
+    dense = {"model_type": "deepseek_v2", "num_hidden_layers": 2, "hidden_size": 512, "num_attention_heads": 8,
+             "vocab_size": 1000, "intermediate_size": 1024, "num_key_value_heads": 8, "head_dim": 64,
+             "kv_lora_rank": 0, "qk_rope_head_dim": 0, "qk_nope_head_dim": 0, "v_head_dim": 0, "n_groups": 0}
+    assert jp.Model.from_hf_config(dense).attention == "gqa"
+    with pytest.raises(jp.JaxparetoError, match="config.json: qk_rope_head_dim: must be a positive integer"):
+        jp.Model.from_hf_config({**dense, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "v_head_dim": 128})

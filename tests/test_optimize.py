@@ -366,3 +366,13 @@ def test_gpu_budget_fills_whole_replicas_and_ranks_the_layouts(tmp_path, capsys)
     assert "layouts of 8 GPUs" in printed and "best: aggregated, TP" in printed
     assert max(len(line) for line in printed.splitlines() if not line.startswith("wrote")) <= 100  # not the path
     assert set(pd.read_csv(out)["tp"]) == {1, 2, 4, 8}
+
+
+def test_gpu_budget_ranks_replica_counts_over_the_budget():
+    """requests/s is a replica's own: 8 replicas of TP 1 serve 8 times one (a per-replica ranking would not)."""
+    scenario = dict(SCENARIO, model="llama-3.1-8b")
+    best = jp.optimize(**scenario, objective="turns_per_s", constraints=SLO, concurrency=(1, 64), gpu_budget=8)
+    for _, row in best.layouts[best.layouts["feasible"]].iterrows():
+        one = jp.optimize(**scenario, objective="turns_per_s", constraints=SLO, concurrency=(1, 64), tp=(int(row.tp),))
+        assert row["turns_per_s"] == pytest.approx(one.value * row["replicas"], rel=1e-5)
+    assert best.value == pytest.approx(best.layouts["turns_per_s"].max(), rel=1e-12)

@@ -6,11 +6,13 @@ the backend and its flags, so a second process that runs the same shapes loads t
 compiling. Importing jaxpareto turns that cache on in a user cache folder:
 
 - ``$JAXPARETO_CACHE_DIR`` if set; ``off`` (or ``0``, ``none``, empty) turns the cache off;
-- else ``$XDG_CACHE_HOME/jaxpareto/jax``, ``~/.cache/jaxpareto/jax`` by default.
+- else ``$XDG_CACHE_HOME/jaxpareto/jax``, ``~/.cache/jaxpareto/jax`` by default (off when no
+  home folder can be found).
 
 A cache folder the user's own program set (``jax.config.update("jax_compilation_cache_dir",
 ...)`` before importing jaxpareto) is left as it is. Programs that compile in under 0.2 s are
-not stored (they are cheaper to compile than to read).
+not stored (they are cheaper to compile than to read), unless
+``$JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS`` sets another threshold.
 """
 
 from __future__ import annotations
@@ -34,7 +36,12 @@ def default_cache_dir() -> Path | None:
     given = os.environ.get(ENV)
     if given is not None:
         return None if given.strip().lower() in _OFF else Path(given).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        try:
+            base = Path.home() / ".cache"
+        except RuntimeError:  # no home folder to be found (a user without a passwd entry and no HOME)
+            return None
     return Path(base) / "jaxpareto" / "jax"
 
 
@@ -60,7 +67,8 @@ def enable_compilation_cache() -> Path | None:
                       f"writable folder, or to 'off'", stacklevel=2)
         return None
     jax.config.update("jax_compilation_cache_dir", str(folder))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_TIME_S)
+    if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:  # the user's own threshold stays
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_TIME_S)
     return folder
 
 

@@ -90,10 +90,7 @@ _INT_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_s
 #: Keys that must be at least 1 when given (a period or a width of 0 means nothing).
 _POSITIVE = ("full_attention_interval", "sliding_window_pattern", "interleave_moe_layer_step", "decoder_sparse_step",
              "moe_layer_freq", "num_key_value_heads", "head_dim", "attention_head_dim", "sliding_window",
-             "attention_chunk_size", "max_position_embeddings", "num_global_key_value_heads", "global_head_dim",
-             "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "linear_num_key_heads", "linear_num_value_heads",
-             "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim", "mamba_num_heads",
-             "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel")
+             "attention_chunk_size", "max_position_embeddings")
 _REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
 #: Parameter categories a quantised checkpoint stores at low precision (the linear projections).
 _QUANTISABLE = ("attention", "linear_attention", "mamba", "mlp", "shared")
@@ -117,9 +114,13 @@ def _family(cfg: dict, key: str, what: str = "is required and missing"):
                                                 "default; add the key)")
 
 
-def _required(cfg: dict, key: str):
+def _required(cfg: dict, key: str, positive: bool = False):
+    """``cfg[key]``; with ``positive``, a width or count the layer uses must be at least 1 (some
+    configs carry 0 for a feature they do not use, so the check is made where it is used)."""
     if cfg.get(key) is None:
         raise JaxparetoError(f"config.json: {key}", "is required and missing")
+    if positive and cfg[key] == 0:
+        raise JaxparetoError(f"config.json: {key}", f"must be a positive integer, got {cfg[key]!r}")
     return cfg[key]
 
 
@@ -247,7 +248,9 @@ def _attention(cfg: dict, kind: str, hidden: int, heads: int) -> tuple[int, int,
     head_dim, kv_heads = _head_dim(cfg, hidden, heads), _get(cfg, "num_key_value_heads", default=heads)
     k_eq_v = False
     if kind == "full" and cfg.get("global_head_dim"):  # Gemma 4's global layers
-        head_dim, kv_heads = cfg["global_head_dim"], _get(cfg, "num_global_key_value_heads", default=kv_heads)
+        head_dim = cfg["global_head_dim"]
+        kv_heads = _required(cfg, "num_global_key_value_heads", True) if "num_global_key_value_heads" in cfg \
+            and cfg["num_global_key_value_heads"] is not None else kv_heads
         k_eq_v = bool(cfg.get("attention_k_eq_v"))
     q_dim, kv_dim = heads * head_dim, kv_heads * head_dim
     model_type = str(cfg.get("model_type", ""))
@@ -274,8 +277,9 @@ def _attention(cfg: dict, kind: str, hidden: int, heads: int) -> tuple[int, int,
 
 def _mla(cfg: dict, hidden: int, heads: int) -> tuple[int, dict]:
     """MLA attention weights of one layer and the model's MLA fields."""
-    d_c, d_rope, d_nope, d_v = (_required(cfg, k) for k in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
-                                                            "v_head_dim"))
+    # the latent, its rope part and the value heads cannot be empty (qk_nope_head_dim can)
+    d_c, d_rope, d_nope, d_v = (_required(cfg, k, k != "qk_nope_head_dim")
+                                for k in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"))
     q_lora = cfg.get("q_lora_rank")
     q_width = heads * (d_nope + d_rope)
     query = hidden * q_lora + q_lora + q_lora * q_width if q_lora else hidden * q_width
@@ -292,7 +296,7 @@ def _state_dtype_bytes(cfg: dict, kv_dtype: str) -> float:
 
 def _linear_attention(cfg: dict, hidden: int, kv_dtype: str) -> tuple[int, int, dict]:
     """Gated DeltaNet layer: (projection params, other params, `LayerGroup` fields)."""
-    n_k, n_v, d_k, d_v, kernel = (_required(cfg, k) for k in (
+    n_k, n_v, d_k, d_v, kernel = (_required(cfg, k, True) for k in (
         "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
         "linear_conv_kernel_dim"))
     keys, values = n_k * d_k, n_v * d_v
@@ -305,7 +309,7 @@ def _linear_attention(cfg: dict, hidden: int, kv_dtype: str) -> tuple[int, int, 
 
 def _mamba(cfg: dict, hidden: int, kv_dtype: str) -> tuple[int, int, dict]:
     """Mamba-2 layer: (projection params, other params, `LayerGroup` fields)."""
-    n_m, d_m, groups, state_size, kernel = (_required(cfg, k) for k in (
+    n_m, d_m, groups, state_size, kernel = (_required(cfg, k, True) for k in (
         "mamba_num_heads", "mamba_head_dim", "n_groups", "ssm_state_size", "conv_kernel"))
     inner = n_m * d_m
     conv_channels = inner + 2 * groups * state_size
@@ -410,8 +414,8 @@ def _max_context(cfg: dict) -> int | None:
     ``original_max_position_embeddings`` of a YaRN, dynamic or LongRoPE scaling that names its
     original length (Llama 3's and Gemma 3's scalings are already in ``max_position_embeddings``).
     The scaling is ``rope_scaling`` or transformers 5's ``rope_parameters``; with one table per
-    layer type, the largest extension counts (sliding layers never attend beyond their window,
-    so only the full-attention layers' scaling bounds the context)."""
+    layer type, the largest extension any of them gives counts (sliding layers never attend beyond
+    their window, and their tables do not extend the context)."""
     limit = cfg.get("max_position_embeddings")
     if limit is None:
         return None

@@ -259,7 +259,10 @@ def calibrate(rows=None, *, fields=None, start: Efficiency = Efficiency(), test_
     predictor = prediction_fn(fit_rows, options=options)
     engines = predictor.engines
     if per_engine is None:  # engines whose rows inform the factors (a KV-capacity row does not)
-        per_engine = len(engine_names(fit_rows[fit_rows["metric"].isin(FITTED_METRICS)])) > 1
+        informative = fit_rows["metric"].isin(FITTED_METRICS)
+        if "unsupported" in fit_rows:
+            informative &= fit_rows["unsupported"].eq("")
+        per_engine = len(engine_names(fit_rows[informative])) > 1
     measured = fit_rows["value"].to_numpy(np.float64)
     supported = fit_rows["unsupported"].eq("") if "unsupported" in fit_rows else True
     fitted = (fit_rows["metric"].isin(FITTED_METRICS) & supported).to_numpy()

@@ -130,7 +130,7 @@ def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl")
     concurrency = np.where(np.isnan(given), np.where(load == "offline", OFFLINE_CONCURRENCY, 1.0), given)
     concurrency = np.where(load == "server", 1.0, concurrency).astype(dt)
     tp, gpus = num(rows["tp"]), num(rows["gpus"])
-    ranks = num(rows["attention_dp"]) if "attention_dp" in rows else np.ones(n, dt)
+    ranks = np.nan_to_num(num(rows["attention_dp"]), nan=1.0) if "attention_dp" in rows else np.ones(n, dt)
     server = load == "server"
     target = np.where(server, num(rows["load_tokens_per_s"]) / (gpus / (tp * ranks)), 0.0).astype(dt)
     fraction = num(rows["load_tokens_per_s"]) / num(rows["capacity_tokens_per_s"])

@@ -12,11 +12,11 @@ section 3.4; SGLang's DP-attention and TensorRT-LLM's wide-EP documentation).
 
 The ranks are alike and step together, so one rank stands for the replica: a TP group of G GPUs
 serving C / D sessions whose model keeps the non-expert weights whole and 1/D of each expert
-byte, `rank_model`. The experts a step reads are those the whole replica's batch D x b routes to:
-E (1 - (1 - K / E)^(D b)) of the E experts, of which each GPU holds 1/N. Written for the rank,
-that is E' (1 - (1 - K' / E')^b) with E' = E / D and K' = E' (1 - (1 - K / E)^D), the rank
-model's experts and experts per token, so the decode step's expected-experts term
-(`jaxpareto.physics.decode`) applies unchanged. Compute splits the same way: a GPU computes its
+byte, `rank_model`. The experts a step reads are those the whole replica's batch D x b routes to,
+of which each GPU holds 1/N. Under the seed's routing that is min(D b K, E), min(b K, E / D) per
+rank: the rank model has E' = E / D experts and K per token. Under uniform routing it is
+E (1 - (1 - K / E)^(D b)), for the rank E' (1 - (1 - K' / E')^b) with K' = E' (1 - (1 - K / E)^D).
+Either way the decode step's experts term (`jaxpareto.physics.decode`) applies unchanged. Compute splits the same way: a GPU computes its
 rank's tokens' attention and dense layers over G and 1/N of every rank's expert work, b x 2
 P_active / G in all. The replica's throughput and sessions are D times the rank's; per GPU they
 are the rank's.
@@ -43,28 +43,32 @@ def expert_weights_gb(model: ModelParams) -> jax.Array:
     return model.experts * model.expert_params_b * model.expert_weight_bytes
 
 
-def rank_model(model: ModelParams, ranks: jax.Array) -> ModelParams:
+def rank_model(model: ModelParams, ranks: jax.Array, routing: str = "seed") -> ModelParams:
     """The model as one of D attention-DP ranks sees it (module docstring).
 
     Args:
         model: one model.
         ranks: D >= 1, attention-DP ranks of the replica.
+        routing: the decode step's expert routing (`jaxpareto.physics.decode.experts_touched`,
+            static). "seed": the replica reads min(D b K, E) experts, min(b K, E / D) per rank,
+            so K stays; "uniform": K' below.
 
     Returns:
         `ModelParams` with ``weights_gb`` = non-expert weights + expert weights / D, ``experts``
-        E / D and ``experts_per_token`` E / D x (1 - (1 - K / E)^D); everything else unchanged.
-        D = 1 returns the same numbers.
+        E / D and, under uniform routing, ``experts_per_token`` E / D x (1 - (1 - K / E)^D);
+        everything else unchanged. D = 1 returns the same numbers.
     """
     safe_experts = jnp.where(model.experts > 0, model.experts, 1.0)  # double where: no 0/0 in gradients
     routed = 1.0 - jnp.power(1.0 - model.experts_per_token / safe_experts, ranks)
     experts = model.experts / ranks
+    per_token = model.experts_per_token
+    if routing != "seed":  # D = 1 keeps K to the last bit (E (1 - (1 - K / E)) rounds)
+        per_token = jnp.where(ranks > 1, jnp.where(model.experts > 0, experts * routed, 0.0), per_token)
     return dataclasses.replace(
         model,
         weights_gb=model.weights_gb - expert_weights_gb(model) * (1.0 - 1.0 / ranks),
         experts=experts,
-        # D = 1 keeps K to the last bit (E (1 - (1 - K / E)) rounds)
-        experts_per_token=jnp.where(ranks > 1, jnp.where(model.experts > 0, experts * routed, 0.0),
-                                    model.experts_per_token),
+        experts_per_token=per_token,
     )
 
 

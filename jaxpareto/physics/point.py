@@ -26,7 +26,7 @@ from jaxpareto.definitions.hardware import effective_tflops
 from jaxpareto.physics.intensity import operational_intensity
 from jaxpareto.physics.limits import LOAD_BEYOND_CAPACITY, context_fits, heads_split, infeasible_reason
 from jaxpareto.physics.layout import rank_model
-from jaxpareto.physics.memory import memory_budget, session_gb
+from jaxpareto.physics.memory import _INT32_MAX, memory_budget, session_gb
 from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.physics.prefill import PrefillWork, prefill_tokens, prefill_work, ttft_ms
 from jaxpareto.physics.percentiles import PERCENTILES, TurnSpread, latency_percentiles
@@ -353,7 +353,7 @@ def evaluate_point(
     # attention data parallelism: one of D alike ranks stands for the replica (physics/layout.py)
     ranks = point["dp_attention"] if "dp_attention" in point else None
     if ranks is not None:
-        model = rank_model(model, ranks)
+        model = rank_model(model, ranks, options.expert_routing)
     # the open loop admits whatever arrives: memory then decides stability, not admission
     if open_loop:
         concurrency = point.request_rate * 0.0 + jnp.inf
@@ -521,10 +521,9 @@ def evaluate_point(
         return outputs
     # the replica has D times its rank's batch, throughput and sessions; per GPU, per session and
     # per request it is the rank
-    concurrency_eff = jnp.where(ok, jnp.round(sessions * ranks) if open_loop else jnp.minimum(
-        point.concurrency, memory.concurrency_max * ranks), memory.concurrency_eff * ranks)
+    concurrency_eff = jnp.where(ok, sessions * ranks if open_loop else admitted * ranks, memory.concurrency_eff * ranks)
     return outputs._replace(
         batch_eff=outputs.batch_eff * ranks, turns_per_s=outputs.turns_per_s * ranks,
         request_throughput=outputs.request_throughput * ranks, request_goodput=outputs.request_goodput * ranks,
-        concurrency_max=(memory.concurrency_max * ranks).astype(jnp.int32),
-        concurrency_eff=jnp.round(concurrency_eff).astype(jnp.int32))
+        concurrency_max=jnp.minimum(memory.concurrency_max * ranks, _INT32_MAX).astype(jnp.int32),
+        concurrency_eff=jnp.minimum(jnp.round(concurrency_eff), _INT32_MAX).astype(jnp.int32))

@@ -4,8 +4,9 @@ serving).
 Given B GPUs, every TP choice G that divides B is a layout of B / G replicas, each serving its
 own sessions on its own GPUs (the replicas do not interact: a router spreads sessions evenly).
 Each layout's best concurrency per replica comes from the one-scenario search
-(`jaxpareto.search.optimize.optimize`), and the layouts are ranked by the objective. Per GPU
-figures are those of one replica; whole-budget figures are B / G times a replica's.
+(`jaxpareto.search.optimize.optimize`), and the layouts are ranked by the objective. Per GPU and
+per request figures are those of one replica; a replica's counts (`PER_REPLICA`: requests/s,
+sessions, batch) are reported, and ranked, over the budget: B / G times a replica's.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ import pandas as pd
 from jaxpareto.definitions.checks import check_number
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.search.constraints import OptimizeResult
+
+#: Outputs a replica has of its own; the budget has replicas x them.
+PER_REPLICA = ("turns_per_s", "request_throughput", "request_goodput", "batch_eff", "concurrency_eff",
+               "concurrency_max")
 
 
 def budget_layouts(budget: int, tp_choices: np.ndarray) -> list[int]:
@@ -49,13 +54,14 @@ def best_layout(budget: int, tp_choices: np.ndarray, search: Callable[[int], Opt
         The best layout's `OptimizeResult` with ``serving`` "aggregated", ``replicas`` B / G,
         ``gpus_used`` B and ``layouts``: one row per TP choice (best first; infeasible ones last
         with their reason): ``tp``, ``replicas``, ``gpus_used``, ``concurrency`` per replica,
-        ``sessions`` over the budget, the objective and the metrics, ``binding`` and ``reason``.
+        ``sessions`` over the budget, the objective and the metrics (`PER_REPLICA` ones over the
+        budget; so are the result's ``value`` and ``metrics``), ``binding`` and ``reason``.
     """
     rows, results = [], {}
     for tp in budget_layouts(budget, tp_choices):
-        found = search(tp)
-        results[tp] = found
         replicas = budget // tp
+        found = _over_budget(search(tp), replicas)
+        results[tp] = found
         row = {"serving": "aggregated", "tp": tp, "replicas": replicas, "gpus_used": replicas * tp,
                "concurrency": found.concurrency, "sessions": None if found.concurrency is None
                else replicas * found.concurrency, found.objective: found.value}
@@ -75,4 +81,11 @@ def best_layout(budget: int, tp_choices: np.ndarray, search: Callable[[int], Opt
                                gpus_used=replicas * best.tp if best.feasible else None, layouts=table)
 
 
-__all__ = ["best_layout", "budget_layouts"]
+def _over_budget(found: OptimizeResult, replicas: int) -> OptimizeResult:
+    """A replica's optimum with its `PER_REPLICA` figures (objective and metrics) over the budget."""
+    metrics = {k: v * replicas if k in PER_REPLICA else v for k, v in found.metrics.items()}
+    value = found.value * replicas if found.objective in PER_REPLICA else found.value
+    return dataclasses.replace(found, value=value, metrics=metrics)
+
+
+__all__ = ["PER_REPLICA", "best_layout", "budget_layouts"]

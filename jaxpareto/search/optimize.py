@@ -161,7 +161,7 @@ def optimize(
                 if error.field != "tp":
                     raise
                 return OptimizeResult(False, None, None, objective, float("nan"), {}, (),
-                                      f"TP {tp}: {model_name(model)} {error.problem}", method)
+                                      f"TP {tp} does not shard {model_name(model)}", method)
 
         return best_layout(gpu_budget, np.asarray(fitting), at, sense)
     if variables is not None:
