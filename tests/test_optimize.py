@@ -376,3 +376,10 @@ def test_gpu_budget_ranks_replica_counts_over_the_budget():
         one = jp.optimize(**scenario, objective="turns_per_s", constraints=SLO, concurrency=(1, 64), tp=(int(row.tp),))
         assert row["turns_per_s"] == pytest.approx(one.value * row["replicas"], rel=1e-5)
     assert best.value == pytest.approx(best.layouts["turns_per_s"].max(), rel=1e-12)
+    # an SLO on a replica's count is over the budget too, as the count is reported
+    total = best.value
+    held = jp.optimize(**scenario, objective="turns_per_s", constraints={**SLO, "turns_per_s": (">=", 0.9 * total)},
+                       concurrency=(1, 64), gpu_budget=8)
+    assert held.feasible and held.value >= 0.9 * total
+    assert jp.optimize(**scenario, constraints={"turns_per_s": (">=", 1.1 * total)}, concurrency=(1, 64),
+                       gpu_budget=8, objective="turns_per_s").feasible is False

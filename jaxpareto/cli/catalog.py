@@ -16,7 +16,8 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
     gpus = pd.DataFrame([g.model_dump(exclude={"sources"}) for g in catalog.gpus().values()])
     models = pd.DataFrame([_model_row(m) for m in catalog.models().values()]).convert_dtypes()
     with pd.option_context("display.width", 250, "display.max_columns", 30):
-        print("GPUs (memory GB, bandwidth GB/s, dense TFLOPS, interconnect GB/s one way):")
+        print("GPUs (memory GB as the datasheet states it and as the driver reports it, bandwidth GB/s, dense TFLOPS, "
+              "scale-up interconnect GB/s one way within scaleup_domain_gpus, scale-out GB/s one way beyond):")
         print(gpus.to_string(index=False, na_rep="-"))
         print("\nModels (params in billions; active without the untied input table, published: the publisher's "
               "figure; KV bytes per token of context; state MB per session whatever its length; layers by kind):")

@@ -93,11 +93,17 @@ def _budget(args: argparse.Namespace, kwargs: dict) -> int:
     result = optimize(objective=args.objective, sense=args.sense, gpu_budget=args.gpu_budget, **kwargs)
     print(_wrapped(describe_scenario(args)))
     table = result.layouts
+    left_out = [t for t in args_tp(args) if args.gpu_budget % t]
+    if left_out:
+        print(_wrapped(f"TP {', '.join(map(str, left_out))} left out: {'they do' if len(left_out) > 1 else 'it does'} "
+                       f"not divide {args.gpu_budget} GPUs into whole replicas"))
     shown = ["serving", "tp", "replicas", "concurrency", "sessions", args.objective, "ttft_ms", "tpot_ms"]
     shown = [c for c in dict.fromkeys(shown) if c in table]
     printed = table[shown].rename(columns={**SHORT, "concurrency": "C/replica"})
     with pd.option_context("display.width", 100, "display.float_format", FLOAT_FORMAT):
-        print(f"\nlayouts of {args.gpu_budget} GPUs ({args.sense} {args.objective}), best first:")
+        print()
+        print(_wrapped(f"layouts of {args.gpu_budget} GPUs ({args.sense} {args.objective}; requests/s, sessions and "
+                       f"batch over the budget), best first:"))
         print(printed.to_string(index=False))
     for _, row in table.iterrows():
         note = row["binding"] if row["feasible"] else row["reason"]
@@ -110,6 +116,11 @@ def _budget(args: argparse.Namespace, kwargs: dict) -> int:
         print(f"no layout of {args.gpu_budget} GPUs meets the SLOs")
     write_csv(table, args.csv, args.overwrite, "layouts")
     return 0 if result.feasible else 1
+
+
+def args_tp(args: argparse.Namespace) -> list[int]:
+    """The --tp choices as integers."""
+    return [int(t) for t in str(args.tp).split(",") if t.strip()]
 
 
 def _scenario_defaults() -> dict:
@@ -132,7 +143,8 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
     set_flags = [f"--{name.replace('_', '-')}" for name, default in _scenario_defaults().items()
                  if getattr(args, name) != default]
     if not flags and set_flags:
-        raise JaxparetoError(set_flags[0], f"{', '.join(set_flags)} describe one scenario given by --gpu and --model; "
+        verb = "describe" if len(set_flags) > 1 else "describes"
+        raise JaxparetoError(set_flags[0], f"{', '.join(set_flags)} {verb} one scenario given by --gpu and --model; "
                                            "a spec's scenarios and SLOs come from the spec")
     if flags:
         if args.gpu is None or args.model is None:

@@ -32,7 +32,7 @@ def budget_layouts(budget: int, tp_choices: np.ndarray) -> list[int]:
     Raises:
         JaxparetoError: a budget that is not a whole number >= 1, or no TP choice dividing it.
     """
-    budget = check_number("gpu_budget", budget, low=1, high=2**20, integer=True)
+    budget = int(check_number("gpu_budget", budget, low=1, high=2**20, integer=True))
     fitting = [int(t) for t in tp_choices if budget % int(t) == 0]
     if not fitting:
         raise JaxparetoError("gpu_budget", f"no TP choice in {[int(t) for t in tp_choices]} divides {budget} GPUs "
@@ -58,6 +58,7 @@ def best_layout(budget: int, tp_choices: np.ndarray, search: Callable[[int], Opt
         budget; so are the result's ``value`` and ``metrics``), ``binding`` and ``reason``.
     """
     rows, results = [], {}
+    budget = int(budget)
     for tp in budget_layouts(budget, tp_choices):
         replicas = budget // tp
         found = _over_budget(search(tp), replicas)

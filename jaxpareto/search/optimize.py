@@ -43,7 +43,7 @@ from jaxpareto.definitions.options import SEARCH_METHODS
 from jaxpareto.definitions.settings import SOLVERS
 from jaxpareto.search.constraints import (HARDWARE_VARIABLES, NUMERIC_OUTPUTS, Constraint,  # noqa: F401
                                           OptimizeResult, concurrency_range, parse_constraints)
-from jaxpareto.search.budget import best_layout, budget_layouts
+from jaxpareto.search.budget import PER_REPLICA, best_layout, budget_layouts
 from jaxpareto.search.problem import Problem
 from jaxpareto.search.servable import require_servable
 from jaxpareto.search.whatif import least_hardware
@@ -113,7 +113,9 @@ def optimize(
         gpu_budget: GPUs to fill with replicas (one scenario): each TP choice dividing it is a
             layout of gpu_budget / TP replicas, searched for its best concurrency per replica;
             the result is the best layout, with ``replicas``, ``gpus_used`` and every layout's
-            best in ``layouts`` (`jaxpareto.search.budget`).
+            best in ``layouts`` (`jaxpareto.search.budget`). ``concurrency`` is per replica;
+            a replica's counts (`jaxpareto.search.budget.PER_REPLICA`: requests/s, sessions,
+            batch) are over the budget, in the objective, the metrics and the constraints alike.
         **settings: the keywords of `jaxpareto.dataset.plan.plan_sweep` (``workload=``,
             ``efficiency=``, ``options=``, flat scalars such as osl or eta_prefill, ``dtype``,
             and ``solver``, the closed-loop solver of the exact evaluations: "damped" (default),
@@ -155,8 +157,12 @@ def optimize(
                          np.asarray(fitting))
 
         def at(tp: int) -> OptimizeResult:
+            # a replica's counts are limited over the budget, as they are reported: each of the
+            # B / G replicas needs its share of the limit
+            replicas = int(gpu_budget) // tp
+            limits = {c.name: (c.op, c.limit / replicas if c.name in PER_REPLICA else c.limit) for c in cons}
             try:
-                return optimize(*scenario_args, tp=(tp,), **one, **settings)
+                return optimize(*scenario_args, tp=(tp,), **{**one, "constraints": limits}, **settings)
             except JaxparetoError as error:  # a TP that does not shard the model: a layout no server runs
                 if error.field != "tp":
                     raise
