@@ -17,7 +17,9 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import sys
+import threading
 import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -189,14 +191,40 @@ def _run_local(path: Path, problem: GridProblem, todo: list[int], origins, bar, 
         _mark_done(group, index, block)
         bar.update(int(block["feasible"].size))
 
-    with ThreadPoolExecutor(max_workers=writers) as pool:
+    with _ctrl_c_never_lost() as interrupted, ThreadPoolExecutor(max_workers=writers) as pool:
         for index, (region, block) in zip(todo, problem.iter_blocks([origins[i] for i in todo])):
             futures = [pool.submit(arrays[name].__setitem__, region, values) for name, values in block.items()]
             pending.append((index, block, futures))
             if len(pending) > 1:  # at most two blocks in flight: memory stays bounded
                 settle(pending.pop(0))
+            if interrupted:
+                raise KeyboardInterrupt
         for entry in pending:
             settle(entry)
+
+
+@contextlib.contextmanager
+def _ctrl_c_never_lost():
+    """Ctrl-C during the block loop always stops it. Python's handler raises KeyboardInterrupt
+    wherever the main thread is, and one raised inside a garbage-collector callback (JAX
+    registers one) is printed and dropped, so the sweep would run on. While the loop runs, the
+    handler also leaves a mark, which the loop checks after every block. A handler the program
+    set itself, or an ignored SIGINT, is left alone."""
+    seen: list[bool] = []
+
+    def handler(signum, frame):
+        seen.append(True)
+        raise KeyboardInterrupt
+
+    own = threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    if own:
+        signal.signal(signal.SIGINT, handler)
+    try:
+        yield seen
+    finally:
+        if own:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _dask_task(path: str, problem: GridProblem, index: int, origin: tuple[int, ...]) -> int:
