@@ -55,9 +55,8 @@ def named_grid(quick: bool) -> dict:
     )
 
 
-def numpy_sweep(grid: dict, tol=1e-6, damping=0.4, max_iter=10_000, osl=128.0, delta=2128.0) -> dict:
-    """(b): the model vectorised with NumPy over the whole grid (float32), damped iteration
-    with the same start, update and stopping rule as docs/model.md."""
+def _numpy_inputs(grid: dict, osl: float, delta: float) -> dict:
+    """The grid's per-point constants of the seed equations as float32 NumPy arrays (shared by (b) and (b'))."""
     f32 = np.float32
     hw, m = jp.catalog.gpus()[GPU], jp.catalog.models()[MODEL]
     tp, c, z, ctx, h = np.meshgrid(*(np.asarray(grid[k], f32) for k in
@@ -67,13 +66,31 @@ def numpy_sweep(grid: dict, tol=1e-6, damping=0.4, max_iter=10_000, osl=128.0, d
     kv_gb = ctx * kappa * (tp / np.minimum(tp, f32(m.kv_heads_sharded))) / f32(1e9)
     c_eff = np.minimum(c, np.floor(np.maximum(avail, 0) / kv_gb))
     feasible = (avail > 0) & (c_eff >= 1)
-    c_eff = np.where(feasible, c_eff, f32(1))
     prefill = h * np.minimum(f32(delta), ctx) + (1 - h) * ctx
-    ttft = f32(2e9) * f32(m.params_active_b) * prefill / (tp * flops * f32(1e12)) * f32(1e3) / f32(0.65)
-    t_w = f32(m.params_active_b) * d / (tp * bw) * f32(1e3)
-    kv_ms = ctx * kappa / f32(1e9) / (np.minimum(tp, f32(m.kv_heads_sharded)) * bw) * f32(1e3)
-    comp_ms = f32(2e9) * f32(m.params_active_b) / (tp * flops * f32(1e12)) * f32(1e3)
-    z_ms = z * f32(1e3)
+    return dict(
+        feasible=feasible, c_eff=np.where(feasible, c_eff, f32(1)), z_ms=z * f32(1e3),
+        ttft=f32(2e9) * f32(m.params_active_b) * prefill / (tp * flops * f32(1e12)) * f32(1e3) / f32(0.65),
+        t_w=f32(m.params_active_b) * d / (tp * bw) * f32(1e3),
+        kv_ms=ctx * kappa / f32(1e9) / (np.minimum(tp, f32(m.kv_heads_sharded)) * bw) * f32(1e3),
+        comp_ms=f32(2e9) * f32(m.params_active_b) / (tp * flops * f32(1e12)) * f32(1e3),
+    )
+
+
+def _numpy_outputs(x: dict, b: np.ndarray, tpot: np.ndarray, r: np.ndarray, it: np.ndarray) -> dict:
+    nan, f32 = np.float32(np.nan), np.float32
+    turns = x["c_eff"] / ((r + x["z_ms"]) / f32(1e3))
+    feasible = x["feasible"]
+    return {"batch_eff": np.where(feasible, b, nan), "tpot_ms": np.where(feasible, tpot, nan),
+            "turns_per_s": np.where(feasible, turns, nan), "iterations": it}
+
+
+def numpy_sweep(grid: dict, tol=1e-6, damping=0.4, max_iter=10_000, osl=128.0, delta=2128.0) -> dict:
+    """(b): the model vectorised with NumPy over the whole grid (float32), damped iteration
+    with the same start, update and stopping rule as docs/model.md, gathering the active points
+    each iteration."""
+    f32 = np.float32
+    x = _numpy_inputs(grid, osl, delta)
+    c_eff, ttft, t_w, kv_ms, comp_ms, z_ms = (x[k] for k in ("c_eff", "ttft", "t_w", "kv_ms", "comp_ms", "z_ms"))
 
     def target(b):
         tpot = np.maximum((t_w + b * kv_ms) * f32(1.1), b * comp_ms) / f32(0.4)
@@ -94,10 +111,7 @@ def numpy_sweep(grid: dict, tol=1e-6, damping=0.4, max_iter=10_000, osl=128.0, d
         it[idx] += 1
         active[idx] = np.abs(t[idx] - bi) > f32(tol) * bi
     _, tpot, r = target(b)
-    turns = c_eff / ((r + z_ms) / f32(1e3))
-    nan = f32(np.nan)
-    return {"batch_eff": np.where(feasible, b, nan), "tpot_ms": np.where(feasible, tpot, nan),
-            "turns_per_s": np.where(feasible, turns, nan), "iterations": it}
+    return _numpy_outputs(x, b, tpot, r, it)
 
 
 def numpy_sweep_masked(grid: dict, tol=1e-6, damping=0.4, max_iter=10_000, osl=128.0, delta=2128.0) -> dict:
@@ -105,21 +119,10 @@ def numpy_sweep_masked(grid: dict, tol=1e-6, damping=0.4, max_iter=10_000, osl=1
     mask instead of gathering the active points each iteration: the fastest NumPy form (every
     iteration streams contiguous arrays; converged points keep their value through ``np.where``)."""
     f32 = np.float32
-    hw, m = jp.catalog.gpus()[GPU], jp.catalog.models()[MODEL]
-    tp, c, z, ctx, h = np.meshgrid(*(np.asarray(grid[k], f32) for k in
-                                     ("tp", "concurrency", "think_time_s", "context_tokens", "hit_rate")), indexing="ij")
-    d, flops, bw, kappa = f32(2.0), f32(hw.tflops_fp16), f32(hw.bandwidth_gbs), f32(m.kv_bytes_per_token)
-    avail = tp * f32(hw.memory_gb) - f32(m.params_total_b) * d
-    kv_gb = ctx * kappa * (tp / np.minimum(tp, f32(m.kv_heads_sharded))) / f32(1e9)
-    c_eff = np.minimum(c, np.floor(np.maximum(avail, 0) / kv_gb))
-    feasible = (avail > 0) & (c_eff >= 1)
-    c_eff = np.where(feasible, c_eff, f32(1))
-    prefill = h * np.minimum(f32(delta), ctx) + (1 - h) * ctx
-    ttft = f32(2e9) * f32(m.params_active_b) * prefill / (tp * flops * f32(1e12)) * f32(1e3) / f32(0.65)
-    t_w = f32(m.params_active_b) * d / (tp * bw) * f32(1e3) * f32(1.1) / f32(0.4)
-    kv_ms = ctx * kappa / f32(1e9) / (np.minimum(tp, f32(m.kv_heads_sharded)) * bw) * f32(1e3) * f32(1.1) / f32(0.4)
-    comp_ms = f32(2e9) * f32(m.params_active_b) / (tp * flops * f32(1e12)) * f32(1e3) / f32(0.4)
-    z_ms = z * f32(1e3)
+    x = _numpy_inputs(grid, osl, delta)
+    c_eff, ttft, z_ms = x["c_eff"], x["ttft"], x["z_ms"]
+    # the 1.1 / 0.4 factors folded in once, not per iteration
+    t_w, kv_ms, comp_ms = x["t_w"] * f32(1.1) / f32(0.4), x["kv_ms"] * f32(1.1) / f32(0.4), x["comp_ms"] / f32(0.4)
 
     def target(b):
         tpot = np.maximum(t_w + b * kv_ms, b * comp_ms)
@@ -138,10 +141,7 @@ def numpy_sweep_masked(grid: dict, tol=1e-6, damping=0.4, max_iter=10_000, osl=1
         it += active
         active &= np.abs(t - b) > f32(tol) * b
     _, tpot, r = target(b)
-    turns = c_eff / ((r + z_ms) / f32(1e3))
-    nan = f32(np.nan)
-    return {"batch_eff": np.where(feasible, b, nan), "tpot_ms": np.where(feasible, tpot, nan),
-            "turns_per_s": np.where(feasible, turns, nan), "iterations": it}
+    return _numpy_outputs(x, b, tpot, r, it)
 
 
 def best_of(fn, repeat=3):

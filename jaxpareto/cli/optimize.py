@@ -93,7 +93,7 @@ def _budget(args: argparse.Namespace, kwargs: dict) -> int:
     result = optimize(objective=args.objective, sense=args.sense, gpu_budget=args.gpu_budget, **kwargs)
     print(_wrapped(describe_scenario(args)))
     table = result.layouts
-    left_out = [t for t in args_tp(args) if args.gpu_budget % t]
+    left_out = [t for t in kwargs["tp"] if args.gpu_budget % t]  # the --tp choices scenario_kwargs parsed
     if left_out:
         print(_wrapped(f"TP {', '.join(map(str, left_out))} left out: {'they do' if len(left_out) > 1 else 'it does'} "
                        f"not divide {args.gpu_budget} GPUs into whole replicas"))
@@ -116,11 +116,6 @@ def _budget(args: argparse.Namespace, kwargs: dict) -> int:
         print(f"no layout of {args.gpu_budget} GPUs meets the SLOs")
     write_csv(table, args.csv, args.overwrite, "layouts")
     return 0 if result.feasible else 1
-
-
-def args_tp(args: argparse.Namespace) -> list[int]:
-    """The --tp choices as integers."""
-    return [int(t) for t in str(args.tp).split(",") if t.strip()]
 
 
 def _scenario_defaults() -> dict:

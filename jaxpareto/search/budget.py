@@ -40,13 +40,13 @@ def budget_layouts(budget: int, tp_choices: np.ndarray) -> list[int]:
     return fitting
 
 
-def best_layout(budget: int, tp_choices: np.ndarray, search: Callable[[int], OptimizeResult],
+def best_layout(budget: int, layouts: list[int], search: Callable[[int], OptimizeResult],
                 sense: str) -> OptimizeResult:
     """The best layout under ``budget`` GPUs (module docstring).
 
     Args:
-        budget: B, GPUs to fill.
-        tp_choices: TP choices; those not dividing B are left out.
+        budget: B, GPUs to fill (checked by `budget_layouts`).
+        layouts: the TP choices dividing B (`budget_layouts`).
         search: G -> the one-scenario optimum at TP G alone.
         sense: "max" or "min" of the objective.
 
@@ -58,8 +58,7 @@ def best_layout(budget: int, tp_choices: np.ndarray, search: Callable[[int], Opt
         budget; so are the result's ``value`` and ``metrics``), ``binding`` and ``reason``.
     """
     rows, results = [], {}
-    budget = int(budget)
-    for tp in budget_layouts(budget, tp_choices):
+    for tp in layouts:
         replicas = budget // tp
         found = _over_budget(search(tp), replicas)
         results[tp] = found

@@ -146,7 +146,8 @@ def optimize(
     if gpu_budget is not None:
         if variables is not None:
             raise JaxparetoError("gpu_budget", "a hardware what-if (variables=) takes one TP, not a budget")
-        fitting = budget_layouts(gpu_budget, tp_choices)
+        fitting = budget_layouts(gpu_budget, tp_choices)  # checks the budget first
+        gpu_budget = int(gpu_budget)
         one = dict(objective=objective, sense=sense, constraints=constraints, concurrency=concurrency, method=method,
                    starts=starts, steps=steps)
         scenario_args = (gpu, model, think_time_s, context_tokens, hit_rate)
@@ -159,7 +160,7 @@ def optimize(
         def at(tp: int) -> OptimizeResult:
             # a replica's counts are limited over the budget, as they are reported: each of the
             # B / G replicas needs its share of the limit
-            replicas = int(gpu_budget) // tp
+            replicas = gpu_budget // tp
             limits = {c.name: (c.op, c.limit / replicas if c.name in PER_REPLICA else c.limit) for c in cons}
             try:
                 return optimize(*scenario_args, tp=(tp,), **{**one, "constraints": limits}, **settings)
@@ -169,7 +170,7 @@ def optimize(
                 return OptimizeResult(False, None, None, objective, float("nan"), {}, (),
                                       f"TP {tp} does not shard {model_name(model)}", method)
 
-        return best_layout(gpu_budget, np.asarray(fitting), at, sense)
+        return best_layout(gpu_budget, fitting, at, sense)
     if variables is not None:
         return least_hardware(gpu, model, think_time_s, context_tokens, hit_rate, variables=variables,
                               constraints=constraints, tp=tp, concurrency=concurrency, **settings)
