@@ -208,23 +208,32 @@ def _ctrl_c_never_lost():
     """Ctrl-C during the block loop always stops it. Python's handler raises KeyboardInterrupt
     wherever the main thread is, and one raised inside a garbage-collector callback (JAX
     registers one) is printed and dropped, so the sweep would run on. While the loop runs, the
-    handler also leaves a mark, which the loop checks after every block. A handler the program
-    set itself, or an ignored SIGINT, is left alone."""
+    handler also leaves a mark, which the loop checks after every block, and the dropped
+    KeyboardInterrupt is not printed (``sys.unraisablehook``: the mark stands for it). A handler
+    the program set itself, or an ignored SIGINT, is left alone."""
     seen: list[bool] = []
 
     def handler(signum, frame):
         seen.append(True)
         raise KeyboardInterrupt
 
+    previous = sys.unraisablehook
+
+    def unraisable(info):
+        if not (seen and isinstance(info.exc_value, KeyboardInterrupt)):
+            previous(info)
+
     own = threading.current_thread() is threading.main_thread() and \
         signal.getsignal(signal.SIGINT) is signal.default_int_handler
     if own:
         signal.signal(signal.SIGINT, handler)
+        sys.unraisablehook = unraisable
     try:
         yield seen
     finally:
         if own:
             signal.signal(signal.SIGINT, signal.default_int_handler)
+            sys.unraisablehook = previous
 
 
 def _dask_task(path: str, problem: GridProblem, index: int, origin: tuple[int, ...]) -> int:
