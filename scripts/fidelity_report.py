@@ -11,10 +11,10 @@ of three models on the same supported rows:
 - the measured profile with the Hopper-fitted factors (``--calibration``, or fitted here).
 
 Errors are split by partition (train = Hopper runs of the models measured when the shipped fit was made;
-test = Blackwell, and every run of MiniMax-M2.5 and Qwen3.5-397B, each apart), layout (tensor or
-expert parallel), engine, GPU, model family and concurrency band. Throughput is each run's output tokens/s, C x OSL / (TTFT + (OSL - 1) TPOT)
+test = Blackwell, every run of MiniMax-M2.5 and Qwen3.5-397B, and every disaggregated run, each
+apart), layout (tensor or expert parallel, or disaggregated), engine, GPU, model family and concurrency band. Throughput is each run's output tokens/s, C x OSL / (TTFT + (OSL - 1) TPOT)
 (Little's law at Z = 0), from the measured and from the predicted latencies. Rows whose layout the
-model cannot express (disaggregated, attention-DP, PP, TP not dividing the heads) are counted
+model cannot express (attention-DP, PP, a disaggregated run without its prefill pool, TP not dividing the heads) are counted
 apart, never scored.
 
 With ``--aiconfigurator FILE`` (`scripts/aiconfigurator_baseline.py`'s output) it adds
@@ -47,7 +47,9 @@ from jaxpareto.measure.validation_set import load_validation_set  # noqa: E402
 DATA = ROOT / "jaxpareto" / "data" / "aiconfigurator_silicon.csv"
 # the rows the shipped hopper-measured fit read: Hopper runs of the models measured then (rows of
 # models added later, MiniMax-M2.5 and Qwen3.5-397B-A17B, are all held out)
-TRAIN = "gpu=h100-sxm,h200-sxm;model=llama-3.1-8b,llama-3.1-70b,qwen3-32b,qwen3-235b-a22b,deepseek-v3,kimi-k2.5,gpt-oss-120b"
+# (aggregated runs: the disaggregated ones joined the supported rows after that fit, and no fit read them)
+TRAIN = ("gpu=h100-sxm,h200-sxm;model=llama-3.1-8b,llama-3.1-70b,qwen3-32b,qwen3-235b-a22b,deepseek-v3,kimi-k2.5,"
+         "gpt-oss-120b;mode=agg")
 MEASURED = ModelOptions(profile="measured", prefill_model="shared")
 BANDS = (0, 4, 32, 256, np.inf)
 FAMILIES = {"llama": "Llama-3.1 (dense)", "qwen3-32b": "Qwen3-32B (dense)", "qwen3-235b": "Qwen3-235B (MoE)",
@@ -73,13 +75,17 @@ def runs(rows: pd.DataFrame, table: pd.DataFrame, split: np.ndarray) -> pd.DataF
         latency = wide[f"{kind}_ttft_ms"] + (wide["osl"] - 1.0) * wide[f"{kind}_tpot_ms"]
         wide[f"{kind}_throughput"] = wide["concurrency"] * wide["osl"] / latency * 1000.0
     wide["family"] = wide["model"].map(family)
-    layout = rows.assign(run=frame["run"]).drop_duplicates("run").set_index("run")["moe_ep"]
-    wide["layout"] = np.where(wide["run"].map(layout).fillna(1) > 1, "expert parallel", "tensor parallel")
-    # the README's partitions: the fit's rows, the held-out Blackwell runs of the same models, and
-    # each model no fit read
+    per_run = rows.assign(run=frame["run"]).drop_duplicates("run").set_index("run")
+    disaggregated = wide["run"].map(per_run["mode"]).eq("disagg")
+    wide["layout"] = np.where(disaggregated, "disaggregated",
+                              np.where(wide["run"].map(per_run["moe_ep"]).fillna(1) > 1, "expert parallel",
+                                       "tensor parallel"))
+    # the README's partitions: the fit's rows, the held-out Blackwell runs of the same models, each
+    # model no fit read, and the disaggregated runs (Hopper and Blackwell; no fit read them)
     never = wide["family"].str.contains("never in a fit")
     wide["partition"] = np.where(wide["split"].eq("train"), "Hopper (train)",
-                                 np.where(never, wide["family"], "Blackwell (test)"))
+                                 np.where(never, wide["family"], np.where(disaggregated, "Disaggregated (test)",
+                                                                          "Blackwell (test)")))
     wide["band"] = pd.cut(wide["concurrency"], BANDS, labels=["C <= 4", "5-32", "33-256", "> 256"])
     return wide
 

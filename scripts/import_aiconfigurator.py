@@ -21,7 +21,9 @@ Rules, per source row:
   signature, so the source counted their GPUs twice.
 - Disaggregated rows (``mode`` disagg): ``gpus`` = the prefill plus the decode workers' GPUs
   (workers x tp x attention_dp x pp each); ``tp`` and the layout columns are the decode
-  workers'; the prefill layout is in ``notes``. Rows without worker counts are dropped.
+  workers'; the prefill layout is in ``notes``, and where its workers are plain TP groups (no
+  attention DP or PP) in ``prefill_workers`` and ``prefill_tp``, with ``decode_workers``. Rows
+  without worker counts are dropped.
 - Models (`MODELS`) and GPUs (`GPUS`) map to catalog names; others are dropped.
 - Weights: ``gemm_quant_mode`` via `QUANT` (blank: ``precision``; blank: bf16); routed experts
   (MoE models): ``moe_quant_mode`` (blank: as the weights). gpt-oss-120b and Kimi K2.5, whose
@@ -86,7 +88,7 @@ DROP_VALUE = "TTFT or TPOT blank or not positive"
 DROP_NO_CONCURRENCY = "no concurrency (neither silicon_concurrency nor batch_size)"
 DROP_CONCURRENCY = "concurrency is not batch_size x attention_dp (how the sessions were served is not given)"
 DROP_WORKERS = "disaggregated run without worker counts"
-DROP_SPLIT = "disaggregated GPUs do not split into decode TP groups"
+DROP_SPLIT = "disaggregated GPUs do not split into decode TP groups (and the prefill pool is not given)"
 DROP_BUILD = "model does not build with these dtypes"
 DROP_DOUBLED = ("tp_size = moe_tp x moe_ep with moe_tp = moe_ep > 1: the GPUs counted twice (each of the 160 such "
                 "runs whose name gives its layout, tp4_ep4 or tp8_ep8, ran on tp_size / moe_ep GPUs)")
@@ -140,11 +142,15 @@ def _layout(src: dict) -> tuple[dict, str] | str:
         sides[side] = [size or 1 for size in sizes]
     gpus = sum(math.prod(sizes) for sizes in sides.values())
     workers, tp, adp, pp = sides["decode"]
-    if gpus % tp:
+    prefill_workers, prefill_tp, prefill_adp, prefill_pp = sides["prefill"]
+    pools = prefill_adp == 1 and prefill_pp == 1  # a pool the model expresses: TP workers
+    if gpus % tp and not pools:
         return DROP_SPLIT
     described = ", ".join(f"{side} {w}x(tp {t}, attention_dp {a}, pp {p})" for side, (w, t, a, p) in sides.items())
     layout = dict(gpus=gpus, tp=tp, pp=pp, attention_dp=adp, mode="disagg", moe_tp=_size(src["decode_moe_tp_size"]),
                   moe_ep=_size(src["decode_moe_ep_size"]), concurrency=concurrency)
+    if pools:
+        layout.update(prefill_workers=prefill_workers, prefill_tp=prefill_tp, decode_workers=workers)
     return layout, "; ".join(filter(None, [f"disagg: {described}; layout columns: decode's", note]))
 
 

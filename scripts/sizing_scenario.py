@@ -2,8 +2,8 @@
 the measured profile calibrated on Hopper (the README's side-by-side).
 
 Llama-3.1-70B (bf16 unless ``--model``) on 8x H100, ISL 4,000, OSL 500, TTFT <= 2 s, TPOT <= 50 ms:
-the best layout of replicas filling the 8 GPUs for output tokens/s per GPU, per engine
-(``jp.optimize(..., gpu_budget=8)``).
+the best layout of replicas filling the 8 GPUs for output tokens/s per GPU, aggregated or
+disaggregated, per engine (``jp.optimize(..., gpu_budget=8)``).
 
     python scripts/sizing_scenario.py [--model llama-3.1-70b-fp8]
 """
@@ -24,9 +24,12 @@ GPUS = 8
 def answer(result) -> dict:
     """The best layout of the budget (`jp.optimize(..., gpu_budget=8)`) as the table's row."""
     if not result.feasible:
-        return {"layout": f"none ({result.reason})", "concurrency": "", "tokens/s/GPU": "", "TTFT ms": "",
+        return {"layout": f"none ({result.reason})", "serving": "", "concurrency": "", "tokens/s/GPU": "", "TTFT ms": "",
                 "TPOT ms": ""}
-    return {"layout": f"TP {result.tp} x {result.replicas}", "concurrency": result.concurrency * result.replicas,
+    layout = f"TP {result.tp} x {result.replicas}" if result.serving == "aggregated" else \
+        (f"{result.prefill_workers}x TP {result.prefill_tp} prefill + {result.decode_workers}x TP {result.tp} decode"
+         + (f", x {result.replicas}" if result.replicas > 1 else ""))
+    return {"layout": layout, "serving": result.serving, "concurrency": result.concurrency * result.replicas,
             "tokens/s/GPU": round(result.value), "TTFT ms": round(result.metrics["ttft_ms"]),
             "TPOT ms": round(result.metrics["tpot_ms"], 1)}
 

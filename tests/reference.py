@@ -117,6 +117,7 @@ def reference_point(gpu: dict, model: dict, tp: int, concurrency: int, think_tim
         b = (1 - damping) * b + damping * t
         t = target(b)
         iterations += 1
+    out.update(_step=step, _ms_per_token=ttft / prefill, _kv_bytes_per_token=kappa, _kv_heads=n_kv)
     t_weight, t_kv, t_compute, tpot = step(b)
     latency = ttft + tpot * osl
     turns = c_eff / ((latency + z_ms) / 1e3)
@@ -127,4 +128,83 @@ def reference_point(gpu: dict, model: dict, tp: int, concurrency: int, think_tim
         decode_bound=1 if t_compute > (t_weight + t_kv) * overhead else 0,
         converged=abs(t - b) <= tol * b, iterations=iterations,
     )
+    return out
+
+
+def _erlang_c(servers: int, offered: float) -> float:
+    """P(wait) in M/M/servers with offered load a < servers (the textbook sums)."""
+    top = offered ** servers / math.factorial(servers) * servers / (servers - offered)
+    return top / (sum(offered ** k / math.factorial(k) for k in range(servers)) + top)
+
+
+def reference_disaggregated(gpu: dict, model: dict, tp: int, prefill_tp: int, prefill_workers: int,
+                            decode_workers: int, concurrency: int, think_time_s: float, context_tokens: int,
+                            hit_rate: float, osl: float = 128, delta_tokens: float = 2128, link_gbs: float | None = None,
+                            local_prefill_tokens: float | None = None) -> dict:
+    """A disaggregated replica of a dense full-attention model (docs/model.md, "Disaggregated
+    serving"), from the decode workers' and the prefill workers' aggregated costs: the decode
+    batch b per decode worker solved by bisection in float64. ``local_prefill_tokens`` given:
+    conditional disaggregation."""
+    per_worker = concurrency / decode_workers
+    decode = reference_point(gpu, model, tp, per_worker, think_time_s, context_tokens, hit_rate, osl, delta_tokens)
+    prefill = reference_point(gpu, model, prefill_tp, 1, think_time_s, context_tokens, hit_rate, osl, delta_tokens)
+    feasible = decode["feasible"] and prefill["feasible"]
+    out = {"feasible": feasible}
+    if not feasible:
+        return out
+    sessions = decode["concurrency_eff"]
+    kinds = [(hit_rate, min(delta_tokens, context_tokens)), (1 - hit_rate, context_tokens)]
+    local = [t <= local_prefill_tokens if local_prefill_tokens is not None else False for _, t in kinds]
+
+    def mix(weights_times):
+        total = sum(w for w, _ in weights_times)
+        if total == 0:
+            return 0.0, 0.0, 0.0
+        mean = sum(w * t for w, t in weights_times) / total
+        return total, mean, sum(w * t * t for w, t in weights_times) / total / mean ** 2 - 1
+
+    q, s_local, scv_local = mix([(w, t * decode["_ms_per_token"]) for (w, t), lo in zip(kinds, local) if lo])
+    _, s_remote, scv_remote = mix([(w, t * prefill["_ms_per_token"]) for (w, t), lo in zip(kinds, local) if not lo])
+    _, remote_tokens, _ = mix([(w, t) for (w, t), lo in zip(kinds, local) if not lo])
+    if link_gbs is None:
+        gpus = prefill_workers * prefill_tp + decode_workers * tp
+        link_gbs = gpu["interconnect_gbs"] if gpus <= gpu["scaleup_domain_gpus"] else \
+            min(gpu["interconnect_gbs"], gpu["scaleout_gbs"])
+    kappa, n_kv = decode["_kv_bytes_per_token"], decode["_kv_heads"]
+    per_gpu = max(remote_tokens * kappa * (g / min(g, n_kv)) / g for g in (tp, prefill_tp)) / 1e9
+    transfer = per_gpu / link_gbs * 1e3
+    z_ms = think_time_s * 1e3
+
+    def turn(b):
+        tpot0 = decode["_step"](b)[3]
+        x = b / (osl * tpot0 + b * q * s_local)
+        rho_local = x * q * s_local
+        tpot = tpot0 / (1 - rho_local)
+        ttft = 0.0
+        if q > 0:
+            ttft += q * (rho_local * s_local * (1 + scv_local) / 2 / (1 - rho_local) + s_local)
+        if q < 1:
+            offered = x * decode_workers * (1 - q) * s_remote
+            if offered >= prefill_workers:
+                return tpot, math.inf
+            wait = _erlang_c(prefill_workers, offered) * s_remote / (prefill_workers - offered) * (1 + scv_remote) / 2
+            ttft += (1 - q) * (wait + s_remote + transfer)
+        return tpot, ttft
+
+    def excess(b):
+        tpot, ttft = turn(b)
+        return b - sessions * osl * tpot / (ttft + osl * tpot + z_ms)
+
+    lo, hi = 0.0, float(sessions)
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if excess(mid) < 0 else (lo, mid)
+    b = 0.5 * (lo + hi)
+    tpot, ttft = turn(b)
+    latency = sessions * osl * tpot / b - z_ms  # the fixed point's own R: well conditioned when saturated
+    turns = decode_workers * sessions / ((latency + z_ms) / 1e3)
+    out.update(ttft_ms=latency - osl * tpot, tpot_ms=tpot, latency_ms=latency, batch_eff=b * decode_workers,
+               turns_per_s=turns, output_tokens_per_s_per_gpu=turns * osl / (prefill_workers * prefill_tp
+                                                                             + decode_workers * tp),
+               concurrency_eff=sessions * decode_workers, transfer_ms=transfer)
     return out

@@ -341,12 +341,14 @@ def test_gpu_budget_fills_whole_replicas_and_ranks_the_layouts(tmp_path, capsys)
     from jaxpareto.cli import main
 
     best = jp.optimize(**SCENARIO, constraints=SLO, concurrency=(1, 256), gpu_budget=8)
-    layouts = best.layouts
-    assert set(layouts["tp"]) == {1, 2, 4, 8} and (layouts["gpus_used"] == 8).all()  # never beyond the budget
-    assert (layouts["replicas"] * layouts["tp"] == layouts["gpus_used"]).all()
-    assert layouts["feasible"].tolist() == sorted(layouts["feasible"], reverse=True)  # infeasible ones last
-    ranked = layouts.loc[layouts["feasible"], "output_tokens_per_s_per_gpu"]
+    assert set(best.layouts["serving"]) == {"aggregated", "disaggregated"}
+    assert (best.layouts["gpus_used"] == 8).all()  # never beyond the budget
+    assert best.layouts["feasible"].tolist() == sorted(best.layouts["feasible"], reverse=True)  # infeasible ones last
+    ranked = best.layouts.loc[best.layouts["feasible"], "output_tokens_per_s_per_gpu"]
     assert ranked.is_monotonic_decreasing
+    layouts = best.layouts[best.layouts["serving"] == "aggregated"]
+    assert set(layouts["tp"]) == {1, 2, 4, 8}
+    assert (layouts["replicas"] * layouts["tp"] == layouts["gpus_used"]).all()
     assert not layouts.set_index("tp").loc[1, "feasible"]  # 70B bf16 does not fit one H100
     # per-GPU throughput: the budget's best layout is the unconstrained search's best TP
     free = jp.optimize(**SCENARIO, constraints=SLO, concurrency=(1, 256))
@@ -354,7 +356,7 @@ def test_gpu_budget_fills_whole_replicas_and_ranks_the_layouts(tmp_path, capsys)
     assert best.value == pytest.approx(free.value, rel=1e-5)  # float32, evaluated in another batch
     assert (best.replicas, best.gpus_used, best.serving) == (8 // best.tp, 8, "aggregated")
     six = jp.optimize(**SCENARIO, constraints=SLO, concurrency=(1, 256), gpu_budget=6)
-    assert set(six.layouts["tp"]) == {1, 2} and (six.layouts["gpus_used"] == 6).all()
+    assert set(six.layouts.query("serving == 'aggregated'")["tp"]) == {1, 2} and (six.layouts["gpus_used"] == 6).all()
     with pytest.raises(jp.JaxparetoError, match="gpu_budget: no TP choice in \\[2, 4, 8\\] divides 3 GPUs"):
         jp.optimize(**SCENARIO, constraints=SLO, tp=(2, 4, 8), gpu_budget=3)
     with pytest.raises(jp.JaxparetoError, match="gpu_budget: takes one scenario"):
@@ -372,7 +374,7 @@ def test_gpu_budget_ranks_replica_counts_over_the_budget():
     """requests/s is a replica's own: 8 replicas of TP 1 serve 8 times one (a per-replica ranking would not)."""
     scenario = dict(SCENARIO, model="llama-3.1-8b")
     best = jp.optimize(**scenario, objective="turns_per_s", constraints=SLO, concurrency=(1, 64), gpu_budget=8)
-    for _, row in best.layouts[best.layouts["feasible"]].iterrows():
+    for _, row in best.layouts[best.layouts["feasible"] & (best.layouts["serving"] == "aggregated")].iterrows():
         one = jp.optimize(**scenario, objective="turns_per_s", constraints=SLO, concurrency=(1, 64), tp=(int(row.tp),))
         assert row["turns_per_s"] == pytest.approx(one.value * row["replicas"], rel=1e-5)
     assert best.value == pytest.approx(best.layouts["turns_per_s"].max(), rel=1e-12)

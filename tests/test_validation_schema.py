@@ -97,7 +97,9 @@ def test_unsupported_reason_names_each_layout():
     row = dict(model="deepseek-v3", tp=8, pp=1, attention_dp=1, moe_tp=8, moe_ep=1, mode="agg")
     assert unsupported_reason(row) == ""
     assert unsupported_reason(dict(model="llama-3.1-70b", tp=4)) == ""  # blank layout: plain TP
-    assert unsupported_reason(row | dict(mode="disagg")) == "disaggregated prefill/decode"
+    assert unsupported_reason(row | dict(mode="disagg")).startswith("disaggregated prefill/decode without its "
+                                                                     "prefill pool")
+    assert unsupported_reason(row | dict(mode="disagg", prefill_workers=2, prefill_tp=4, decode_workers=1)) == ""
     assert unsupported_reason(row | dict(pp=2, moe_tp=4)) == "pipeline parallelism (pp 2); MoE split moe_tp 4 x " \
                                                                "moe_ep 1 over tp 8 x attention_dp 1 GPUs"
     # expert parallelism is expressed (physics/layout.py) when the experts fill the replica
@@ -144,7 +146,8 @@ def test_converter_on_a_small_source(tmp_path, capsys):
     kimi = by_id.loc["aic-kimi-tpot"]
     assert (kimi["mode"], kimi["gpus"], kimi["tp"], kimi["concurrency"]) == ("disagg", 12, 4, 32.0)
     assert (kimi["weight_dtype"], kimi["expert_weight_dtype"], kimi["kv_dtype"]) == ("bf16", "fp4", "fp8")
-    assert "disaggregated prefill/decode" in kimi["unsupported"]
+    # its pools are plain TP workers: expressed (physics/disaggregation.py)
+    assert (kimi["prefill_workers"], kimi["prefill_tp"], kimi["decode_workers"], kimi["unsupported"]) == (2, 4, 1, "")
     assert by_id.loc["aic-llama8nv-ttft", "kv_dtype"] == "fp8"  # NVIDIA ModelOpt checkpoint, even on vLLM
 
 

@@ -16,7 +16,7 @@ from jaxpareto.cli._common import (FLOAT_FORMAT, SearchMethod, add_csv_option, a
                                    new_output, scenario_kwargs, write_csv)
 from jaxpareto.dataset.store import to_zarr
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.definitions.options import SEARCH_METHODS
+from jaxpareto.definitions.options import SEARCH_METHODS, SERVING_MODES
 from jaxpareto.definitions.spec import load_spec
 from jaxpareto.search.constraints import NUMERIC_OUTPUTS
 from jaxpareto.search.optimize import optimize
@@ -70,7 +70,12 @@ def _one_scenario(args: argparse.Namespace) -> int:
         if getattr(args, option):
             kwargs[option] = getattr(args, option)
     if args.gpu_budget is not None:
+        if args.top < 1:
+            raise JaxparetoError("--top", f"must be at least 1, got {args.top}")
         return _budget(args, kwargs)
+    for flag, given in (("--serving", args.serving is not None), ("--top", args.top != 5)):
+        if given:
+            raise JaxparetoError(flag, "compares the layouts of a GPU budget: give --gpu-budget with it")
     result = optimize(objective=args.objective, sense=args.sense, **kwargs)
     print(_wrapped(describe_scenario(args)))
     if not result.feasible:
@@ -88,34 +93,63 @@ def _one_scenario(args: argparse.Namespace) -> int:
     return 0
 
 
+def _layout_name(row) -> str:
+    """A layout in words: "TP 4 x 2" or "2x TP2 prefill + 1x TP4 decode (x 2)"."""
+    if row["serving"] == "aggregated":
+        return f"TP {row['tp']} x {row['replicas']}"
+    pools = f"{row['prefill_workers']}xTP{row['prefill_tp']} P + {row['decode_workers']}xTP{row['tp']} D"
+    return pools + (f" x {row['replicas']}" if row["replicas"] > 1 else "")
+
+
 def _budget(args: argparse.Namespace, kwargs: dict) -> int:
-    """--gpu-budget: every layout of replicas filling the budget, best first (`jaxpareto.search.budget`)."""
-    result = optimize(objective=args.objective, sense=args.sense, gpu_budget=args.gpu_budget, **kwargs)
+    """--gpu-budget: the best layouts of each serving mode filling the budget, best first
+    (`jaxpareto.search.budget`)."""
+    serving = args.serving.split(",") if args.serving else None
+    result = optimize(objective=args.objective, sense=args.sense, gpu_budget=args.gpu_budget, serving=serving,
+                      **kwargs)
     print(_wrapped(describe_scenario(args)))
-    table = result.layouts
+    table = result.layouts.copy()
+    table.insert(1, "layout", [_layout_name(row) for _, row in table.iterrows()])
+    aggregated = table[table["serving"] == "aggregated"]
     left_out = [t for t in kwargs["tp"] if args.gpu_budget % t]  # the --tp choices scenario_kwargs parsed
-    if left_out:
-        print(_wrapped(f"TP {', '.join(map(str, left_out))} left out: {'they do' if len(left_out) > 1 else 'it does'} "
-                       f"not divide {args.gpu_budget} GPUs into whole replicas"))
-    shown = ["serving", "tp", "replicas", "concurrency", "sessions", args.objective, "ttft_ms", "tpot_ms"]
+    if left_out and len(aggregated):
+        print(_wrapped(f"aggregated TP {', '.join(map(str, left_out))} left out: "
+                       f"{'they do' if len(left_out) > 1 else 'it does'} not divide {args.gpu_budget} GPUs into whole "
+                       "replicas"))
+    shown = ["layout", "concurrency", "sessions", args.objective, "ttft_ms", "tpot_ms"]
     shown = [c for c in dict.fromkeys(shown) if c in table]
-    printed = table[shown].rename(columns={**SHORT, "concurrency": "C/replica"})
-    with pd.option_context("display.width", 100, "display.float_format", FLOAT_FORMAT):
-        print()
-        print(_wrapped(f"layouts of {args.gpu_budget} GPUs ({args.sense} {args.objective}; requests/s, sessions and "
-                       f"batch over the budget), best first:"))
-        print(printed.to_string(index=False))
-    for _, row in table.iterrows():
-        note = row["binding"] if row["feasible"] else row["reason"]
-        print(_wrapped(f"  TP {row['tp']} x {row['replicas']}: {_short(note) or 'none binding'}"))
+    print()
+    print(_wrapped(f"best layouts of {args.gpu_budget} GPUs per serving mode ({args.sense} {args.objective}; "
+                   f"requests/s, sessions and batch over the budget; C/replica per replica):"))
+    for mode, rows in table.groupby("serving", sort=False):
+        feasible = rows[rows["feasible"].astype(bool)]
+        print(f"\n{mode}: {len(feasible)} of {len(rows)} layouts meet the SLOs"
+              + (f", the best {min(args.top, len(feasible))}:" if len(feasible) else ""))
+        if len(feasible):
+            top = feasible.head(args.top)
+            printed = top[shown].rename(columns={**SHORT, "concurrency": "C/replica"})
+            with pd.option_context("display.width", 100, "display.float_format", FLOAT_FORMAT):
+                print(printed.to_string(index=False))
+            for _, row in top.iterrows():
+                print(_wrapped(f"  {row['layout']}: {_short(row['binding']) or 'none binding'}"))
+        for reason, count in rows.loc[~rows["feasible"].astype(bool), "reason"].map(_reason_kind).value_counts().items():
+            print(_wrapped(f"  {count} infeasible: {reason}"))
     print()
     if result.feasible:
-        print(_wrapped(f"best: {result.serving}, TP {result.tp} x {result.replicas} replicas ({result.gpus_used} "
-                       f"GPUs), concurrency {result.concurrency} per replica: {result.objective} {result.value:,.4g}"))
+        where = f"TP {result.tp} x {result.replicas} replicas" if result.serving == "aggregated" else \
+            (f"{result.prefill_workers} prefill workers of TP {result.prefill_tp} + {result.decode_workers} decode "
+             f"workers of TP {result.tp}, x {result.replicas} replicas")
+        print(_wrapped(f"best: {result.serving}, {where} ({result.gpus_used} GPUs), concurrency {result.concurrency} "
+                       f"per replica: {result.objective} {result.value:,.4g}"))
     else:
         print(f"no layout of {args.gpu_budget} GPUs meets the SLOs")
     write_csv(table, args.csv, args.overwrite, "layouts")
     return 0 if result.feasible else 1
+
+
+def _reason_kind(reason: str) -> str:
+    """A layout's reason without the layout it names (so that alike reasons count together)."""
+    return reason.split(": ", 1)[1] if reason.count(": ") and " prefill + " in reason.split(": ", 1)[0] else reason
 
 
 def _scenario_defaults() -> dict:
@@ -125,6 +159,8 @@ def _scenario_defaults() -> dict:
     parser.add_argument("--objective", default="output_tokens_per_s_per_gpu")
     parser.add_argument("--sense", default="max")
     parser.add_argument("--gpu-budget", type=int, default=None)
+    parser.add_argument("--serving", default=None)
+    parser.add_argument("--top", type=int, default=5)
     return {k: v for k, v in vars(parser.parse_args([])).items() if k not in ("gpu", "model", "calibration")}
 
 
@@ -183,8 +219,13 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--sense", default="max", choices=("max", "min"),
                    help="maximise or minimise the objective, one scenario (default max)")
     p.add_argument("--gpu-budget", type=int, metavar="GPUS",
-                   help="one scenario: fill this many GPUs with replicas of each TP choice dividing it, and "
-                        "rank the layouts (the best concurrency per replica of each)")
+                   help="one scenario: fill this many GPUs with replicas of each layout (a TP choice dividing it, "
+                        "or prefill and decode pools) and rank the layouts (the best concurrency per replica of each)")
+    p.add_argument("--serving", metavar="MODES",
+                   help="with --gpu-budget: the serving modes compared, comma-separated among "
+                        f"{', '.join(SERVING_MODES)} (default aggregated,disaggregated)")
+    p.add_argument("--top", type=int, default=5, metavar="N",
+                   help="with --gpu-budget: the layouts shown per serving mode (default 5; --csv writes all)")
     add_output_options(p, "zarr store for the optimum per scenario of a spec")
     add_csv_option(p, "the table")
     p.add_argument("--method", action=SearchMethod, metavar="{" + ",".join(SEARCH_METHODS) + "}",

@@ -15,7 +15,7 @@ from jaxpareto.cli._common import Report, check_file_out
 from jaxpareto.dataset.pareto import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y, default_dims, frontier_table, pareto_front
 from jaxpareto.dataset.store import open_sweep
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.definitions.axes import axis_table, load_axis
+from jaxpareto.definitions.axes import dataset_table
 
 
 def _open_sweep(path: Path) -> tuple[xr.Dataset, list[str]]:
@@ -25,7 +25,7 @@ def _open_sweep(path: Path) -> tuple[xr.Dataset, list[str]]:
         raise JaxparetoError("store", f"{path} holds reduced fronts already (`sweep --reduce`): read its front_* "
                                       "and best_* variables")
     axes = [a.name if a.name != "context_tokens" or "turn" not in ds.dims else "turn"
-            for a in axis_table(load_axis(ds.dims) == "request_rate")]
+            for a in dataset_table(ds.dims)]
     missing = [a for a in axes if a not in ds.dims]
     if missing:
         raise JaxparetoError("store", f"{path} is not a jaxpareto sweep: no dimension {missing[0]!r}")

@@ -16,12 +16,12 @@ from collections.abc import Iterable, Mapping, Sequence
 import jax
 import numpy as np
 
-from jaxpareto.definitions.axes import AXIS_BY_NAME, LOAD_AXES, Axis, axis_table, grid_axes
+from jaxpareto.definitions.axes import AXIS_BY_NAME, DISAGGREGATION_AXES, LOAD_AXES, Axis, axis_table, grid_axes
 from jaxpareto.definitions.checks import check_number
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.hardware import Hardware
 from jaxpareto.definitions.model import Model
-from jaxpareto.definitions.options import CACHE_MODELS, ModelOptions
+from jaxpareto.definitions.options import CACHE_MODELS, SERVING_MODES, ModelOptions
 from jaxpareto.definitions.schema import OUTPUTS, PERCENTILE_VARIABLES
 from jaxpareto.definitions.settings import DTYPES, SOLVERS, Efficiency, Solver, Workload, flat_default, latency_slo, \
     numeric_fields, solver_of
@@ -90,7 +90,7 @@ class SweepPlan:
     @property
     def table(self) -> tuple[Axis, ...]:
         """The grid's axes: the closed loop's, or the open loop's with ``request_rate``."""
-        return axis_table(self.options.open_loop)
+        return axis_table(self.options.open_loop, self.options.disaggregated)
 
     @property
     def dims(self) -> tuple[str, ...]:
@@ -117,6 +117,9 @@ class SweepPlan:
             out["cache_ttl_s"] = "none (no expiry)"
         if workload.kv_context_tokens == 0:
             out["kv_context_tokens"] = "per point (context_tokens)"
+        if not self.options.disaggregated:  # settings of the prefill pool, which there is not
+            for name in ("kv_link_gbs", "kv_link_latency_us", "local_prefill_tokens"):
+                del out[name]
         return out
 
     def attrs(self) -> dict:
@@ -248,6 +251,7 @@ def plan_sweep(
         workload = dataclasses.replace(workload, slo=latency_slo(slo))
     options = _options(options, settings, workload)
     _check_load(options, values)
+    _check_serving_axes(options, values)
     if calibration is not None:  # adopt the model the factors were fitted with
         fitted = calibration_options(calibration)
         for field, default in (("prefill_model", "isolated"), ("profile", "seed")):
@@ -269,7 +273,7 @@ def plan_sweep(
                           for name, factors in calibration_engines(calibration).items()} if calibration else {}
     definitions, axes = grid_axes(
         values, custom={"gpu": _by_name("hardware", hardware, Hardware), "model": _by_name("models", models, Model),
-                        "engine": calibrated_engines}, table=axis_table(options.open_loop),
+                        "engine": calibrated_engines}, table=axis_table(options.open_loop, options.disaggregated),
     )
     extra = dict(attrs or {})
     if calibration is not None and not isinstance(calibration, Mapping):
@@ -279,7 +283,12 @@ def plan_sweep(
     except TypeError as error:
         raise JaxparetoError("attrs", f"must be JSON-serialisable: {error}") from None
     if percentiles is None:
-        percentiles = options.open_loop or slo is not None or workload.isl_cv > 0 or workload.osl_cv > 0
+        percentiles = not options.disaggregated and (options.open_loop or slo is not None or workload.isl_cv > 0
+                                                     or workload.osl_cv > 0)
+    wanted = set(variables or ()) & set(PERCENTILE_VARIABLES)
+    if options.disaggregated and (percentiles or wanted or slo is not None):
+        raise JaxparetoError("serving", f"the latency percentiles and goodput are not modelled for {options.serving!r} "
+                                        "serving yet (its outputs are the means)", ("aggregated",))
     return SweepPlan(definitions, axes, workload, efficiency, solver, dtype, output_variables(variables, percentiles),
                      chunk_points, extra, options)
 
@@ -347,11 +356,26 @@ def _check_load(options: ModelOptions, values: Mapping) -> None:
         raise JaxparetoError(wrong, f"is not a load of {model}: its load is {right}{hint}")
 
 
+def _check_serving_axes(options: ModelOptions, values: Mapping) -> None:
+    """The prefill pool's axes need a prefill pool.
+
+    Raises:
+        JaxparetoError: one of `DISAGGREGATION_AXES` given under aggregated serving.
+    """
+    for axis in DISAGGREGATION_AXES:
+        if values.get(axis.name) is not None and not options.disaggregated:
+            raise JaxparetoError(axis.name, "is an axis of disaggregated serving: give serving='disaggregated' "
+                                            "or 'conditional' with it", SERVING_MODES)
+
+
 # Settings that only some equations use: (field, the option that uses it, the values that do).
 _USED_BY = (("tier_capacity_gb", "cache_model", ("lru",)), ("tier_bandwidth_gbs", "cache_model", ("lru",)),
             ("prefill_chunk_tokens", "prefill_model", ("shared",)),
             ("pause_distribution", "cache_model", ("ttl", "lru")), ("pause_sigma", "cache_model", ("ttl", "lru")),
-            ("turns_per_session", "arrivals", ("poisson",)))
+            ("turns_per_session", "arrivals", ("poisson",)),
+            ("kv_link_gbs", "serving", ("disaggregated", "conditional")),
+            ("kv_link_latency_us", "serving", ("disaggregated", "conditional")),
+            ("local_prefill_tokens", "serving", ("conditional",)))
 
 
 def _check_used(options: ModelOptions, workload: Workload) -> None:

@@ -33,7 +33,7 @@ from zarr.codecs import BloscCodec
 
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.mapper import GridProblem, block_origins, block_region
-from jaxpareto.definitions.axes import AXIS_BY_NAME, axis_table, coordinate_attrs, load_axis
+from jaxpareto.definitions.axes import AXIS_BY_NAME, coordinate_attrs, dataset_table
 from jaxpareto.definitions.schema import FLAG_VARIABLES, OUTPUTS
 from jaxpareto.dataset.plan import SweepPlan, as_plan
 from jaxpareto.dataset.sweep import with_ridge_points
@@ -357,7 +357,7 @@ def open_sweep(path: str | Path, *, incomplete: str = "refuse") -> xr.Dataset:
         raise JaxparetoError("store", f"{path} is incomplete: {int(done.sum()):,} of {done.size:,} blocks were "
                                       "computed before the sweep stopped. Run the command that wrote it again to "
                                       "resume (finished blocks are kept), or open it with incomplete='mark'")
-    dims = tuple(a.name for a in axis_table(load_axis(ds.dims) == "request_rate"))
+    dims = tuple(a.name for a in dataset_table(ds.dims))
     shape = tuple(ds.sizes[a] for a in dims)
     block = tuple(ds.attrs["jaxpareto_block"])
     computed = np.zeros(shape, dtype=bool)

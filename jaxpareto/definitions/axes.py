@@ -100,14 +100,28 @@ AXIS_TABLE: tuple[Axis, ...] = (
 REQUEST_RATE = Axis("request_rate", "requests/s", "Poisson arrival rate of requests (turns) per server lambda",
                     low=0, low_inclusive=False)
 LOAD_AXES = {"closed": "concurrency", "open": "request_rate"}
+# Disaggregated serving's pools (serving="disaggregated" or "conditional"), after tp, which is
+# then the decode workers' TP (`jaxpareto.physics.disaggregation`).
+DISAGGREGATION_AXES: tuple[Axis, ...] = (
+    Axis("prefill_tp", "GPUs", "prefill workers' tensor-parallel degree (0: the decode workers' tp)", integer=True,
+         low=0, high=MAX_INTEGER, default=0),
+    Axis("prefill_workers", "workers", "prefill workers per replica", integer=True, low=1, high=MAX_INTEGER,
+         default=1),
+    Axis("decode_workers", "workers", "decode workers per replica", integer=True, low=1, high=MAX_INTEGER,
+         default=1),
+)
 
 
-def axis_table(open_loop: bool = False) -> tuple[Axis, ...]:
+def axis_table(open_loop: bool = False, disaggregated: bool = False) -> tuple[Axis, ...]:
     """The grid's axes for a load model: the closed loop's `AXIS_TABLE`, or, for the open loop
-    (``arrivals="poisson"``), the same with ``request_rate`` in place of ``concurrency``."""
-    if not open_loop:
-        return AXIS_TABLE
-    return tuple(REQUEST_RATE if axis.name == "concurrency" else axis for axis in AXIS_TABLE)
+    (``arrivals="poisson"``), the same with ``request_rate`` in place of ``concurrency``; under
+    disaggregated serving, `DISAGGREGATION_AXES` follow ``tp``."""
+    table = AXIS_TABLE if not open_loop else \
+        tuple(REQUEST_RATE if axis.name == "concurrency" else axis for axis in AXIS_TABLE)
+    if disaggregated:
+        at = [a.name for a in table].index("tp") + 1
+        table = (*table[:at], *DISAGGREGATION_AXES, *table[at:])
+    return table
 
 
 def load_axis(dims) -> str:
@@ -115,8 +129,13 @@ def load_axis(dims) -> str:
     return LOAD_AXES["open"] if LOAD_AXES["open"] in dims else LOAD_AXES["closed"]
 
 
-# Every row of either table by name (the closed loop's first).
-AXIS_BY_NAME: dict[str, Axis] = {axis.name: axis for axis in (*AXIS_TABLE, REQUEST_RATE)}
+def dataset_table(dims) -> tuple[Axis, ...]:
+    """The axis table whose dimensions ``dims`` (a dataset's) are."""
+    return axis_table(load_axis(dims) == LOAD_AXES["open"], DISAGGREGATION_AXES[0].name in dims)
+
+
+# Every row of every table by name (the closed loop's first).
+AXIS_BY_NAME: dict[str, Axis] = {axis.name: axis for axis in (*AXIS_TABLE, REQUEST_RATE, *DISAGGREGATION_AXES)}
 # What the searches (optimiser, sizing) decide for a scenario, and their default choices.
 DECIDED_AXES: tuple[str, ...] = ("tp", "concurrency")
 TP_CHOICES: tuple[int, ...] = (1, 2, 4, 8)

@@ -17,6 +17,7 @@ CACHE_MODELS = ("given", "ttl", "lru")
 PAUSE_DISTRIBUTIONS = ("deterministic", "exponential", "lognormal")
 PROFILES = ("seed", "measured")
 ARRIVALS = ("staggered", "synchronised", "poisson")
+SERVING_MODES = ("aggregated", "disaggregated", "conditional")
 # How the optimiser searches (`jaxpareto.optimize`'s ``method``), and how sessions hold KV.
 SEARCH_METHODS = ("auto", "exhaustive", "gradient")
 KV_DEMANDS = ("staggered", "synchronised", "synchronized")
@@ -64,6 +65,13 @@ class ModelOptions(NamedTuple):
             `jaxpareto.physics.engine.synchronised_turn`). The open loop: "poisson" (requests
             arrive at ``request_rate`` per second whatever the server does, as in ``vllm bench
             serve --request-rate`` and MLPerf's server scenario; `jaxpareto.physics.queueing`).
+        serving: where prefill runs (`jaxpareto.physics.disaggregation`): "aggregated" (the
+            seed's: prefill and decode on the same GPUs), "disaggregated" (a pool of prefill
+            workers prefills every turn and sends its KV to a pool of decode workers; the axes
+            ``prefill_tp``, ``prefill_workers`` and ``decode_workers`` join the grid) or
+            "conditional" (as "disaggregated", but a turn with at most
+            ``Workload.local_prefill_tokens`` to prefill prefills on its decode worker; Dynamo's
+            conditional disaggregation). Closed loop only, without the LRU model.
     """
 
     expert_routing: str = "seed"
@@ -72,19 +80,31 @@ class ModelOptions(NamedTuple):
     pause_distribution: str = "exponential"
     profile: str = "seed"
     arrivals: str = "staggered"
+    serving: str = "aggregated"
 
     def validate(self) -> "ModelOptions":
         """Self, checked; raises JaxparetoError naming the bad field and the allowed values."""
         for field, allowed in (("expert_routing", EXPERT_ROUTINGS), ("prefill_model", PREFILL_MODELS),
                                ("cache_model", CACHE_MODELS), ("pause_distribution", PAUSE_DISTRIBUTIONS),
-                               ("profile", PROFILES), ("arrivals", ARRIVALS)):
+                               ("profile", PROFILES), ("arrivals", ARRIVALS), ("serving", SERVING_MODES)):
             value = getattr(self, field)
             if value not in allowed:
                 raise JaxparetoError(field, f"unknown {value!r}", allowed)
         if self.arrivals == "synchronised" and self.prefill_model != "shared":
             raise JaxparetoError("arrivals", "'synchronised' needs prefill_model='shared' (the engine that shares "
                                              "steps between prefill and decode)", ARRIVALS)
+        if self.disaggregated:
+            for field, refused in (("arrivals", ("poisson", "synchronised")), ("cache_model", ("lru",))):
+                if getattr(self, field) in refused:
+                    raise JaxparetoError("serving", f"{self.serving!r} is modelled for the closed loop's staggered "
+                                                    f"turns without the LRU cache model, not {field}="
+                                                    f"{getattr(self, field)!r}", ("aggregated",))
         return self
+
+    @property
+    def disaggregated(self) -> bool:
+        """Prefill runs (at least in part) on a pool of its own (``serving`` not "aggregated")."""
+        return self.serving != "aggregated"
 
     @property
     def open_loop(self) -> bool:
@@ -95,7 +115,7 @@ class ModelOptions(NamedTuple):
     def piecewise_linear(self) -> bool:
         """R(B) is piecewise linear in B (what the exact solver needs)."""
         return (self.expert_routing == "seed" and self.prefill_model == "isolated" and self.cache_model != "lru"
-                and self.profile == "seed" and self.arrivals != "synchronised")
+                and self.profile == "seed" and self.arrivals != "synchronised" and not self.disaggregated)
 
     @property
     def differentiable_solver(self) -> str:

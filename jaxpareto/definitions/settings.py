@@ -137,6 +137,14 @@ class Workload(_Validated):
         turns_per_session: N, turns of a session under ``arrivals="poisson"`` (sessions arrive,
             run N turns with a pause Z between consecutive ones, and leave); 1: every request
             is its own session, as in ``vllm bench serve``.
+        kv_link_gbs: bandwidth per GPU, one way, of the link that carries a prefilled turn's KV
+            from its prefill worker to its decode worker under disaggregated serving [GB/s]; 0
+            (default): the catalog's, the scale-up link (``interconnect_gbs``) when the
+            replica's GPUs fit in one scale-up domain, else the scale-out NIC (``scaleout_gbs``).
+        kv_link_latency_us: fixed time of one such transfer [µs] (0: the catalog gives none).
+        local_prefill_tokens: under ``serving="conditional"``, a turn with at most this many
+            tokens to prefill prefills on its decode worker [tokens] (Dynamo's
+            ``max_local_prefill_length``).
         slo: the latency targets of ``request_goodput`` (`LatencySlo`; default none).
     """
 
@@ -151,6 +159,9 @@ class Workload(_Validated):
     isl_cv: float = setting(0.0, low=0, high=10)
     osl_cv: float = setting(0.0, low=0, high=10)
     turns_per_session: float = setting(1.0, low=1, units="turns")
+    kv_link_gbs: float = setting(0.0, low=0, units="GB/s")
+    kv_link_latency_us: float = setting(0.0, low=0, units="us")
+    local_prefill_tokens: float = setting(1000.0, low=0, units="tokens")
     slo: LatencySlo = LatencySlo()
 
 

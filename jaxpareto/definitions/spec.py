@@ -19,12 +19,12 @@ import pydantic
 
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.options import CACHE_MODELS, EXPERT_ROUTINGS, KV_DEMANDS, PAUSE_DISTRIBUTIONS, \
-    ARRIVALS, PREFILL_MODELS, PROFILES, SEARCH_METHODS, ModelOptions
+    ARRIVALS, PREFILL_MODELS, PROFILES, SEARCH_METHODS, SERVING_MODES, ModelOptions
 from jaxpareto.definitions.settings import DEFAULT_CHUNK_POINTS, DTYPES, SOLVERS, Efficiency, Solver, Workload, numeric_fields
 from jaxpareto.definitions.hardware import Hardware
 from jaxpareto.definitions.model import Model
-from jaxpareto.definitions.axes import AXES, AXIS_BY_NAME, AXIS_TABLE, CONCURRENCY_RANGE, INTEGER_AXES, LOAD_AXES, \
-    REQUEST_RATE, SCENARIO_AXES, TP_CHOICES, axis_table
+from jaxpareto.definitions.axes import AXES, AXIS_BY_NAME, AXIS_TABLE, CONCURRENCY_RANGE, DISAGGREGATION_AXES, \
+    LOAD_AXES, REQUEST_RATE, SCENARIO_AXES, TP_CHOICES, axis_table
 from jaxpareto.definitions.schema import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y
 
 DEFAULT_SPEC = "code_agent.toml"
@@ -69,7 +69,7 @@ Numbers = float | list[float] | AxisRange
 # place of concurrency (``arrivals = "poisson"`` in [workload]).
 GridSpec = pydantic.create_model("GridSpec", __base__=_Table, **{
     axis.name: ((Names, ...) if axis.default is None else (Names | None, None)) if axis.categorical
-    else (Numbers | None, None) for axis in (*AXIS_TABLE, REQUEST_RATE)})
+    else (Numbers | None, None) for axis in (*AXIS_TABLE, REQUEST_RATE, *DISAGGREGATION_AXES)})
 
 
 class SessionSpec(_Table):
@@ -140,6 +140,7 @@ _OPTION_KEYS = {"expert_routing": (Literal[EXPERT_ROUTINGS], ModelOptions().expe
                 "prefill_model": (Literal[PREFILL_MODELS], ModelOptions().prefill_model),
                 "profile": (Literal[PROFILES], ModelOptions().profile),
                 "arrivals": (Literal[ARRIVALS], ModelOptions().arrivals),
+                "serving": (Literal[SERVING_MODES], ModelOptions().serving),
                 "cache_model": (Literal[CACHE_MODELS] | None, None)}
 WorkloadSpec = _table_of("WorkloadSpec", "``[workload]``: `Workload` fields and the model options.", Workload,
                          _OPTION_KEYS)
@@ -202,7 +203,7 @@ class SweepSpec(_Table):
         if value is None:
             return AXIS_BY_NAME[axis].default
         if isinstance(value, AxisRange):
-            return value.values(integer=axis in INTEGER_AXES)
+            return value.values(integer=AXIS_BY_NAME[axis].integer)
         return value
 
     def optimize_kwargs(self) -> dict:
@@ -255,9 +256,11 @@ class SweepSpec(_Table):
         for the spec's load model; the other load axis, given, is passed on to be refused)."""
         open_loop = self.workload.arrivals == "poisson"
         if axes is None:
-            axes = [a.name for a in axis_table(open_loop)]
+            axes = [a.name for a in axis_table(open_loop, self.workload.serving != "aggregated")]
         other = LOAD_AXES["closed" if open_loop else "open"]
-        grid = {other: self._axis_values(other)} if getattr(self.grid, other) is not None else {}
+        # given where they do not belong, the other load and the prefill pool's axes are refused
+        grid = {name: self._axis_values(name) for name in (other, *(a.name for a in DISAGGREGATION_AXES))
+                if name not in axes and getattr(self.grid, name) is not None}
         for axis in axes:
             grid[axis] = self._axis_values(axis)
             if grid[axis] is None:
@@ -275,7 +278,7 @@ class SweepSpec(_Table):
 _UNION_TAGS = ("AxisRange", "list[float]", "list[str]", "float", "str", "int", "list[int]")
 _AXIS_HINT = {axis.name: "a name or a list of names" if axis.categorical
               else "a number, a list of numbers, or a range table {start, stop, num, scale}"
-              for axis in (*AXIS_TABLE, REQUEST_RATE)}
+              for axis in (*AXIS_TABLE, REQUEST_RATE, *DISAGGREGATION_AXES)}
 
 
 def _is_tag(part: str) -> bool:

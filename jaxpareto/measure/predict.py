@@ -49,6 +49,7 @@ import numpy as np
 import pandas as pd
 
 from jaxpareto.definitions.axes import GridPoint
+from jaxpareto.definitions.engine import SEED_ENGINE
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.definitions.settings import Efficiency, Solver, solver_of
@@ -73,8 +74,10 @@ def _outputs(inputs: RowInputs, efficiency, solver, load, options):
         return evaluate_point(point, workload, efficiency, solver, options=options, percentiles=False)
 
     axis = "request_rate" if options.open_loop else "concurrency"
+    pools = dict(prefill_tp=inputs.prefill_tp, prefill_workers=inputs.prefill_workers,
+                 decode_workers=inputs.decode_workers) if options.disaggregated else {}
     points = GridPoint(gpu=inputs.hw, model=inputs.model, engine=inputs.engine, tp=inputs.tp,
-                       dp_attention=inputs.dp_attention, **{axis: load},
+                       dp_attention=inputs.dp_attention, **pools, **{axis: load},
                        think_time_s=inputs.think_time_s, context_tokens=inputs.context_tokens, hit_rate=inputs.hit_rate)
     return map_points(one, (points, inputs.workload, efficiency),
                       (dataclasses.replace(solver, name=options.differentiable_solver),))
@@ -207,6 +210,17 @@ class Predictor:
         self.engines = engine_names(self.rows)
         unsupported = self.rows["unsupported"] if "unsupported" in self.rows else pd.Series("", index=self.rows.index)
         self.unsupported = unsupported.fillna("").to_numpy(dtype=object)
+        # disaggregated runs: evaluated by the disaggregated model (`jaxpareto.physics.disaggregation`),
+        # which the closed loop's staggered turns without the LRU model have
+        mode = self.rows["mode"] if "mode" in self.rows else pd.Series("agg", index=self.rows.index)
+        pooled = np.array(mode.eq("disagg") & (self.unsupported == ""), dtype=bool)
+        try:
+            disaggregated = options._replace(serving="disaggregated").validate()
+        except JaxparetoError:
+            self.unsupported = np.where(pooled, "disaggregated prefill/decode: modelled for the closed loop's "
+                                                "staggered turns without the LRU model", self.unsupported).astype(object)
+            pooled[:] = False
+        self.pooled = np.flatnonzero(pooled)
         dt = np.dtype(dtype)
         solver = solver_of(solver).validate()  # its controls; the name is the options' differentiable_solver
         self.solver = dataclasses.replace(
@@ -214,6 +228,13 @@ class Predictor:
             max_iter=np.asarray(solver.max_iter, np.int32))
         any_server = bool(self.rows["load"].eq("server").any())  # else no bisection to run
         self._jitted = _jitted_predict(options.validate(), int(bisection_steps) if any_server else 0)
+        if len(self.pooled):
+            rows_d = self.rows.iloc[self.pooled]
+            inputs_d = row_inputs(rows_d, dtype, self.prefill)
+            self.inputs_d = dataclasses.replace(inputs_d, engine_index=np.asarray(
+                [self.engines.index(name) for name in (rows_d["engine"].replace("", SEED_ENGINE))], np.int32))
+            self._jitted_d = _jitted_predict(disaggregated, int(bisection_steps) if rows_d["load"].eq("server").any()
+                                             else 0)
 
     def evaluate(self, efficiency) -> tuple[jax.Array, dict[str, jax.Array]]:
         """(predictions (rows,), diagnostics of `details`) as JAX arrays: traceable, for losses
@@ -243,6 +264,10 @@ class Predictor:
             raise JaxparetoError("dtype", f"{self.dtype} needs jax.enable_x64(True) around the call and jax.grad")
         table = jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype=dt), self.factor_table(efficiency))
         prediction, details = self._jitted(self.inputs, table, self.solver)
+        if len(self.pooled):  # the disaggregated runs' own predictions in their places
+            pooled, pooled_details = self._jitted_d(self.inputs_d, table, self.solver)
+            prediction = prediction.at[self.pooled].set(pooled)
+            details = {k: v.at[self.pooled].set(pooled_details[k].astype(v.dtype)) for k, v in details.items()}
         supported = jnp.asarray(self.unsupported == "")
         return jnp.where(supported, prediction, jnp.nan), {**details, "supported": supported}
 

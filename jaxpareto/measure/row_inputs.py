@@ -54,6 +54,8 @@ class RowInputs:
         engine_index: per row, the index of its engine in `engine_names` (rows,).
         tp: GPUs per TP group G (the attention TP of each attention-DP rank). dp_attention: D,
             attention-DP ranks of a replica (1 without attention DP), so a replica has G x D GPUs.
+        prefill_tp, prefill_workers, decode_workers: a disaggregated run's pools (its ``tp`` the
+            decode workers'; other rows: ``tp``, 1 and 1, unused).
         gpus: GPUs of the whole system.
         concurrency: sessions per replica offered (offline rows: `OFFLINE_CONCURRENCY` unless the
             row gives one; server and static rows: 1, unused).
@@ -72,6 +74,9 @@ class RowInputs:
     engine_index: np.ndarray
     tp: np.ndarray
     dp_attention: np.ndarray
+    prefill_tp: np.ndarray
+    prefill_workers: np.ndarray
+    decode_workers: np.ndarray
     gpus: np.ndarray
     concurrency: np.ndarray
     think_time_s: np.ndarray
@@ -152,6 +157,9 @@ def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl")
         model=stack_params([row_model(r).to_params() for r in records], dt),
         tp=tp,
         dp_attention=ranks.astype(dt),
+        **{name: np.where(np.isnan(num(rows[name])), default, num(rows[name])).astype(dt) if name in rows
+           else np.broadcast_to(default, (n,)).astype(dt)
+           for name, default in (("prefill_tp", tp), ("prefill_workers", 1.0), ("decode_workers", 1.0))},
         gpus=gpus,
         concurrency=concurrency,
         think_time_s=np.zeros(n, dt),

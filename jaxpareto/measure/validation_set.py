@@ -48,7 +48,8 @@ defined here from its ``config.json``.
 Optional columns (blank in the rows above) describe the serving run: ``engine`` (one of
 `ENGINES`) and ``engine_version``; ``mode`` (`MODES`: blank = ``agg``, ``disagg`` = separate
 prefill and decode workers); the parallel layout ``pp``, ``attention_dp``, ``moe_tp``, ``moe_ep``
-(blank: 1, 1, ``tp``, 1). Rows whose layout the model cannot express yet load like any other, and
+(blank: 1, 1, ``tp``, 1); a disaggregated run's pools ``prefill_workers``, ``prefill_tp`` and
+``decode_workers`` (`DISAGGREGATION_COLUMNS`, which a file may leave out). Rows whose layout the model cannot express yet load like any other, and
 `unsupported_reason` (the loaded ``unsupported`` column) says why; they are kept, never
 approximated.
 
@@ -137,6 +138,9 @@ COLUMNS: dict[str, str] = {
     "moe_tp": "opt_int",
     "moe_ep": "opt_int",
     "mode": "opt_str",
+    "prefill_workers": "opt_int",
+    "prefill_tp": "opt_int",
+    "decode_workers": "opt_int",
     "weight_dtype": "str",
     "expert_weight_dtype": "opt_str",
     "kv_dtype": "str",
@@ -153,6 +157,11 @@ COLUMNS: dict[str, str] = {
     "unit": "str",
     "notes": "opt_str",
 }
+
+#: A disaggregated run's pools (``mode`` disagg): P prefill workers of ``prefill_tp`` GPUs and D
+#: decode workers of ``tp`` GPUs (x ``attention_dp`` x ``pp``). Optional in a file: a CSV written
+#: before they existed loads with them blank.
+DISAGGREGATION_COLUMNS = ("prefill_workers", "prefill_tp", "decode_workers")
 
 #: Values of blank layout columns: pipeline stages, attention data-parallel ranks, MoE tensor- and
 #: expert-parallel ways (``moe_tp`` blank: the row's ``tp``).
@@ -197,7 +206,18 @@ def _check_row(row: dict, where) -> None:
         raise JaxparetoError(where("model"), f"unknown model {row['model']!r}", sorted(models))
     if row["gpu"] not in catalog.gpus():
         raise JaxparetoError(where("gpu"), f"unknown GPU {row['gpu']!r}", sorted(catalog.gpus()))
-    if row["gpus"] % row["tp"]:
+    pools = [row[name] for name in DISAGGREGATION_COLUMNS]
+    given = [not math.isnan(v) for v in pools]
+    if any(given) and (row["mode"] != "disagg" or not all(given)):
+        raise JaxparetoError(where("prefill_workers"), "prefill_workers, prefill_tp and decode_workers describe a "
+                                                       "disaggregated run (mode disagg), all three together")
+    if all(given):
+        workers, prefill_tp, decoders = (int(v) for v in pools)
+        decode_gpus = decoders * row["tp"] * int(_or(row["attention_dp"], 1)) * int(_or(row["pp"], 1))
+        if workers * prefill_tp + decode_gpus != row["gpus"]:
+            raise JaxparetoError(where("gpus"), f"{row['gpus']} GPUs, but the pools have {workers} x {prefill_tp} "
+                                                f"prefill and {decode_gpus} decode GPUs")
+    elif row["gpus"] % row["tp"]:
         raise JaxparetoError(where("tp"), f"the {row['gpus']} GPUs do not split into TP groups of {row['tp']}")
     for field, allowed in (("weight_dtype", WEIGHT_DTYPE_BYTES), ("kv_dtype", KV_DTYPE_BYTES), ("load", LOADS),
                            ("metric", METRICS), ("statistic", STATISTICS), ("mode", MODES)):
@@ -263,6 +283,9 @@ def load_validation_set(path: str | Path | None = None) -> pd.DataFrame:
         raise JaxparetoError("validation set", f"{path}: not a readable CSV ({error})") from None
     except OSError as error:  # missing file, a folder, no permission
         raise JaxparetoError("validation set", f"cannot read {path}: {error.strerror or error}") from None
+    for name in DISAGGREGATION_COLUMNS:
+        if name not in raw.columns:
+            raw[name] = ""
     missing = [c for c in COLUMNS if c not in raw.columns]
     if missing:
         raise JaxparetoError("validation set columns", f"{path}: missing {missing}", list(COLUMNS))
@@ -297,14 +320,20 @@ def _fill_defaults(row: dict) -> None:
             row[name] = row["tp"] if default is None else default
 
 
+def _or(value, default):
+    """``value``, or ``default`` where it is blank (NaN)."""
+    return default if value is None or (isinstance(value, float) and math.isnan(value)) else value
+
+
 def unsupported_reason(row) -> str:
     """Why the model cannot express a row's serving layout yet, "" when it can.
 
     The model serves a replica of ``attention_dp`` TP groups of ``tp`` GPUs each, the experts
     spread over all of them (by ``moe_ep`` and ``moe_tp``; `jaxpareto.physics.layout`), with
-    prefill and decode on the same GPUs. Reasons, joined with "; ": ``mode`` disagg, ``pp`` > 1,
-    ``attention_dp`` > 1 (its memory is modelled, the ranks stepping in lockstep is not), for MoE
-    models an expert split ``moe_tp`` x ``moe_ep`` other than ``tp`` x ``attention_dp``
+    prefill and decode on the same GPUs or in the pools of a disaggregated run. Reasons, joined
+    with "; ": ``pp`` > 1, ``attention_dp`` > 1 (its memory is modelled, the ranks stepping in
+    lockstep is not), a disaggregated run whose prefill pool is not given (the importer leaves it
+    blank where the prefill workers use attention DP or PP), for MoE models an expert split ``moe_tp`` x ``moe_ep`` other than ``tp`` x ``attention_dp``
     GPUs, and a ``tp`` that does not divide the model's attention heads (vLLM, SGLang and
     TensorRT-LLM shard whole heads: such a run used a layout the row does not give).
 
@@ -319,8 +348,10 @@ def unsupported_reason(row) -> str:
         sizes.append((tp if default is None else default) if blank else int(value))
     pp, attention_dp, moe_tp, moe_ep = sizes
     reasons = []
-    if (row.get("mode") or "agg") == "disagg":
-        reasons.append("disaggregated prefill/decode")
+    pools = [row.get(name) for name in DISAGGREGATION_COLUMNS]
+    if (row.get("mode") or "agg") == "disagg" and any(v is None or v == "" or pd.isna(v) for v in pools):
+        reasons.append("disaggregated prefill/decode without its prefill pool (prefill_workers, prefill_tp, "
+                       "decode_workers)")
     if pp > 1:
         reasons.append(f"pipeline parallelism (pp {pp})")
     if attention_dp > 1:  # memory and reads are modelled (physics/layout.py); the ranks' lockstep is not

@@ -14,30 +14,27 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxpareto.definitions.engine import EngineParams
-from jaxpareto.physics.attention import causal_pairs, window_pairs
-from jaxpareto.physics.cache import cache_survival, lru_survival
-from jaxpareto.physics.communication import allreduce_time
-from jaxpareto.physics.closed_loop import LoopInputs, active_ratio, solve_closed_loop
-from jaxpareto.physics.decode import (DecodeCoefficients, DecodeStep, decode_coefficients, decode_step,
-                                     experts_touched, tpot_lines)
-from jaxpareto.physics.engine import shared_turn, step_ms, synchronised_turn
-from jaxpareto.definitions.hardware import effective_tflops
-from jaxpareto.physics.intensity import operational_intensity
-from jaxpareto.physics.limits import LOAD_BEYOND_CAPACITY, context_fits, heads_split, infeasible_reason
-from jaxpareto.physics.layout import rank_model
-from jaxpareto.physics.memory import _INT32_MAX, memory_budget, session_gb
-from jaxpareto.definitions.options import ModelOptions
-from jaxpareto.physics.prefill import PrefillWork, prefill_tokens, prefill_work, ttft_ms
-from jaxpareto.physics.percentiles import PERCENTILES, TurnSpread, latency_percentiles
-from jaxpareto.physics.queueing import PrefillMix, fcfs_wait_scale, mg1_wait_ms, paused_sessions, prefill_mix, \
-    slot_wait_ms
 from jaxpareto.definitions.axes import GridPoint
+from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.definitions.schema import PERCENTILE_VARIABLES
 from jaxpareto.definitions.settings import SOLVERS, Efficiency, Solver, Workload
-from jaxpareto.definitions.units import BYTES_PER_GB, FLOPS_PER_TFLOPS, MS_PER_S
+from jaxpareto.definitions.units import MS_PER_S
+from jaxpareto.physics.cache import cache_survival, lru_survival
+from jaxpareto.physics.closed_loop import LoopInputs, active_ratio, solve_closed_loop
+from jaxpareto.physics.costs import engine_efficiency, prefill_alone_ms, prefill_expert_ms, tp_costs
+from jaxpareto.physics.decode import DecodeCoefficients, DecodeStep, decode_step, tpot_lines
+from jaxpareto.physics.disaggregated_point import evaluate_disaggregated
+from jaxpareto.physics.engine import shared_turn, synchronised_turn
+from jaxpareto.physics.intensity import operational_intensity
+from jaxpareto.physics.layout import rank_model
+from jaxpareto.physics.limits import LOAD_BEYOND_CAPACITY, context_fits, heads_split, infeasible_reason
+from jaxpareto.physics.memory import _INT32_MAX, memory_budget, session_gb
+from jaxpareto.physics.outputs import DECODE_COMPUTE, DECODE_MEMORY, DECODE_NONE, PointOutputs
+from jaxpareto.physics.percentiles import PERCENTILES, TurnSpread, latency_percentiles
+from jaxpareto.physics.prefill import PrefillWork, prefill_tokens, prefill_work
+from jaxpareto.physics.queueing import PrefillMix, fcfs_wait_scale, mg1_wait_ms, paused_sessions, prefill_mix, \
+    slot_wait_ms
 
-DECODE_MEMORY, DECODE_COMPUTE, DECODE_NONE = 0, 1, -1
 # The fixed point's tolerance floor, in units of the dtype's eps, with the shared engine or LRU.
 _INNER_ROOT_EPS = 64
 
@@ -187,29 +184,6 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
                      queue_wait, queue_busy, *steps)
 
 
-def prefill_expert_ms(decode: DecodeCoefficients, batch: jax.Array, options: ModelOptions):
-    """p -> the routed experts p prefill tokens load beyond those of a decode batch B [ms at peak
-    bandwidth] (measured profile: prefill reads the weights once per chunk, and a MoE chunk the
-    experts its tokens touch; dense models: 0)."""
-    def extra(p):
-        touched = experts_touched(batch + p, decode.experts, decode.experts_per_token, options.expert_routing)
-        alone = experts_touched(batch, decode.experts, decode.experts_per_token, options.expert_routing)
-        return (touched - alone) * decode.expert_ms
-    return extra
-
-
-def isolated_prefill_ms(decode: DecodeCoefficients, tokens: jax.Array, chunk_tokens: jax.Array,
-                        prefill_ms_per_token: jax.Array, options: ModelOptions) -> jax.Array:
-    """A prefill of ``tokens`` alone on the GPUs as a roofline (the measured profile's eq. 2):
-    ceil-free max(tokens / P, 1) chunks of min(tokens, P) tokens, each step the larger of its
-    compute and the weights (and experts) it reads, plus the step's fixed time [ms]."""
-    idle = decode_step(decode, 0.0 * tokens, options.expert_routing)
-    chunk = jnp.minimum(tokens, chunk_tokens)
-    one = step_ms(idle, decode.eta_decode, decode.elementwise_overhead, chunk, prefill_ms_per_token,
-                  prefill_expert_ms(decode, 0.0 * tokens, options)(chunk))
-    return jnp.maximum(tokens / chunk_tokens, 1.0) * one
-
-
 def _with_slot_wait(state: TurnState, slots: jax.Array, rate_per_ms: jax.Array, osl_cv: jax.Array) -> TurnState:
     """The open-loop turn with the wait for a KV slot added to TTFT (in ``memory_wait_ms``): a
     request holds its slot for its prefill and decode, whose spread is the output's."""
@@ -252,60 +226,6 @@ def turn_latency_lines(turn: TurnLatency) -> tuple[jax.Array, jax.Array]:
     return intercepts, slopes
 
 
-class PointOutputs(NamedTuple):
-    """Every output of README, "The dataset" for one point (scalars; see `jaxpareto.definitions.schema`)."""
-
-    ttft_ms: jax.Array
-    tpot_ms: jax.Array
-    latency_ms: jax.Array
-    batch_eff: jax.Array
-    gpu_active_ratio: jax.Array
-    turns_per_s: jax.Array
-    output_tokens_per_s_per_user: jax.Array
-    output_tokens_per_s_per_gpu: jax.Array
-    kv_per_session_gb: jax.Array
-    concurrency_max: jax.Array
-    concurrency_eff: jax.Array
-    prefill_tokens: jax.Array
-    t_weight_ms: jax.Array
-    t_kv_ms: jax.Array
-    t_compute_ms: jax.Array
-    decode_bound: jax.Array
-    operational_intensity: jax.Array
-    prefill_share: jax.Array
-    hit_rate_eff: jax.Array
-    tier_hit_rate: jax.Array
-    cache_lifetime_s: jax.Array
-    gpu_utilization: jax.Array
-    memory_wait_ms: jax.Array
-    request_throughput: jax.Array
-    p50_ttft_ms: jax.Array
-    p90_ttft_ms: jax.Array
-    p99_ttft_ms: jax.Array
-    p50_tpot_ms: jax.Array
-    p90_tpot_ms: jax.Array
-    p99_tpot_ms: jax.Array
-    p50_itl_ms: jax.Array
-    p90_itl_ms: jax.Array
-    p99_itl_ms: jax.Array
-    p50_e2el_ms: jax.Array
-    p90_e2el_ms: jax.Array
-    p99_e2el_ms: jax.Array
-    request_goodput: jax.Array
-    feasible: jax.Array
-    infeasible_reason: jax.Array
-    converged: jax.Array
-    iterations: jax.Array
-
-
-def engine_efficiency(efficiency: Efficiency, engine: EngineParams | None) -> Efficiency:
-    """The factors at a point: the engine's own where it sets them, else the shared ones."""
-    if engine is None:
-        return efficiency
-    return jax.tree_util.tree_map(lambda own, mask, shared: jnp.where(mask > 0, own, shared),
-                                  engine.efficiency, engine.efficiency_mask, efficiency)
-
-
 def evaluate_point(
     point: GridPoint,
     workload: Workload,
@@ -343,6 +263,8 @@ def evaluate_point(
         ValueError: an unknown solver or option, or "exact" with a non-linear R(B).
     """
     options.validate()
+    if options.disaggregated:  # a prefill pool of its own: `jaxpareto.physics.disaggregated_point`
+        return evaluate_disaggregated(point, workload, efficiency, solver, options)
     measured = options.profile == "measured"
     engine = point.get("engine")
     efficiency = engine_efficiency(efficiency, engine)
@@ -380,26 +302,16 @@ def evaluate_point(
         rate_per_ms = rate_per_ms / ranks
     slots = jnp.where(ok, memory.concurrency_max, 1.0)
 
-    tflops = effective_tflops(hw, model.compute_bits)
     if options.cache_model == "ttl":
         hit_rate = hit_rate * cache_survival(think_time_s, workload.cache_ttl_s, options.pause_distribution,
                                              workload.pause_sigma)
     hit_tokens = jnp.minimum(workload.delta_tokens, context_tokens)
     tokens = prefill_tokens(context_tokens, workload.delta_tokens, hit_rate)
-    allreduce = allreduce_time(hw, model, tp, efficiency.allreduce_scale, efficiency.allreduce_latency_us,
-                               latency_per_peer=measured)
-    prefill_ms_per_token = ttft_ms(model.params_active_b, 1.0, tp, tflops, efficiency.eta_prefill) \
-        + allreduce.per_token_ms
-    attention_tflops = effective_tflops(hw, 16.0) if measured else None
-    if measured:  # the turn's attention FLOPs, spread over its prefill tokens
-        prefix = jnp.maximum(context_tokens - tokens, 0.0)
-        flops = model.attention_pair_flops * causal_pairs(tokens, prefix) \
-            + model.attention_window_pair_flops * window_pairs(tokens, prefix, model.kv_window_tokens)
-        attention_ms = flops / (tp * attention_tflops * FLOPS_PER_TFLOPS) * MS_PER_S / efficiency.eta_prefill
-        prefill_ms_per_token = prefill_ms_per_token + attention_ms / jnp.maximum(tokens, 1.0)
-    step_fixed_ms = efficiency.decode_overhead_ms + model.layers * efficiency.layer_overhead_us / 1000.0 \
-        + allreduce.fixed_ms
-    ttft_fixed_ms = efficiency.ttft_overhead_ms + allreduce.fixed_ms
+    chunk_tokens = workload.prefill_chunk_tokens
+    if engine is not None:
+        chunk_tokens = jnp.where(engine.prefill_chunk_tokens > 0, engine.prefill_chunk_tokens, chunk_tokens)
+    costs = tp_costs(hw, model, tp, tokens, context_tokens, decode_context, chunk_tokens, efficiency, options)
+    prefill_ms_per_token, coefficients, ttft_fixed_ms = costs.prefill_ms_per_token, costs.decode, costs.ttft_fixed_ms
     think_ms = think_time_s * MS_PER_S
     paused = paused_sessions(rate_per_ms, think_ms, workload.turns_per_session)
     # host tier: per GPU, each rank loads its share of the context's KV over its own link
@@ -407,18 +319,8 @@ def evaluate_point(
     link = workload.tier_bandwidth_gbs
     tier_load_ms = jnp.where(link > 0, load_gb / jnp.where(link > 0, link, 1.0) * MS_PER_S, jnp.inf)
 
-    coefficients = decode_coefficients(
-        hw, model, tp, decode_context, tflops, efficiency.eta_decode, efficiency.elementwise_overhead,
-        attention_tflops)._replace(fixed_ms=step_fixed_ms, allreduce_ms=allreduce.per_token_ms)
-    chunk_tokens = workload.prefill_chunk_tokens
-    if engine is not None:
-        chunk_tokens = jnp.where(engine.prefill_chunk_tokens > 0, engine.prefill_chunk_tokens, chunk_tokens)
     zero = 0.0 * tokens
-    if measured:  # prefill as a roofline, chunk by chunk, with each step's fixed time
-        isolated_ttft = isolated_prefill_ms(coefficients, tokens, chunk_tokens, prefill_ms_per_token, options) \
-            + efficiency.ttft_overhead_ms
-    else:
-        isolated_ttft = tokens * prefill_ms_per_token + ttft_fixed_ms  # eq. 2 (+ the opt-in fixed terms)
+    isolated_ttft = prefill_alone_ms(costs, tokens, chunk_tokens, efficiency, options)
     turn = TurnLatency(
         ttft_ms=isolated_ttft,
         ttft_fixed_ms=ttft_fixed_ms + zero, ttft_overhead_ms=efficiency.ttft_overhead_ms + zero,

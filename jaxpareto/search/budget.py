@@ -1,18 +1,20 @@
-"""A GPU budget: the best layout of replicas filling it (AIConfigurator's question, aggregated
-serving).
+"""A GPU budget: the best layout of replicas filling it (AIConfigurator's question: aggregated
+against disaggregated serving).
 
-Given B GPUs, every TP choice G that divides B is a layout of B / G replicas, each serving its
-own sessions on its own GPUs (the replicas do not interact: a router spreads sessions evenly).
-Each layout's best concurrency per replica comes from the one-scenario search
-(`jaxpareto.search.optimize.optimize`), and the layouts are ranked by the objective. Per GPU and
-per request figures are those of one replica; a replica's counts (`PER_REPLICA`: requests/s,
-sessions, batch) are reported, and ranked, over the budget: B / G times a replica's.
+Given B GPUs, every TP choice G that divides B is an aggregated layout of B / G replicas, each
+serving its own sessions on its own GPUs (the replicas do not interact: a router spreads sessions
+evenly). Each layout's best concurrency per replica comes from the one-scenario search
+(`jaxpareto.search.optimize.optimize`). Disaggregated layouts (prefill and decode pools,
+`jaxpareto.search.disaggregated`) join the same table, and the layouts are ranked by the
+objective. Per GPU and per request figures are those of one replica; a replica's counts
+(`PER_REPLICA`: requests/s, sessions, batch) are reported, and ranked, over the budget: the
+replicas times a replica's.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -40,22 +42,27 @@ def budget_layouts(budget: int, tp_choices: np.ndarray) -> list[int]:
     return fitting
 
 
-def best_layout(budget: int, layouts: list[int], search: Callable[[int], OptimizeResult],
-                sense: str) -> OptimizeResult:
+def best_layout(budget: int, layouts: list[int], search: Callable[[int], OptimizeResult], sense: str,
+                objective: str, other_rows: Sequence[dict] = (), method: str = "exhaustive") -> OptimizeResult:
     """The best layout under ``budget`` GPUs (module docstring).
 
     Args:
         budget: B, GPUs to fill (checked by `budget_layouts`).
-        layouts: the TP choices dividing B (`budget_layouts`).
+        layouts: the TP choices dividing B (`budget_layouts`) for aggregated replicas.
         search: G -> the one-scenario optimum at TP G alone.
-        sense: "max" or "min" of the objective.
+        sense: "max" or "min" of the objective. objective: its name.
+        other_rows: rows of other serving modes' layouts, in this table's columns
+            (`jaxpareto.search.disaggregated.search_layouts`).
+        method: the search that found ``other_rows``.
 
     Returns:
-        The best layout's `OptimizeResult` with ``serving`` "aggregated", ``replicas`` B / G,
-        ``gpus_used`` B and ``layouts``: one row per TP choice (best first; infeasible ones last
-        with their reason): ``tp``, ``replicas``, ``gpus_used``, ``concurrency`` per replica,
-        ``sessions`` over the budget, the objective and the metrics (`PER_REPLICA` ones over the
-        budget; so are the result's ``value`` and ``metrics``), ``binding`` and ``reason``.
+        The best layout's `OptimizeResult` with ``serving``, ``replicas``, ``gpus_used`` (and
+        a disaggregated replica's pools) and ``layouts``: one row per layout (best first;
+        infeasible ones last with their reason): ``serving``, ``tp``, ``replicas``,
+        ``gpus_used``, ``concurrency`` per replica, ``sessions`` over the budget, the objective
+        and the metrics (`PER_REPLICA` ones over the budget; so are the result's ``value`` and
+        ``metrics``), ``binding`` and ``reason``, and for disaggregated layouts
+        ``prefill_tp``, ``prefill_workers`` and ``decode_workers``.
     """
     rows, results = [], {}
     for tp in layouts:
@@ -70,15 +77,29 @@ def best_layout(budget: int, layouts: list[int], search: Callable[[int], Optimiz
             row["output_tokens_per_s_total"] = found.metrics["output_tokens_per_s_per_gpu"] * replicas * tp
         row.update(binding=", ".join(found.binding), reason=found.reason, feasible=found.feasible)
         rows.append(row)
-    table = pd.DataFrame(rows)
-    objective = next(iter(results.values())).objective
+    table = pd.DataFrame([*rows, *other_rows])
     order = table[table["feasible"]].sort_values(objective, ascending=(sense == "min"), kind="stable")
     table = pd.concat([order, table[~table["feasible"]]]).reset_index(drop=True)
-    table[["concurrency", "sessions"]] = table[["concurrency", "sessions"]].astype("Int64")
-    best = results[int(table["tp"].iloc[0])]
-    replicas = budget // int(table["tp"].iloc[0])
-    return dataclasses.replace(best, serving="aggregated", replicas=replicas if best.feasible else None,
-                               gpus_used=replicas * best.tp if best.feasible else None, layouts=table)
+    integers = [c for c in ("concurrency", "sessions", "prefill_tp", "prefill_workers", "decode_workers")
+                if c in table]
+    table[integers] = table[integers].astype("Int64")
+    top = table.iloc[0]
+    if top["serving"] == "aggregated":
+        best = results[int(top["tp"])]
+        replicas = budget // int(top["tp"])
+        return dataclasses.replace(best, serving="aggregated", replicas=replicas if best.feasible else None,
+                                   gpus_used=replicas * best.tp if best.feasible else None, layouts=table)
+    if not top["feasible"]:
+        return OptimizeResult(False, None, None, objective, float("nan"), {}, (), str(top["reason"]), method,
+                              serving=str(top["serving"]), layouts=table)
+    skip = {"serving", "tp", "replicas", "gpus_used", "concurrency", "sessions", "binding", "reason", "feasible",
+            "prefill_tp", "prefill_workers", "decode_workers", "output_tokens_per_s_total"}
+    metrics = {k: float(v) for k, v in top.items() if k not in skip and pd.notna(v)}
+    return OptimizeResult(True, int(top["tp"]), int(top["concurrency"]), objective, float(top[objective]), metrics,
+                          tuple(b for b in str(top["binding"]).split(", ") if b), "", method,
+                          serving=str(top["serving"]), replicas=int(top["replicas"]), gpus_used=int(top["gpus_used"]),
+                          prefill_tp=int(top["prefill_tp"]), prefill_workers=int(top["prefill_workers"]),
+                          decode_workers=int(top["decode_workers"]), layouts=table)
 
 
 def _over_budget(found: OptimizeResult, replicas: int) -> OptimizeResult:

@@ -95,9 +95,12 @@ class OptimizeResult:
         reason: why nothing is feasible ("" when feasible).
         method: "exhaustive" or "gradient".
         hardware: for a hardware what-if (``variables``), the GPU with the values found.
-        serving: "aggregated" (prefill and decode on the same GPUs; the only mode modelled yet).
-        replicas, gpus_used: with a GPU budget, the replicas of ``tp`` GPUs filling it and their
-            GPUs (None without a budget, or when infeasible).
+        serving: "aggregated" (prefill and decode on the same GPUs), or with a GPU budget
+            "disaggregated" or "conditional" (`jaxpareto.physics.disaggregation`).
+        replicas, gpus_used: with a GPU budget, the replicas filling it and their GPUs (None
+            without a budget, or when infeasible).
+        prefill_tp, prefill_workers, decode_workers: a disaggregated replica's prefill pool and
+            its decode workers (of ``tp`` GPUs each); None for an aggregated one.
         layouts: with a GPU budget, every layout's best as a DataFrame, best first
             (`jaxpareto.search.budget.best_layout`).
     """
@@ -115,6 +118,9 @@ class OptimizeResult:
     serving: str = "aggregated"
     replicas: int | None = None
     gpus_used: int | None = None
+    prefill_tp: int | None = None
+    prefill_workers: int | None = None
+    decode_workers: int | None = None
     layouts: object = dataclasses.field(default=None, compare=False, repr=False)
 
 

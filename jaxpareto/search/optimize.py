@@ -39,11 +39,12 @@ from jaxpareto.definitions.axes import AXIS_BY_NAME, CONCURRENCY_RANGE, SCENARIO
 from jaxpareto.definitions.checks import check_number
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.hardware import Hardware
-from jaxpareto.definitions.options import SEARCH_METHODS
+from jaxpareto.definitions.options import SEARCH_METHODS, SERVING_MODES
 from jaxpareto.definitions.settings import SOLVERS
 from jaxpareto.search.constraints import (HARDWARE_VARIABLES, NUMERIC_OUTPUTS, Constraint,  # noqa: F401
                                           OptimizeResult, concurrency_range, parse_constraints)
 from jaxpareto.search.budget import PER_REPLICA, best_layout, budget_layouts
+from jaxpareto.search.disaggregated import disaggregated_layouts, search_layouts
 from jaxpareto.search.problem import Problem
 from jaxpareto.search.servable import require_servable
 from jaxpareto.search.whatif import least_hardware
@@ -116,6 +117,12 @@ def optimize(
             best in ``layouts`` (`jaxpareto.search.budget`). ``concurrency`` is per replica;
             a replica's counts (`jaxpareto.search.budget.PER_REPLICA`: requests/s, sessions,
             batch) are over the budget, in the objective, the metrics and the constraints alike.
+        serving (keyword): with ``gpu_budget``, the serving modes whose layouts compete: a mode
+            or a list of "aggregated", "disaggregated" and "conditional" (default aggregated
+            and disaggregated). A disaggregated layout is P prefill workers of G_p GPUs and D
+            decode workers of G whose P G_p + D G divides the budget, G_p and G among ``tp``
+            (`jaxpareto.search.disaggregated`); the result then carries ``prefill_tp``,
+            ``prefill_workers`` and ``decode_workers``.
         **settings: the keywords of `jaxpareto.dataset.plan.plan_sweep` (``workload=``,
             ``efficiency=``, ``options=``, flat scalars such as osl or eta_prefill, ``dtype``,
             and ``solver``, the closed-loop solver of the exact evaluations: "damped" (default),
@@ -138,6 +145,7 @@ def optimize(
         raise JaxparetoError("sense", f"unknown sense {sense!r}", ("max", "min"))
     check_method(method)
     refuse_open_loop(settings, "optimize")
+    serving = serving_modes(settings.pop("serving", None), gpu_budget, settings.get("options"))
     cons = parse_constraints(constraints)
     tp_choices = AXIS_BY_NAME["tp"].numbers(tp)
     lo, hi = concurrency_range(concurrency)
@@ -157,6 +165,13 @@ def optimize(
                                     hit_rate=hit_rate, tp=fitting, concurrency=[lo], **settings),
                          np.asarray(fitting))
 
+        other_rows = []
+        for mode in serving[1:] if serving[0] == "aggregated" else serving:
+            plan = plan_sweep(gpu=gpu, model=model, think_time_s=think_time_s, context_tokens=context_tokens,
+                              hit_rate=hit_rate, tp=tp_choices.tolist(), concurrency=[lo], serving=mode, **settings)
+            other_rows += search_layouts(plan, disaggregated_layouts(gpu_budget, tp_choices), cons, objective, sense,
+                                         gpu_budget, lo, hi)
+
         def at(tp: int) -> OptimizeResult:
             # a replica's counts are limited over the budget, as they are reported: each of the
             # B / G replicas needs its share of the limit
@@ -170,7 +185,8 @@ def optimize(
                 return OptimizeResult(False, None, None, objective, float("nan"), {}, (),
                                       f"TP {tp} does not shard {model_name(model)}", method)
 
-        return best_layout(gpu_budget, fitting, at, sense)
+        return best_layout(gpu_budget, fitting if serving[0] == "aggregated" else [], at, sense, objective,
+                           other_rows)
     if variables is not None:
         return least_hardware(gpu, model, think_time_s, context_tokens, hit_rate, variables=variables,
                               constraints=constraints, tp=tp, concurrency=concurrency, **settings)
@@ -188,6 +204,29 @@ def optimize(
     problem = Problem(plan, cons, objective, 1.0 if sense == "max" else -1.0, tp_choices, lo, hi)
     found = problem.exhaustive() if chosen == "exhaustive" else problem.gradient(starts, steps)
     return problem.to_dataset(found, chosen) if batched else problem.to_result(found, chosen)
+
+
+def serving_modes(serving, gpu_budget, options) -> tuple[str, ...]:
+    """The serving modes a search compares: with a GPU budget, ``serving`` (a mode or a list;
+    default aggregated and disaggregated), aggregated first; without one, aggregated only.
+
+    Raises:
+        JaxparetoError: an unknown mode, or a disaggregated one without a budget.
+    """
+    if options is not None and getattr(options, "serving", "aggregated") != "aggregated":
+        raise JaxparetoError("serving", "pass serving= to optimize, not in options (it searches the layouts of each)")
+    if serving is None:
+        return ("aggregated", "disaggregated") if gpu_budget is not None else ("aggregated",)
+    modes = [serving] if isinstance(serving, str) else list(serving)
+    for mode in modes:
+        if mode not in SERVING_MODES:
+            raise JaxparetoError("serving", f"unknown {mode!r}", SERVING_MODES)
+    if not modes:
+        raise JaxparetoError("serving", "must not be empty", SERVING_MODES)
+    if gpu_budget is None and modes != ["aggregated"]:
+        raise JaxparetoError("serving", "disaggregated layouts (prefill and decode pools) are searched under a GPU "
+                                        "budget: give gpu_budget=")
+    return tuple(sorted(set(modes), key=SERVING_MODES.index))
 
 
 def model_name(model) -> str:

@@ -1,0 +1,109 @@
+"""A model's costs on a TP group of GPUs: the per-token prefill time, the decode step's
+coefficients and a prefill alone (seed eqs. 2-3, the opt-in all-reduce and fixed terms, and the
+measured profile's attention and roofline; docs/model.md). Shared by the aggregated model
+(`jaxpareto.physics.point`) and the disaggregated one, whose two pools each have their own TP
+(`jaxpareto.physics.disaggregated_point`).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxpareto.definitions.engine import EngineParams
+from jaxpareto.definitions.hardware import effective_tflops
+from jaxpareto.definitions.options import ModelOptions
+from jaxpareto.definitions.settings import Efficiency
+from jaxpareto.definitions.units import FLOPS_PER_TFLOPS, MS_PER_S
+from jaxpareto.physics.attention import causal_pairs, window_pairs
+from jaxpareto.physics.communication import allreduce_time
+from jaxpareto.physics.decode import DecodeCoefficients, decode_coefficients, decode_step, experts_touched
+from jaxpareto.physics.engine import step_ms
+from jaxpareto.physics.prefill import ttft_ms
+
+
+def engine_efficiency(efficiency: Efficiency, engine: EngineParams | None) -> Efficiency:
+    """The factors at a point: the engine's own where it sets them, else the shared ones."""
+    if engine is None:
+        return efficiency
+    return jax.tree_util.tree_map(lambda own, mask, shared: jnp.where(mask > 0, own, shared),
+                                  engine.efficiency, engine.efficiency_mask, efficiency)
+
+
+def prefill_expert_ms(decode: DecodeCoefficients, batch: jax.Array, options: ModelOptions):
+    """p -> the routed experts p prefill tokens load beyond those of a decode batch B [ms at peak
+    bandwidth] (measured profile: prefill reads the weights once per chunk, and a MoE chunk the
+    experts its tokens touch; dense models: 0)."""
+    def extra(p):
+        touched = experts_touched(batch + p, decode.experts, decode.experts_per_token, options.expert_routing)
+        alone = experts_touched(batch, decode.experts, decode.experts_per_token, options.expert_routing)
+        return (touched - alone) * decode.expert_ms
+    return extra
+
+
+def isolated_prefill_ms(decode: DecodeCoefficients, tokens: jax.Array, chunk_tokens: jax.Array,
+                        prefill_ms_per_token: jax.Array, options: ModelOptions) -> jax.Array:
+    """A prefill of ``tokens`` alone on the GPUs as a roofline (the measured profile's eq. 2):
+    ceil-free max(tokens / P, 1) chunks of min(tokens, P) tokens, each step the larger of its
+    compute and the weights (and experts) it reads, plus the step's fixed time [ms]."""
+    idle = decode_step(decode, 0.0 * tokens, options.expert_routing)
+    chunk = jnp.minimum(tokens, chunk_tokens)
+    one = step_ms(idle, decode.eta_decode, decode.elementwise_overhead, chunk, prefill_ms_per_token,
+                  prefill_expert_ms(decode, 0.0 * tokens, options)(chunk))
+    return jnp.maximum(tokens / chunk_tokens, 1.0) * one
+
+
+class TpCosts(NamedTuple):
+    """A model's per-token and per-step costs on a TP group (scalars; `tp_costs`).
+
+    Attributes:
+        prefill_ms_per_token: c_p, eq. 2's time for one prefill token, with its share of the
+            turn's attention under the measured profile [ms].
+        decode: the decode step's coefficients, with the step's fixed time and all-reduce.
+        ttft_fixed_ms: the opt-in fixed TTFT terms (request overhead, all-reduce latency) [ms].
+    """
+
+    prefill_ms_per_token: jax.Array
+    decode: DecodeCoefficients
+    ttft_fixed_ms: jax.Array
+
+
+def tp_costs(hw, model, tp, tokens, context_tokens, decode_context, chunk_tokens, efficiency: Efficiency,
+             options: ModelOptions) -> TpCosts:
+    """The costs of serving ``model`` on ``tp`` GPUs of ``hw`` for turns prefilling ``tokens`` of
+    a ``context_tokens`` context and decoding at ``decode_context`` (seed eqs. 2-3, the opt-in
+    all-reduce and fixed terms, and the measured profile's attention; docs/model.md)."""
+    measured = options.profile == "measured"
+    tflops = effective_tflops(hw, model.compute_bits)
+    allreduce = allreduce_time(hw, model, tp, efficiency.allreduce_scale, efficiency.allreduce_latency_us,
+                               latency_per_peer=measured)
+    prefill_ms_per_token = ttft_ms(model.params_active_b, 1.0, tp, tflops, efficiency.eta_prefill) \
+        + allreduce.per_token_ms
+    attention_tflops = effective_tflops(hw, 16.0) if measured else None
+    if measured:  # the turn's attention FLOPs, spread over its prefill tokens
+        prefix = jnp.maximum(context_tokens - tokens, 0.0)
+        flops = model.attention_pair_flops * causal_pairs(tokens, prefix) \
+            + model.attention_window_pair_flops * window_pairs(tokens, prefix, model.kv_window_tokens)
+        attention_ms = flops / (tp * attention_tflops * FLOPS_PER_TFLOPS) * MS_PER_S / efficiency.eta_prefill
+        prefill_ms_per_token = prefill_ms_per_token + attention_ms / jnp.maximum(tokens, 1.0)
+    step_fixed_ms = efficiency.decode_overhead_ms + model.layers * efficiency.layer_overhead_us / 1000.0 \
+        + allreduce.fixed_ms
+    coefficients = decode_coefficients(
+        hw, model, tp, decode_context, tflops, efficiency.eta_decode, efficiency.elementwise_overhead,
+        attention_tflops)._replace(fixed_ms=step_fixed_ms, allreduce_ms=allreduce.per_token_ms)
+    return TpCosts(prefill_ms_per_token, coefficients, efficiency.ttft_overhead_ms + allreduce.fixed_ms)
+
+
+def prefill_alone_ms(costs: TpCosts, tokens: jax.Array, chunk_tokens: jax.Array, efficiency: Efficiency,
+                     options: ModelOptions) -> jax.Array:
+    """A turn's prefill of ``tokens`` alone on the GPUs [ms]: seed eq. 2 (+ the opt-in fixed
+    terms), or under the measured profile a roofline chunk by chunk (`isolated_prefill_ms`)."""
+    if options.profile == "measured":
+        return isolated_prefill_ms(costs.decode, tokens, chunk_tokens, costs.prefill_ms_per_token, options) \
+            + efficiency.ttft_overhead_ms
+    return tokens * costs.prefill_ms_per_token + costs.ttft_fixed_ms
+
+
+__all__ = ["TpCosts", "engine_efficiency", "isolated_prefill_ms", "prefill_alone_ms", "prefill_expert_ms", "tp_costs"]

@@ -1,0 +1,172 @@
+"""The whole model at one grid point under disaggregated serving (``serving="disaggregated"`` or
+"conditional"; `jaxpareto.physics.disaggregation`): the counterpart of
+`jaxpareto.physics.point.evaluate_point`, which calls it, with the same outputs.
+
+Memory: each decode worker holds the KV of its C / D sessions (seed eq. 5 on its G GPUs; sessions
+beyond what it holds are not admitted, under either profile), and each prefill worker must hold
+the weights and one turn's context. The costs on either pool's GPUs are those of the aggregated
+model (`jaxpareto.physics.costs.tp_costs`), so the two modes compare like for like.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from jaxpareto.definitions.axes import GridPoint
+from jaxpareto.definitions.options import ModelOptions
+from jaxpareto.definitions.schema import PERCENTILE_VARIABLES
+from jaxpareto.definitions.settings import Efficiency, Solver, Workload
+from jaxpareto.definitions.units import MS_PER_S
+from jaxpareto.physics.cache import cache_survival
+from jaxpareto.physics.closed_loop import active_ratio
+from jaxpareto.physics.costs import engine_efficiency, prefill_alone_ms, tp_costs
+from jaxpareto.physics.disaggregation import (BISECTIONS, NEWTON_STEPS, Pools, disaggregated_turn, kv_link_gbs,
+                                              kv_transfer_ms, solve_decode_batch)
+from jaxpareto.physics.intensity import operational_intensity
+from jaxpareto.physics.limits import context_fits, heads_split, infeasible_reason
+from jaxpareto.physics.memory import _INT32_MAX, memory_budget
+from jaxpareto.physics.outputs import DECODE_COMPUTE, DECODE_MEMORY, DECODE_NONE, PointOutputs
+from jaxpareto.physics.prefill import prefill_tokens
+
+_INNER_ROOT_EPS = 64  # the root's tolerance floor in units of the dtype's eps, as the aggregated model's
+
+
+def _mix(weights, times, cv):
+    """(mean, c_S²) of a mix of prefill kinds with ``weights`` and mean ``times``, each kind
+    lognormal with coefficient of variation ``cv``; (0, 0) for an empty mix."""
+    total = sum(weights)
+    safe = jnp.where(total > 0, total, 1.0)
+    mean = sum(w * t for w, t in zip(weights, times)) / safe
+    second = (1.0 + cv * cv) * sum(w * t * t for w, t in zip(weights, times)) / safe
+    scv = jnp.where(total > 0, jnp.maximum(second / jnp.where(total > 0, mean * mean, 1.0) - 1.0, 0.0), 0.0)
+    return jnp.where(total > 0, mean, 0.0), scv
+
+
+def evaluate_disaggregated(point: GridPoint, workload: Workload, efficiency: Efficiency, solver: Solver,
+                           options: ModelOptions):
+    """The model at one configuration of a disaggregated replica.
+
+    Args:
+        point: one configuration (`GridPoint`, scalars): as `evaluate_point`'s, with ``tp`` the
+            decode workers' TP G, ``prefill_tp`` G_p (0: G), ``prefill_workers`` P and
+            ``decode_workers`` D; ``concurrency`` C is the replica's sessions.
+        workload, efficiency: shared scalars (``kv_link_gbs``, ``kv_link_latency_us`` and
+            ``local_prefill_tokens`` among them). solver: its ``tol`` (the root is bracketed,
+            whatever its name). options: ``serving`` "disaggregated" or "conditional".
+
+    Returns:
+        `jaxpareto.physics.outputs.PointOutputs`: the replica's throughput and sessions,
+        ``batch_eff`` its decode workers' decode batch, per-GPU figures over its P G_p + D G
+        GPUs; the latency percentiles and goodput NaN (not modelled here). Infeasible points
+        (either pool's heads or weights, no session on a decode worker, or no context on a
+        prefill worker) are NaN with their reason.
+    """
+    measured = options.profile == "measured"
+    engine = point.get("engine")
+    efficiency = engine_efficiency(efficiency, engine)
+    hw, model, tp = point.gpu, point.model, point.tp
+    prefill_tp = jnp.where(point.prefill_tp > 0, point.prefill_tp, tp)
+    prefill_workers, decode_workers = point.prefill_workers, point.decode_workers
+    replica_gpus = prefill_workers * prefill_tp + decode_workers * tp
+    context_tokens, hit_rate = point.context_tokens, point.hit_rate
+    think_ms = point.think_time_s * MS_PER_S
+    decode_context = context_tokens + workload.osl / 2.0 if measured else context_tokens
+    kv_context = jnp.where(workload.kv_context_tokens > 0, workload.kv_context_tokens, decode_context)
+
+    memory = memory_budget(hw, model, tp, point.concurrency / decode_workers, kv_context, engine)
+    prefill_memory = memory_budget(hw, model, prefill_tp, 1.0, kv_context, engine)
+    reason = infeasible_reason(heads_split(model, tp) & heads_split(model, prefill_tp),
+                               context_fits(model, context_tokens + workload.osl),
+                               (memory.available_gb > 0) & (prefill_memory.available_gb > 0),
+                               (memory.concurrency_eff >= 1) & (prefill_memory.concurrency_max >= 1))
+    ok = reason == 0
+    sessions = jnp.where(ok, memory.concurrency_eff, 1.0)  # per decode worker; safe stand-in when infeasible
+
+    if options.cache_model == "ttl":
+        hit_rate = hit_rate * cache_survival(point.think_time_s, workload.cache_ttl_s, options.pause_distribution,
+                                             workload.pause_sigma)
+    hit_tokens = jnp.minimum(workload.delta_tokens, context_tokens)
+    tokens = prefill_tokens(context_tokens, workload.delta_tokens, hit_rate)
+    chunk_tokens = workload.prefill_chunk_tokens
+    if engine is not None:
+        chunk_tokens = jnp.where(engine.prefill_chunk_tokens > 0, engine.prefill_chunk_tokens, chunk_tokens)
+    decode_costs = tp_costs(hw, model, tp, tokens, context_tokens, decode_context, chunk_tokens, efficiency, options)
+    prefill_costs = tp_costs(hw, model, prefill_tp, tokens, context_tokens, decode_context, chunk_tokens, efficiency,
+                             options)
+
+    # the two kinds of turn, a hit (ΔL tokens) and a miss (L), each local or remote
+    kinds = (hit_tokens, context_tokens)
+    shares = (hit_rate, 1.0 - hit_rate)
+    if options.serving == "conditional":
+        local = tuple(jnp.where(t <= workload.local_prefill_tokens, 1.0, 0.0) for t in kinds)
+    else:
+        local = (0.0 * tokens, 0.0 * tokens)
+    local_weights = tuple(s * q for s, q in zip(shares, local))
+    remote_weights = tuple(s * (1.0 - q) for s, q in zip(shares, local))
+    local_ms, local_scv = _mix(local_weights, [prefill_alone_ms(decode_costs, t, chunk_tokens, efficiency, options)
+                                               for t in kinds], workload.isl_cv)
+    remote_ms, remote_scv = _mix(remote_weights, [prefill_alone_ms(prefill_costs, t, chunk_tokens, efficiency,
+                                                                   options) for t in kinds], workload.isl_cv)
+    remote_tokens, _ = _mix(remote_weights, kinds, 0.0)
+    link = kv_link_gbs(hw, replica_gpus, workload.kv_link_gbs)
+    transfer_ms = kv_transfer_ms(model, remote_tokens, prefill_tp, tp, link, workload.kv_link_latency_us)
+    local_share = sum(local_weights)
+
+    pools = Pools(decode_costs.decode, workload.osl, sessions, think_ms, decode_workers, prefill_workers,
+                  local_share, local_ms, local_scv, remote_ms, remote_scv, transfer_ms)
+    tol = jnp.maximum(solver.tol, _INNER_ROOT_EPS * jnp.finfo(think_ms.dtype).eps)
+    found = solve_decode_batch(pools, tol, options.expert_routing)
+    batch, converged, latency = found.batch, found.converged, found.latency_ms
+    turn = disaggregated_turn(pools, batch, options.expert_routing)
+    turn = turn._replace(ttft_ms=latency - workload.osl * turn.tpot_ms, latency_ms=latency)
+    step = turn.step
+    turns_per_s = decode_workers * sessions / ((latency + think_ms) / MS_PER_S)
+    local_tokens, _ = _mix(local_weights, kinds, 0.0)
+    # the replica's GPU-time at η_d and η_p over its GPUs: decode and local prefills on the decode
+    # workers, remote prefills on the prefill workers
+    gpu_ms_per_turn = (workload.osl * decode_costs.decode.compute_ms / efficiency.eta_decode * tp
+                       + local_share * local_tokens * decode_costs.prefill_ms_per_token * tp
+                       + (1.0 - local_share) * remote_tokens * prefill_costs.prefill_ms_per_token * prefill_tp)
+    utilization = turns_per_s / MS_PER_S * gpu_ms_per_turn / replica_gpus
+    zero = 0.0 * tokens
+
+    def masked(value):
+        return jnp.where(ok, value, jnp.nan)
+
+    nan = jnp.nan + zero
+    return PointOutputs(
+        ttft_ms=masked(turn.ttft_ms),
+        tpot_ms=masked(turn.tpot_ms),
+        latency_ms=masked(latency),
+        batch_eff=masked(batch * decode_workers),
+        gpu_active_ratio=masked(active_ratio(latency, think_ms)),
+        turns_per_s=masked(turns_per_s),
+        output_tokens_per_s_per_user=masked(MS_PER_S / turn.tpot_ms),
+        output_tokens_per_s_per_gpu=masked(turns_per_s * workload.osl / replica_gpus),
+        kv_per_session_gb=memory.kv_per_session_gb,
+        concurrency_max=jnp.minimum(memory.concurrency_max * decode_workers, _INT32_MAX).astype(jnp.int32),
+        concurrency_eff=jnp.minimum(jnp.round(memory.concurrency_eff * decode_workers), _INT32_MAX).astype(jnp.int32),
+        prefill_tokens=tokens,
+        t_weight_ms=masked(step.t_weight_ms),
+        t_kv_ms=masked(step.t_kv_ms),
+        t_compute_ms=masked(step.t_compute_ms),
+        decode_bound=jnp.where(ok, jnp.where(step.compute_bound, DECODE_COMPUTE, DECODE_MEMORY), DECODE_NONE).astype(
+            jnp.int8),
+        operational_intensity=masked(operational_intensity(hw, model, tp, batch, step, tokens, context_tokens,
+                                                           workload.osl)),
+        prefill_share=masked(turn.ttft_ms / latency),
+        hit_rate_eff=hit_rate + zero,
+        tier_hit_rate=masked(zero),
+        cache_lifetime_s=workload.cache_ttl_s + zero if options.cache_model == "ttl" else zero + jnp.inf,
+        gpu_utilization=masked(utilization),
+        memory_wait_ms=masked(zero),
+        request_throughput=masked(turns_per_s),
+        **{name: nan for name in PERCENTILE_VARIABLES},
+        feasible=ok,
+        infeasible_reason=reason,
+        converged=ok & converged,
+        iterations=jnp.where(ok, BISECTIONS + NEWTON_STEPS, 0).astype(jnp.int32),
+    )
+
+
+__all__ = ["evaluate_disaggregated"]
