@@ -145,14 +145,15 @@ def reference_disaggregated(gpu: dict, model: dict, tp: int, prefill_tp: int, pr
     serving"), from the decode workers' and the prefill workers' aggregated costs: the decode
     batch b per decode worker solved by bisection in float64. ``local_prefill_tokens`` given:
     conditional disaggregation."""
-    per_worker = concurrency / decode_workers
-    decode = reference_point(gpu, model, tp, per_worker, think_time_s, context_tokens, hit_rate, osl, delta_tokens)
+    per_worker = concurrency / decode_workers  # below 1 with fewer sessions than decode workers
+    decode = reference_point(gpu, model, tp, max(per_worker, 1), think_time_s, context_tokens, hit_rate, osl,
+                             delta_tokens)
     prefill = reference_point(gpu, model, prefill_tp, 1, think_time_s, context_tokens, hit_rate, osl, delta_tokens)
     feasible = decode["feasible"] and prefill["feasible"]
     out = {"feasible": feasible}
     if not feasible:
         return out
-    sessions = decode["concurrency_eff"]
+    sessions = min(per_worker, decode["concurrency_max"])
     kinds = [(hit_rate, min(delta_tokens, context_tokens)), (1 - hit_rate, context_tokens)]
     local = [t <= local_prefill_tokens if local_prefill_tokens is not None else False for _, t in kinds]
 
@@ -206,5 +207,5 @@ def reference_disaggregated(gpu: dict, model: dict, tp: int, prefill_tp: int, pr
     out.update(ttft_ms=latency - osl * tpot, tpot_ms=tpot, latency_ms=latency, batch_eff=b * decode_workers,
                turns_per_s=turns, output_tokens_per_s_per_gpu=turns * osl / (prefill_workers * prefill_tp
                                                                              + decode_workers * tp),
-               concurrency_eff=sessions * decode_workers, transfer_ms=transfer)
+               concurrency_eff=round(sessions * decode_workers), transfer_ms=transfer)
     return out

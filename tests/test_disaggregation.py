@@ -208,3 +208,21 @@ def test_measured_disaggregated_runs_are_predicted_by_the_disaggregated_model():
     # under Poisson arrivals they are unsupported, with the reason
     with_poisson = prediction_fn(sample, dtype="float32", options=jp.ModelOptions(arrivals="poisson"))
     assert "closed loop" in with_poisson.unsupported[0]
+
+
+def test_a_prefill_worker_batches_the_prompts_that_wait():
+    from jaxpareto.physics.disaggregation import Pools, batched_prefill
+
+    # one prompt alone 10 ms, each further one 2 ms, 8 to a step (the token budget)
+    pools = Pools(None, 128.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 10.0, 0.0, 0.0, batch_max=8.0, per_prompt_ms=2.0)
+    for rate, prompts in ((0.0, 1.0), (0.05, 1.0), (0.3, 6.0), (0.45, 8.0)):
+        k, step = batched_prefill(pools, rate)
+        assert float(k) == pytest.approx(prompts) and float(step) == pytest.approx(10.0 + 2.0 * (prompts - 1.0))
+    k, step = batched_prefill(pools, 0.3)
+    assert float(k) == pytest.approx(0.3 * float(step))  # the prompts of a step arrived during the last one
+    # the measured profile: short prompts batch, so the pool serves far more than one at a time would
+    common = dict(gpu="h100-sxm", model="llama-3.1-8b", tp=1, prefill_tp=1, concurrency=[4, 256], think_time_s=0.0,
+                  context_tokens=512, osl=64, engine="vllm", calibration="hopper-measured", serving="disaggregated")
+    ds = jp.sweep(**common).squeeze()
+    alone_s = ds.ttft_ms.sel(concurrency=4).item() / 1e3  # an upper bound on one prompt's prefill
+    assert ds.converged.all() and ds.turns_per_s.sel(concurrency=256).item() > 2.0 / alone_s

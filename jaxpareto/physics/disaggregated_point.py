@@ -75,10 +75,11 @@ def evaluate_disaggregated(point: GridPoint, workload: Workload, efficiency: Eff
 
     memory = memory_budget(hw, model, tp, point.concurrency / decode_workers, kv_context, engine)
     prefill_memory = memory_budget(hw, model, prefill_tp, 1.0, kv_context, engine)
+    # C / D may be below 1 (fewer sessions than decode workers): a worker must hold one session
     reason = infeasible_reason(heads_split(model, tp) & heads_split(model, prefill_tp),
                                context_fits(model, context_tokens + workload.osl),
                                (memory.available_gb > 0) & (prefill_memory.available_gb > 0),
-                               (memory.concurrency_eff >= 1) & (prefill_memory.concurrency_max >= 1))
+                               (memory.concurrency_max >= 1) & (prefill_memory.concurrency_max >= 1))
     ok = reason == 0
     sessions = jnp.where(ok, memory.concurrency_eff, 1.0)  # per decode worker; safe stand-in when infeasible
 
@@ -103,17 +104,30 @@ def evaluate_disaggregated(point: GridPoint, workload: Workload, efficiency: Eff
         local = (0.0 * tokens, 0.0 * tokens)
     local_weights = tuple(s * q for s, q in zip(shares, local))
     remote_weights = tuple(s * (1.0 - q) for s, q in zip(shares, local))
-    local_ms, local_scv = _mix(local_weights, [prefill_alone_ms(decode_costs, t, chunk_tokens, efficiency, options)
-                                               for t in kinds], workload.isl_cv)
-    remote_ms, remote_scv = _mix(remote_weights, [prefill_alone_ms(prefill_costs, t, chunk_tokens, efficiency,
-                                                                   options) for t in kinds], workload.isl_cv)
+    # a prefill occupies its GPUs for its compute and reads; the request overhead (tokenising,
+    # scheduling) delays its first token without occupying them, as in the aggregated engine
+    overhead_ms = efficiency.ttft_overhead_ms
+
+    def busy_ms(costs, tokens):
+        return prefill_alone_ms(costs, tokens, chunk_tokens, efficiency, options) - overhead_ms
+
+    local_ms, local_scv = _mix(local_weights, [busy_ms(decode_costs, t) for t in kinds], workload.isl_cv)
+    remote_ms, remote_scv = _mix(remote_weights, [busy_ms(prefill_costs, t) for t in kinds], workload.isl_cv)
     remote_tokens, _ = _mix(remote_weights, kinds, 0.0)
+    # a prefill step holds K prompts of the mean remote length (the token budget); b is what each
+    # prompt beyond the first adds to the step's roofline
+    one = jnp.maximum(remote_tokens, 1.0)
+    batch_max = jnp.maximum(chunk_tokens / one, 1.0)
+    alone, full = busy_ms(prefill_costs, one), busy_ms(prefill_costs, batch_max * one)
+    further = batch_max > 1.0
+    per_prompt_ms = jnp.where(further, (full - alone) / jnp.where(further, batch_max - 1.0, 1.0), alone)
     link = kv_link_gbs(hw, replica_gpus, workload.kv_link_gbs)
     transfer_ms = kv_transfer_ms(model, remote_tokens, prefill_tp, tp, link, workload.kv_link_latency_us)
     local_share = sum(local_weights)
 
     pools = Pools(decode_costs.decode, workload.osl, sessions, think_ms, decode_workers, prefill_workers,
-                  local_share, local_ms, local_scv, remote_ms, remote_scv, transfer_ms)
+                  local_share, local_ms, local_scv, remote_ms, remote_scv, transfer_ms, batch_max,
+                  jnp.minimum(per_prompt_ms, remote_ms), overhead_ms + 0.0 * tokens)
     tol = jnp.maximum(solver.tol, _INNER_ROOT_EPS * jnp.finfo(think_ms.dtype).eps)
     found = solve_decode_batch(pools, tol, options.expert_routing)
     batch, converged, latency = found.batch, found.converged, found.latency_ms

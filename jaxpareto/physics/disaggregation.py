@@ -19,7 +19,10 @@ which then sends the KV it computed to the session's decode worker.
   GPU, one way: t = latency + max(bytes per prefill GPU, bytes per decode GPU) / bandwidth.
 - **The prefill pool** is a queue of P servers fed by every decode worker's turns: the M/G/P
   wait of `jaxpareto.physics.queueing.slot_wait_ms` (Erlang C with the Lee-Longton correction
-  for the prefill times' spread), the join-the-shortest-queue routing of a prefill router.
+  for the prefill times' spread), the join-the-shortest-queue routing of a prefill router. A
+  worker prefills the prompts waiting for it together, up to its token budget
+  (`batched_prefill`): a step pays the weights and its fixed time once, so under load the
+  pool serves more prompts per second than one at a time would.
 - **The decode workers** step without prefill chunks (the point of disaggregation), at their
   own decode batch b.
 - **Conditional disaggregation** (``serving="conditional"``; Dynamo): a turn with at most
@@ -85,8 +88,13 @@ class Pools(NamedTuple):
         decode_workers, prefill_workers: D and P.
         local_share: q, the share of turns prefilled on their decode worker (conditional).
         local_ms, local_scv: those prefills' mean time on the decode worker [ms] and c_S².
-        remote_ms, remote_scv: the other turns' mean prefill time on a prefill worker [ms], c_S².
+        remote_ms, remote_scv: the other turns' mean prefill time on a prefill worker, alone
+            [ms], and c_S².
         transfer_ms: their mean KV transfer [ms].
+        batch_max: K, the prompts one prefill step holds (the token budget over the mean
+            remote prompt, at least 1).
+        per_prompt_ms: b, what each further prompt adds to a prefill step [ms] (`batched_prefill`).
+        overhead_ms: the request overhead, in TTFT but occupying no GPU [ms].
     """
 
     decode: DecodeCoefficients
@@ -101,6 +109,9 @@ class Pools(NamedTuple):
     remote_ms: jax.Array
     remote_scv: jax.Array
     transfer_ms: jax.Array
+    batch_max: jax.Array = 1.0
+    per_prompt_ms: jax.Array = 0.0
+    overhead_ms: jax.Array = 0.0
 
 
 class DisaggregatedTurn(NamedTuple):
@@ -125,13 +136,35 @@ class DisaggregatedTurn(NamedTuple):
     local_busy: jax.Array
 
 
+def batched_prefill(pools: Pools, rate_per_ms: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(k, T(k)): the prompts in a prefill worker's step and the step's time [ms] at ``rate_per_ms``
+    arrivals per worker.
+
+    A prefill worker batches the prompts waiting for it into one step, up to its token budget
+    (vLLM's ``max_num_batched_tokens``, SGLang's ``chunked_prefill_size``, TensorRT-LLM's
+    ``max_num_tokens``): K prompts of the mean remote length. A step of k prompts takes
+    T(k) = S + b (k - 1), where S is one prompt alone and b what each further prompt adds (the
+    step's roofline at K prompts against one: the weights and the step's fixed time are paid once
+    per step, the FLOPs per prompt). The prompts in a step are those that arrived during the
+    previous one, k = λ T(k), so k = λ a / (1 - λ b) with a = S - b, between 1 and K. Under the
+    seed's prefill (eq. 2: FLOPs alone, no fixed time) b = S, so k = 1: batching changes nothing.
+    """
+    a = pools.remote_ms - pools.per_prompt_ms
+    headroom = 1.0 - rate_per_ms * pools.per_prompt_ms
+    arriving = jnp.where(headroom > 0, rate_per_ms * a / jnp.where(headroom > 0, headroom, 1.0), jnp.inf)
+    k = jnp.clip(arriving, 1.0, pools.batch_max)
+    return k, pools.remote_ms + pools.per_prompt_ms * (k - 1.0)
+
+
 def disaggregated_turn(pools: Pools, batch: jax.Array, expert_routing: str = "seed") -> DisaggregatedTurn:
     """The turn at decode batch ``batch`` per decode worker (module docstring).
 
     X = b / (OSL TPOT_0(b) + b q S_l) per decode worker (Little's law with the local prefills'
     stalls), ρ_l = X q S_l, TPOT = TPOT_0 / (1 - ρ_l); remote turns arrive at the pool at
-    λ = D X (1 - q) and wait W_P (M/G/P); TTFT = q (W_l + S_l) + (1 - q) (W_P + S_r + t_KV).
-    A saturated pool gives W_P = inf, hence R = inf.
+    λ = D X (1 - q), are prefilled k at a time in steps of T(k) (`batched_prefill`), and wait W_P
+    for a worker: the M/G/P wait of steps arriving at λ / k; TTFT = q (W_l + S_l) +
+    (1 - q) (W_P + T(k) + t_KV) + the request overhead. A saturated pool gives W_P = inf, hence
+    R = inf.
     """
     step = decode_step(pools.decode, batch, expert_routing)
     q = pools.local_share
@@ -140,11 +173,12 @@ def disaggregated_turn(pools: Pools, batch: jax.Array, expert_routing: str = "se
     tpot = step.tpot_ms / (1.0 - local_busy)
     local_wait, _ = mg1_wait_ms(turns_per_ms * q, pools.local_ms, pools.local_scv)
     remote_rate = turns_per_ms * pools.decode_workers * (1.0 - q)
-    remote_wait, _ = slot_wait_ms(pools.prefill_workers, remote_rate, pools.remote_ms, pools.remote_scv)
-    prefill_busy = remote_rate * pools.remote_ms / pools.prefill_workers
+    prompts, step_ms = batched_prefill(pools, remote_rate / pools.prefill_workers)
+    remote_wait, _ = slot_wait_ms(pools.prefill_workers, remote_rate / prompts, step_ms, pools.remote_scv)
+    prefill_busy = remote_rate / prompts * step_ms / pools.prefill_workers
     local = jnp.where(q > 0, q * (local_wait + pools.local_ms), 0.0)
-    remote = jnp.where(q < 1, (1.0 - q) * (remote_wait + pools.remote_ms + pools.transfer_ms), 0.0)
-    ttft = local + remote
+    remote = jnp.where(q < 1, (1.0 - q) * (remote_wait + step_ms + pools.transfer_ms), 0.0)
+    ttft = local + remote + pools.overhead_ms
     return DisaggregatedTurn(ttft, tpot, ttft + pools.osl * tpot, step, turns_per_ms, remote_wait, prefill_busy,
                              local_busy)
 
@@ -187,4 +221,4 @@ def solve_decode_batch(pools: Pools, tol: jax.Array, expert_routing: str = "seed
     return DecodeBatch(batch, small | bracketed, jnp.where(small, turn.latency_ms, little))
 
 
-__all__ = ["DecodeBatch", "DisaggregatedTurn", "Pools", "disaggregated_turn", "kv_link_gbs", "kv_transfer_ms", "solve_decode_batch"]
+__all__ = ["DecodeBatch", "DisaggregatedTurn", "Pools", "batched_prefill", "disaggregated_turn", "kv_link_gbs", "kv_transfer_ms", "solve_decode_batch"]
