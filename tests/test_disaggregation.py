@@ -226,3 +226,18 @@ def test_a_prefill_worker_batches_the_prompts_that_wait():
     ds = jp.sweep(**common).squeeze()
     alone_s = ds.ttft_ms.sel(concurrency=4).item() / 1e3  # an upper bound on one prompt's prefill
     assert ds.converged.all() and ds.turns_per_s.sel(concurrency=256).item() > 2.0 / alone_s
+
+
+def test_the_disaggregated_spec_plans_its_pools(tmp_path):
+    from jaxpareto.dataset.plan import plan_sweep
+    from jaxpareto.definitions.spec import load_spec
+
+    spec = load_spec(Path(__file__).resolve().parents[1] / "sweeps" / "disaggregated_agent.toml")
+    plan = plan_sweep(**spec.sweep_kwargs())
+    assert plan.options.serving == "disaggregated" and plan.options.profile == "measured"
+    assert plan.dims[:7] == ("gpu", "model", "engine", "tp", "prefill_tp", "prefill_workers", "decode_workers")
+    aggregated = tmp_path / "agg.toml"
+    aggregated.write_text('[grid]\ngpu = "h100-sxm"\nmodel = "llama-3.1-8b"\ntp = [1]\nconcurrency = [1]\n'
+                          'prefill_workers = [1, 2]\n')
+    with pytest.raises(jp.JaxparetoError, match="prefill_workers: is an axis of disaggregated serving"):
+        plan_sweep(**load_spec(aggregated).sweep_kwargs())
