@@ -15,13 +15,45 @@ import jax.numpy as jnp
 from jaxpareto.definitions.engine import EngineParams
 from jaxpareto.definitions.hardware import effective_tflops
 from jaxpareto.definitions.options import ModelOptions
-from jaxpareto.definitions.settings import Efficiency
+from jaxpareto.definitions.settings import Efficiency, Workload
 from jaxpareto.definitions.units import FLOPS_PER_TFLOPS, MS_PER_S
 from jaxpareto.physics.attention import causal_pairs, window_pairs
+from jaxpareto.physics.cache import cache_survival
 from jaxpareto.physics.communication import allreduce_time
 from jaxpareto.physics.decode import DecodeCoefficients, decode_coefficients, decode_step, experts_touched
 from jaxpareto.physics.engine import step_ms
-from jaxpareto.physics.prefill import ttft_ms
+from jaxpareto.physics.prefill import prefill_tokens, ttft_ms
+
+
+class TurnTokens(NamedTuple):
+    """What a turn prefills (scalars; `turn_tokens`).
+
+    Attributes:
+        hit_rate: h, after the TTL model's survival where it applies.
+        hit_tokens: what a hit prefills, min(ΔL, L) [tokens].
+        tokens: L_prefill, the mean over hits and misses (eq. 2) [tokens].
+        chunk_tokens: prefill tokens per engine step at most: the engine's, else the workload's.
+    """
+
+    hit_rate: jax.Array
+    hit_tokens: jax.Array
+    tokens: jax.Array
+    chunk_tokens: jax.Array
+
+
+def turn_tokens(workload: Workload, engine: EngineParams | None, options: ModelOptions, think_time_s: jax.Array,
+                context_tokens: jax.Array, hit_rate: jax.Array) -> TurnTokens:
+    """The tokens a turn of ``context_tokens`` prefills at hit rate ``hit_rate`` (docs/model.md,
+    eq. 2; under ``cache_model="ttl"`` h x P(Z < TTL), `jaxpareto.physics.cache`)."""
+    if options.cache_model == "ttl":
+        hit_rate = hit_rate * cache_survival(think_time_s, workload.cache_ttl_s, options.pause_distribution,
+                                             workload.pause_sigma)
+    hit_tokens = jnp.minimum(workload.delta_tokens, context_tokens)
+    tokens = prefill_tokens(context_tokens, workload.delta_tokens, hit_rate)
+    chunk_tokens = workload.prefill_chunk_tokens
+    if engine is not None:
+        chunk_tokens = jnp.where(engine.prefill_chunk_tokens > 0, engine.prefill_chunk_tokens, chunk_tokens)
+    return TurnTokens(hit_rate, hit_tokens, tokens, chunk_tokens)
 
 
 def engine_efficiency(efficiency: Efficiency, engine: EngineParams | None) -> Efficiency:
@@ -106,4 +138,4 @@ def prefill_alone_ms(costs: TpCosts, tokens: jax.Array, chunk_tokens: jax.Array,
     return tokens * costs.prefill_ms_per_token + costs.ttft_fixed_ms
 
 
-__all__ = ["TpCosts", "engine_efficiency", "isolated_prefill_ms", "prefill_alone_ms", "prefill_expert_ms", "tp_costs"]
+__all__ = ["TpCosts", "TurnTokens", "turn_tokens", "engine_efficiency", "isolated_prefill_ms", "prefill_alone_ms", "prefill_expert_ms", "tp_costs"]

@@ -17,16 +17,14 @@ from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.definitions.schema import PERCENTILE_VARIABLES
 from jaxpareto.definitions.settings import Efficiency, Solver, Workload
 from jaxpareto.definitions.units import MS_PER_S
-from jaxpareto.physics.cache import cache_survival
 from jaxpareto.physics.closed_loop import active_ratio
-from jaxpareto.physics.costs import engine_efficiency, prefill_alone_ms, tp_costs
+from jaxpareto.physics.costs import engine_efficiency, prefill_alone_ms, tp_costs, turn_tokens
 from jaxpareto.physics.disaggregation import (BISECTIONS, NEWTON_STEPS, Pools, disaggregated_turn, kv_link_gbs,
                                               kv_transfer_ms, solve_decode_batch)
 from jaxpareto.physics.intensity import operational_intensity
 from jaxpareto.physics.limits import context_fits, heads_split, infeasible_reason
 from jaxpareto.physics.memory import _INT32_MAX, memory_budget
 from jaxpareto.physics.outputs import DECODE_COMPUTE, DECODE_MEMORY, DECODE_NONE, PointOutputs
-from jaxpareto.physics.prefill import prefill_tokens
 
 _INNER_ROOT_EPS = 64  # the root's tolerance floor in units of the dtype's eps, as the aggregated model's
 
@@ -83,14 +81,8 @@ def evaluate_disaggregated(point: GridPoint, workload: Workload, efficiency: Eff
     ok = reason == 0
     sessions = jnp.where(ok, memory.concurrency_eff, 1.0)  # per decode worker; safe stand-in when infeasible
 
-    if options.cache_model == "ttl":
-        hit_rate = hit_rate * cache_survival(point.think_time_s, workload.cache_ttl_s, options.pause_distribution,
-                                             workload.pause_sigma)
-    hit_tokens = jnp.minimum(workload.delta_tokens, context_tokens)
-    tokens = prefill_tokens(context_tokens, workload.delta_tokens, hit_rate)
-    chunk_tokens = workload.prefill_chunk_tokens
-    if engine is not None:
-        chunk_tokens = jnp.where(engine.prefill_chunk_tokens > 0, engine.prefill_chunk_tokens, chunk_tokens)
+    hit_rate, hit_tokens, tokens, chunk_tokens = turn_tokens(workload, engine, options, point.think_time_s,
+                                                             context_tokens, hit_rate)
     decode_costs = tp_costs(hw, model, tp, tokens, context_tokens, decode_context, chunk_tokens, efficiency, options)
     prefill_costs = tp_costs(hw, model, prefill_tp, tokens, context_tokens, decode_context, chunk_tokens, efficiency,
                              options)

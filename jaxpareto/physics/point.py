@@ -19,9 +19,9 @@ from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.definitions.schema import PERCENTILE_VARIABLES
 from jaxpareto.definitions.settings import SOLVERS, Efficiency, Solver, Workload
 from jaxpareto.definitions.units import MS_PER_S
-from jaxpareto.physics.cache import cache_survival, lru_survival
+from jaxpareto.physics.cache import lru_survival
 from jaxpareto.physics.closed_loop import LoopInputs, active_ratio, solve_closed_loop
-from jaxpareto.physics.costs import engine_efficiency, prefill_alone_ms, prefill_expert_ms, tp_costs
+from jaxpareto.physics.costs import engine_efficiency, prefill_alone_ms, prefill_expert_ms, tp_costs, turn_tokens
 from jaxpareto.physics.decode import DecodeCoefficients, DecodeStep, decode_step, tpot_lines
 from jaxpareto.physics.disaggregated_point import evaluate_disaggregated
 from jaxpareto.physics.engine import shared_turn, synchronised_turn
@@ -31,7 +31,7 @@ from jaxpareto.physics.limits import LOAD_BEYOND_CAPACITY, context_fits, heads_s
 from jaxpareto.physics.memory import _INT32_MAX, memory_budget, session_gb
 from jaxpareto.physics.outputs import DECODE_COMPUTE, DECODE_MEMORY, DECODE_NONE, PointOutputs
 from jaxpareto.physics.percentiles import PERCENTILES, TurnSpread, latency_percentiles
-from jaxpareto.physics.prefill import PrefillWork, prefill_tokens, prefill_work
+from jaxpareto.physics.prefill import PrefillWork, prefill_work
 from jaxpareto.physics.queueing import PrefillMix, fcfs_wait_scale, mg1_wait_ms, paused_sessions, prefill_mix, \
     slot_wait_ms
 
@@ -302,14 +302,8 @@ def evaluate_point(
         rate_per_ms = rate_per_ms / ranks
     slots = jnp.where(ok, memory.concurrency_max, 1.0)
 
-    if options.cache_model == "ttl":
-        hit_rate = hit_rate * cache_survival(think_time_s, workload.cache_ttl_s, options.pause_distribution,
-                                             workload.pause_sigma)
-    hit_tokens = jnp.minimum(workload.delta_tokens, context_tokens)
-    tokens = prefill_tokens(context_tokens, workload.delta_tokens, hit_rate)
-    chunk_tokens = workload.prefill_chunk_tokens
-    if engine is not None:
-        chunk_tokens = jnp.where(engine.prefill_chunk_tokens > 0, engine.prefill_chunk_tokens, chunk_tokens)
+    hit_rate, hit_tokens, tokens, chunk_tokens = turn_tokens(workload, engine, options, think_time_s, context_tokens,
+                                                             hit_rate)
     costs = tp_costs(hw, model, tp, tokens, context_tokens, decode_context, chunk_tokens, efficiency, options)
     prefill_ms_per_token, coefficients, ttft_fixed_ms = costs.prefill_ms_per_token, costs.decode, costs.ttft_fixed_ms
     think_ms = think_time_s * MS_PER_S
