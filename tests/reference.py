@@ -182,13 +182,17 @@ def reference_disaggregated(gpu: dict, model: dict, tp: int, prefill_tp: int, pr
         rho_local = x * q * s_local
         tpot = tpot0 / (1 - rho_local)
         ttft = 0.0
+        # the arrival theorem: a turn sees the other sessions' load, (n - 1) / n of it
+        # (C(P, a') S / (P - a): the wait at the others' load a', diverging at the whole load a)
         if q > 0:
-            ttft += q * (rho_local * s_local * (1 + scv_local) / 2 / (1 - rho_local) + s_local)
+            seen = rho_local * (1 - 1 / max(sessions, 1))
+            ttft += q * (seen * s_local * (1 + scv_local) / 2 / (1 - rho_local) + s_local)
         if q < 1:
             offered = x * decode_workers * (1 - q) * s_remote
             if offered >= prefill_workers:
                 return tpot, math.inf
-            wait = _erlang_c(prefill_workers, offered) * s_remote / (prefill_workers - offered) * (1 + scv_remote) / 2
+            seen = offered * (1 - 1 / max(sessions * decode_workers, 1))
+            wait = _erlang_c(prefill_workers, seen) * s_remote / (prefill_workers - offered) * (1 + scv_remote) / 2
             ttft += (1 - q) * (wait + s_remote + transfer)
         return tpot, ttft
 

@@ -20,6 +20,8 @@ which then sends the KV it computed to the session's decode worker.
 - **The prefill pool** is a queue of P servers fed by every decode worker's turns: the M/G/P
   wait of `jaxpareto.physics.queueing.slot_wait_ms` (Erlang C with the Lee-Longton correction
   for the prefill times' spread), the join-the-shortest-queue routing of a prefill router. A
+  turn sees the load of the other C - 1 sessions (the arrival theorem of closed networks), so a
+  lone session never waits. A
   worker prefills the prompts waiting for it together, up to its token budget
   (`batched_prefill`): a step pays the weights and its fixed time once, so under load the
   pool serves more prompts per second than one at a time would.
@@ -51,7 +53,7 @@ from jaxpareto.definitions.model import ModelParams
 from jaxpareto.definitions.units import MS_PER_S
 from jaxpareto.physics.decode import DecodeCoefficients, DecodeStep, decode_step
 from jaxpareto.physics.memory import session_gb
-from jaxpareto.physics.queueing import mg1_wait_ms, slot_wait_ms
+from jaxpareto.physics.queueing import erlang_c, fcfs_wait_scale
 from jaxpareto.physics.roots import increasing_root
 
 # the decode batch's bracketed solve: halvings of [0, c], then safeguarded Newton steps
@@ -136,6 +138,17 @@ class DisaggregatedTurn(NamedTuple):
     local_busy: jax.Array
 
 
+def _wait_ms(servers, seen, offered, service_ms, service_scv):
+    """The mean wait for one of ``servers`` [ms]: Erlang C at the load a turn sees (the other
+    sessions', ``seen``) over the headroom the whole load leaves, C(P, a') S / (P - a) x
+    (1 + c_S²) / 2 (the M/G/P wait of `jaxpareto.physics.queueing.slot_wait_ms` when a' = a).
+    0 for a lone session (a' = 0); inf where the offered load a reaches the servers."""
+    stable = offered < servers
+    wait = erlang_c(servers, seen) * service_ms / jnp.where(stable, servers - offered, 1.0) * \
+        fcfs_wait_scale(service_scv)
+    return jnp.where(stable, jnp.where(seen > 0, wait, 0.0), jnp.inf)
+
+
 def batched_prefill(pools: Pools, rate_per_ms: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(k, T(k)): the prompts in a prefill worker's step and the step's time [ms] at ``rate_per_ms``
     arrivals per worker.
@@ -162,7 +175,8 @@ def disaggregated_turn(pools: Pools, batch: jax.Array, expert_routing: str = "se
     X = b / (OSL TPOT_0(b) + b q S_l) per decode worker (Little's law with the local prefills'
     stalls), ρ_l = X q S_l, TPOT = TPOT_0 / (1 - ρ_l); remote turns arrive at the pool at
     λ = D X (1 - q), are prefilled k at a time in steps of T(k) (`batched_prefill`), and wait W_P
-    for a worker: the M/G/P wait of steps arriving at λ / k; TTFT = q (W_l + S_l) +
+    for a worker: the M/G/P wait of steps arriving at λ / k, of which a turn sees the other
+    sessions' share (C - 1) / C (the arrival theorem; the local wait likewise); TTFT = q (W_l + S_l) +
     (1 - q) (W_P + T(k) + t_KV) + the request overhead. A saturated pool gives W_P = inf, hence
     R = inf.
     """
@@ -171,11 +185,17 @@ def disaggregated_turn(pools: Pools, batch: jax.Array, expert_routing: str = "se
     turns_per_ms = batch / (pools.osl * step.tpot_ms + batch * q * pools.local_ms)
     local_busy = turns_per_ms * q * pools.local_ms
     tpot = step.tpot_ms / (1.0 - local_busy)
-    local_wait, _ = mg1_wait_ms(turns_per_ms * q, pools.local_ms, pools.local_scv)
+    # an arriving turn queues behind the other sessions' prefills, not its own: by the arrival
+    # theorem of closed networks (Lavenberg and Reiser 1980) it sees the load of the other
+    # sessions, a share 1 - 1 / n of it, as the aggregated engine does (`jaxpareto.physics.engine`)
+    worker_others = 1.0 - 1.0 / jnp.maximum(pools.sessions, 1.0)
+    replica_others = 1.0 - 1.0 / jnp.maximum(pools.sessions * pools.decode_workers, 1.0)
+    local_wait = _wait_ms(1.0, local_busy * worker_others, local_busy, pools.local_ms, pools.local_scv)
     remote_rate = turns_per_ms * pools.decode_workers * (1.0 - q)
     prompts, step_ms = batched_prefill(pools, remote_rate / pools.prefill_workers)
-    remote_wait, _ = slot_wait_ms(pools.prefill_workers, remote_rate / prompts, step_ms, pools.remote_scv)
-    prefill_busy = remote_rate / prompts * step_ms / pools.prefill_workers
+    offered = remote_rate / prompts * step_ms
+    remote_wait = _wait_ms(pools.prefill_workers, offered * replica_others, offered, step_ms, pools.remote_scv)
+    prefill_busy = offered / pools.prefill_workers
     local = jnp.where(q > 0, q * (local_wait + pools.local_ms), 0.0)
     remote = jnp.where(q < 1, (1.0 - q) * (remote_wait + step_ms + pools.transfer_ms), 0.0)
     ttft = local + remote + pools.overhead_ms
