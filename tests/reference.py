@@ -172,7 +172,8 @@ def reference_disaggregated(gpu: dict, model: dict, tp: int, prefill_tp: int, pr
         link_gbs = gpu["interconnect_gbs"] if gpus <= gpu["scaleup_domain_gpus"] else \
             min(gpu["interconnect_gbs"], gpu["scaleout_gbs"])
     kappa, n_kv = decode["_kv_bytes_per_token"], decode["_kv_heads"]
-    per_gpu = max(remote_tokens * kappa * (g / min(g, n_kv)) / g for g in (tp, prefill_tp)) / 1e9
+    held = remote_tokens * kappa * tp / min(tp, n_kv)  # as the decode GPUs hold it, copies included
+    per_gpu = max(held / g for g in (tp, prefill_tp)) / 1e9
     transfer = per_gpu / link_gbs * 1e3
     z_ms = think_time_s * 1e3
 

@@ -125,7 +125,10 @@ def test_either_pool_that_cannot_hold_the_model_is_infeasible():
     ds = jp.sweep(gpu="h100-sxm", model="llama-3.1-70b", tp=4, prefill_tp=[1, 4], concurrency=8,
                   serving="disaggregated")
     assert not ds.feasible.sel(prefill_tp=1).item() and ds.feasible.sel(prefill_tp=4).item()
-    assert ds.infeasible_reason.sel(prefill_tp=1).item() == 3  # weights exceed memory
+    assert ds.infeasible_reason.sel(prefill_tp=1).item() == 6  # the prefill worker cannot hold the weights
+    decode_too_small = jp.sweep(gpu="h100-sxm", model="llama-3.1-70b", tp=1, prefill_tp=4, concurrency=8,
+                                serving="disaggregated")
+    assert decode_too_small.infeasible_reason.item() == 3  # the decode worker's weights
 
 
 def test_disaggregated_inputs_are_named():
@@ -210,22 +213,15 @@ def test_measured_disaggregated_runs_are_predicted_by_the_disaggregated_model():
     assert "closed loop" in with_poisson.unsupported[0]
 
 
-def test_a_prefill_worker_batches_the_prompts_that_wait():
-    from jaxpareto.physics.disaggregation import Pools, batched_prefill
-
-    # one prompt alone 10 ms, each further one 2 ms, 8 to a step (the token budget)
-    pools = Pools(None, 128.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 10.0, 0.0, 0.0, batch_max=8.0, per_prompt_ms=2.0)
-    for rate, prompts in ((0.0, 1.0), (0.05, 1.0), (0.3, 6.0), (0.45, 8.0)):
-        k, step = batched_prefill(pools, rate)
-        assert float(k) == pytest.approx(prompts) and float(step) == pytest.approx(10.0 + 2.0 * (prompts - 1.0))
-    k, step = batched_prefill(pools, 0.3)
-    assert float(k) == pytest.approx(0.3 * float(step))  # the prompts of a step arrived during the last one
-    # the measured profile: short prompts batch, so the pool serves far more than one at a time would
-    common = dict(gpu="h100-sxm", model="llama-3.1-8b", tp=1, prefill_tp=1, concurrency=[4, 256], think_time_s=0.0,
-                  context_tokens=512, osl=64, engine="vllm", calibration="hopper-measured", serving="disaggregated")
-    ds = jp.sweep(**common).squeeze()
-    alone_s = ds.ttft_ms.sel(concurrency=4).item() / 1e3  # an upper bound on one prompt's prefill
-    assert ds.converged.all() and ds.turns_per_s.sel(concurrency=256).item() > 2.0 / alone_s
+def test_a_lone_session_never_waits_for_the_prefill_pool():
+    # the arrival theorem: one session queues behind no one, so more prefill workers change nothing
+    common = dict(gpu="h100-sxm", model="llama-3.1-70b", tp=4, prefill_tp=2, concurrency=1, think_time_s=0.0,
+                  context_tokens=32768, serving="disaggregated", kv_link_gbs=450.0, dtype="float64")
+    ttft = [jp.sweep(**common, prefill_workers=p).ttft_ms.item() for p in (1, 2, 3)]
+    np.testing.assert_allclose(ttft, ttft[0], rtol=1e-12)
+    gpu, model = jp.catalog.gpus()["h100-sxm"].to_dict(), jp.catalog.models()["llama-3.1-70b"].to_dict()
+    alone = 32768 * reference_point(gpu, model, 2, 1, 0.0, 32768, 0.0)["_ms_per_token"] + 32768 * 327_680 / 2e9 / 450e-3
+    assert ttft[0] == pytest.approx(alone, rel=1e-9)  # the prefill alone and the transfer, no wait
 
 
 def test_the_disaggregated_spec_plans_its_pools(tmp_path):
@@ -241,3 +237,11 @@ def test_the_disaggregated_spec_plans_its_pools(tmp_path):
                           'prefill_workers = [1, 2]\n')
     with pytest.raises(jp.JaxparetoError, match="prefill_workers: is an axis of disaggregated serving"):
         plan_sweep(**load_spec(aggregated).sweep_kwargs())
+
+
+def test_a_replicated_latent_is_sent_to_every_decode_gpu():
+    # DeepSeek-V3's MLA latent is whole on each of the 8 decode GPUs: one prefill GPU sends 8 copies
+    model = jp.catalog.models()["deepseek-v3"].to_params()
+    one_to_eight = float(kv_transfer_ms(model, 10_000.0, 1.0, 8.0, 450.0, 0.0))
+    eight_to_eight = float(kv_transfer_ms(model, 10_000.0, 8.0, 8.0, 450.0, 0.0))
+    assert one_to_eight == pytest.approx(8 * eight_to_eight, rel=1e-6)

@@ -17,6 +17,7 @@ from jaxpareto.cli._common import (FLOAT_FORMAT, SearchMethod, add_csv_option, a
 from jaxpareto.dataset.store import to_zarr
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.options import SEARCH_METHODS, SERVING_MODES
+from jaxpareto.definitions.settings import Workload
 from jaxpareto.definitions.spec import load_spec
 from jaxpareto.search.constraints import NUMERIC_OUTPUTS
 from jaxpareto.search.optimize import optimize
@@ -73,7 +74,9 @@ def _one_scenario(args: argparse.Namespace) -> int:
         if args.top < 1:
             raise JaxparetoError("--top", f"must be at least 1, got {args.top}")
         return _budget(args, kwargs)
-    for flag, given in (("--serving", args.serving is not None), ("--top", args.top != 5)):
+    for flag, given in (("--serving", args.serving is not None), ("--top", args.top != 5),
+                        ("--local-prefill-tokens", args.local_prefill_tokens is not None),
+                        ("--kv-link-gbs", args.kv_link_gbs is not None)):
         if given:
             raise JaxparetoError(flag, "compares the layouts of a GPU budget: give --gpu-budget with it")
     result = optimize(objective=args.objective, sense=args.sense, **kwargs)
@@ -93,54 +96,64 @@ def _one_scenario(args: argparse.Namespace) -> int:
     return 0
 
 
-def _layout_name(row) -> str:
-    """A layout in words: "TP 4 x 2" or "2x TP2 prefill + 1x TP4 decode (x 2)"."""
-    if row["serving"] == "aggregated":
-        return f"TP {row['tp']} x {row['replicas']}"
-    pools = f"{row['prefill_workers']}xTP{row['prefill_tp']} P + {row['decode_workers']}xTP{row['tp']} D"
-    return pools + (f" x {row['replicas']}" if row["replicas"] > 1 else "")
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 def _budget(args: argparse.Namespace, kwargs: dict) -> int:
     """--gpu-budget: the best layouts of each serving mode filling the budget, best first
     (`jaxpareto.search.budget`)."""
-    serving = args.serving.split(",") if args.serving else None
+    serving = [mode.strip() for mode in args.serving.split(",")] if args.serving else None
+    for flag, name in (("local_prefill_tokens", "local_prefill_tokens"), ("kv_link_gbs", "kv_link_gbs")):
+        if getattr(args, flag) is not None:
+            kwargs[name] = getattr(args, flag)
     result = optimize(objective=args.objective, sense=args.sense, gpu_budget=args.gpu_budget, serving=serving,
                       **kwargs)
     print(_wrapped(describe_scenario(args)))
-    table = result.layouts.copy()
-    table.insert(1, "layout", [_layout_name(row) for _, row in table.iterrows()])
-    aggregated = table[table["serving"] == "aggregated"]
+    table = result.layouts
+    modes = list(dict.fromkeys(table["serving"]))
     left_out = [t for t in kwargs["tp"] if args.gpu_budget % t]  # the --tp choices scenario_kwargs parsed
-    if left_out and len(aggregated):
+    if left_out and "aggregated" in modes:
         print(_wrapped(f"aggregated TP {', '.join(map(str, left_out))} left out: "
                        f"{'they do' if len(left_out) > 1 else 'it does'} not divide {args.gpu_budget} GPUs into whole "
                        "replicas"))
-    shown = ["layout", "concurrency", "sessions", args.objective, "ttft_ms", "tpot_ms"]
+    seed = not kwargs.get("calibration") and args.engine == "seed"
+    if seed and modes != ["aggregated"]:
+        print(_wrapped("note: under the seed's equations a prefill never delays a decode step, which favours "
+                       "aggregated serving; compare the modes with an engine and its calibration (--engine vllm "
+                       "--calibration hopper-measured)"))
+    shown = ["layout", "replicas", "concurrency", "sessions", args.objective, "ttft_ms", "tpot_ms"]
     shown = [c for c in dict.fromkeys(shown) if c in table]
     print()
-    print(_wrapped(f"best layouts of {args.gpu_budget} GPUs per serving mode ({args.sense} {args.objective}; "
-                   f"requests/s, sessions and batch over the budget; C/replica per replica):"))
-    for mode, rows in table.groupby("serving", sort=False):
+    print(_wrapped(f"best layouts of {args.gpu_budget} GPUs per serving mode ({args.sense} {args.objective}). A layout "
+                   "is one replica, TP G or P prefill workers and D decode workers (PxTPg P + DxTPg D), repeated "
+                   "`replicas` times; C/replica is sessions per replica, sessions (and requests/s, batch, "
+                   "concurrency_max in --csv) are over the budget:"))
+    for mode in modes:
+        rows = table[table["serving"] == mode]
         feasible = rows[rows["feasible"].astype(bool)]
-        print(f"\n{mode}: {len(feasible)} of {len(rows)} layouts meet the SLOs"
+        print(f"\n{mode}: {len(feasible)} of {_plural(len(rows), 'layout')} meet the SLOs"
               + (f", the best {min(args.top, len(feasible))}:" if len(feasible) else ""))
+        if mode == "conditional":
+            threshold = kwargs.get("local_prefill_tokens", Workload.local_prefill_tokens)
+            print(_wrapped(f"  (a turn with at most {threshold:,.0f} tokens to prefill after its prefix hit prefills "
+                           "on its decode worker: --local-prefill-tokens)"))
         if len(feasible):
             top = feasible.head(args.top)
             printed = top[shown].rename(columns={**SHORT, "concurrency": "C/replica"})
             with pd.option_context("display.width", 100, "display.float_format", FLOAT_FORMAT):
                 print(printed.to_string(index=False))
             for _, row in top.iterrows():
-                print(_wrapped(f"  {row['layout']}: {_short(row['binding']) or 'none binding'}"))
+                print(_wrapped(f"  {row['layout']} x {row['replicas']}: binding: {_short(row['binding']) or 'none'}"))
         for reason, count in rows.loc[~rows["feasible"].astype(bool), "reason"].map(_reason_kind).value_counts().items():
             print(_wrapped(f"  {count} infeasible: {reason}"))
     print()
     if result.feasible:
-        where = f"TP {result.tp} x {result.replicas} replicas" if result.serving == "aggregated" else \
-            (f"{result.prefill_workers} prefill workers of TP {result.prefill_tp} + {result.decode_workers} decode "
-             f"workers of TP {result.tp}, x {result.replicas} replicas")
-        print(_wrapped(f"best: {result.serving}, {where} ({result.gpus_used} GPUs), concurrency {result.concurrency} "
-                       f"per replica: {result.objective} {result.value:,.4g}"))
+        where = f"TP {result.tp}" if result.serving == "aggregated" else \
+            (f"{_plural(result.prefill_workers, 'prefill worker')} of TP {result.prefill_tp} + "
+             f"{_plural(result.decode_workers, 'decode worker')} of TP {result.tp}")
+        print(_wrapped(f"best: {result.serving}, {where}, x {_plural(result.replicas, 'replica')} ({result.gpus_used} "
+                       f"GPUs), concurrency {result.concurrency} per replica: {result.objective} {result.value:,.4g}"))
     else:
         print(f"no layout of {args.gpu_budget} GPUs meets the SLOs")
     write_csv(table, args.csv, args.overwrite, "layouts")
@@ -161,6 +174,8 @@ def _scenario_defaults() -> dict:
     parser.add_argument("--gpu-budget", type=int, default=None)
     parser.add_argument("--serving", default=None)
     parser.add_argument("--top", type=int, default=5)
+    parser.add_argument("--local-prefill-tokens", type=float, default=None)
+    parser.add_argument("--kv-link-gbs", type=float, default=None)
     return {k: v for k, v in vars(parser.parse_args([])).items() if k not in ("gpu", "model", "calibration")}
 
 
@@ -226,6 +241,12 @@ def register(subparsers) -> argparse.ArgumentParser:
                         f"{', '.join(SERVING_MODES)} (default aggregated,disaggregated)")
     p.add_argument("--top", type=int, default=5, metavar="N",
                    help="with --gpu-budget: the layouts shown per serving mode (default 5; --csv writes all)")
+    p.add_argument("--local-prefill-tokens", type=float, metavar="TOKENS",
+                   help="with --serving conditional: a turn with at most this many tokens to prefill prefills on "
+                        f"its decode worker (default {Workload.local_prefill_tokens:,.0f})")
+    p.add_argument("--kv-link-gbs", type=float, metavar="GBS",
+                   help="disaggregated layouts: the KV transfer link per GPU, one way [GB/s] (default: the "
+                        "catalog's NVLink within a node, the NIC beyond it)")
     add_output_options(p, "zarr store for the optimum per scenario of a spec")
     add_csv_option(p, "the table")
     p.add_argument("--method", action=SearchMethod, metavar="{" + ",".join(SEARCH_METHODS) + "}",

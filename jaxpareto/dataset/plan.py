@@ -120,6 +120,10 @@ class SweepPlan:
         if not self.options.disaggregated:  # settings of the prefill pool, which there is not
             for name in ("kv_link_gbs", "kv_link_latency_us", "local_prefill_tokens"):
                 del out[name]
+        elif self.options.serving != "conditional":
+            del out["local_prefill_tokens"]
+        if self.options.disaggregated and workload.kv_link_gbs == 0:
+            out["kv_link_gbs"] = "the catalog's (interconnect_gbs within a scale-up domain, else scaleout_gbs)"
         return out
 
     def attrs(self) -> dict:

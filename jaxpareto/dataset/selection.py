@@ -36,8 +36,10 @@ def headline_cell(coords: Mapping[str, Sequence], headline: Mapping, dims: Seque
         if key not in axes:
             raise JaxparetoError(f"{source}.{key}", "unknown axis", [a for a in axes if a not in dims])
         if key in dims:
+            rest = [d for d in dims if d != key]
             raise JaxparetoError(f"{source}.{key}", f"is a dimension of the front ({', '.join(dims)}); "
-                                                    "the front is taken over all its values")
+                                                    "the front is taken over all its values. To fix it, take the "
+                                                    f"front over the others (--dims {','.join(rest)})")
     selection = {}
     for axis in axes:
         if axis in dims:

@@ -26,7 +26,8 @@ OUTPUTS: dict[str, VariableInfo] = {
     "gpu_active_ratio": VariableInfo("1", "active ratio rho = R / (R + Z)"),
     "turns_per_s": VariableInfo("turns/s", "turn throughput X = C_eff / (R + Z)"),
     "output_tokens_per_s_per_user": VariableInfo("tokens/s", "interactivity 1000 / TPOT"),
-    "output_tokens_per_s_per_gpu": VariableInfo("tokens/s/GPU", "output throughput per GPU X x OSL / G"),
+    "output_tokens_per_s_per_gpu": VariableInfo("tokens/s/GPU", "output throughput per GPU X x OSL / G (disaggregated: "
+                                                                "over the replica's P G_p + D G GPUs)"),
     "kv_per_session_gb": VariableInfo("GB", "KV cache held per session, seed eq. 5"),
     "concurrency_max": VariableInfo("sessions", "sessions that fit in KV memory, seed eq. 5"),
     "concurrency_eff": VariableInfo("sessions", "sessions admitted min(C, concurrency_max) (LRU: all C)"),
@@ -70,9 +71,10 @@ PERCENTILE_VARIABLES = tuple(name for name in OUTPUTS if name.startswith(("p50_"
 DECODE_BOUND_FLAGS = {"flag_values": [-1, 0, 1], "flag_meanings": "infeasible memory compute"}
 DECODE_BOUND_LABELS = {-1: "infeasible", 0: "memory", 1: "compute"}
 # ... and of infeasible_reason (-1: a block of a store not computed yet).
-INFEASIBLE_REASON_FLAGS = {"flag_values": [-1, 0, 1, 2, 3, 4, 5],
+INFEASIBLE_REASON_FLAGS = {"flag_values": [-1, 0, 1, 2, 3, 4, 5, 6],
                            "flag_meanings": "not_computed feasible tp_does_not_split_heads context_beyond_model_maximum "
-                                            "weights_exceed_memory no_session_fits_kv_memory load_beyond_capacity"}
+                                            "weights_exceed_memory no_session_fits_kv_memory load_beyond_capacity "
+                                            "prefill_worker_cannot_hold_a_turn"}
 INFEASIBLE_REASON_LABELS = dict(zip(INFEASIBLE_REASON_FLAGS["flag_values"],
                                     INFEASIBLE_REASON_FLAGS["flag_meanings"].split()))
 #: Categorical outputs: their CF flag attributes, labels and the fill of a store's uncomputed cells.

@@ -22,7 +22,7 @@ from jaxpareto.physics.costs import engine_efficiency, prefill_alone_ms, tp_cost
 from jaxpareto.physics.disaggregation import (BISECTIONS, NEWTON_STEPS, Pools, disaggregated_turn, kv_link_gbs,
                                               kv_transfer_ms, solve_decode_batch)
 from jaxpareto.physics.intensity import operational_intensity
-from jaxpareto.physics.limits import context_fits, heads_split, infeasible_reason
+from jaxpareto.physics.limits import PREFILL_WORKER_TOO_SMALL, context_fits, heads_split, infeasible_reason
 from jaxpareto.physics.memory import _INT32_MAX, memory_budget
 from jaxpareto.physics.outputs import DECODE_COMPUTE, DECODE_MEMORY, DECODE_NONE, PointOutputs
 
@@ -54,10 +54,11 @@ def evaluate_disaggregated(point: GridPoint, workload: Workload, efficiency: Eff
 
     Returns:
         `jaxpareto.physics.outputs.PointOutputs`: the replica's throughput and sessions,
-        ``batch_eff`` its decode workers' decode batch, per-GPU figures over its P G_p + D G
-        GPUs; the latency percentiles and goodput NaN (not modelled here). Infeasible points
-        (either pool's heads or weights, no session on a decode worker, or no context on a
-        prefill worker) are NaN with their reason.
+        ``batch_eff`` its decode workers' decode batch summed, per-GPU figures over its
+        P G_p + D G GPUs; the latency percentiles and goodput NaN (not modelled here).
+        Infeasible points are NaN with their reason: either pool's heads (1), the context (2),
+        a decode worker's weights (3) or sessions (4), a prefill worker that cannot hold the
+        weights and one turn (6).
     """
     measured = options.profile == "measured"
     engine = point.get("engine")
@@ -75,9 +76,10 @@ def evaluate_disaggregated(point: GridPoint, workload: Workload, efficiency: Eff
     prefill_memory = memory_budget(hw, model, prefill_tp, 1.0, kv_context, engine)
     # C / D may be below 1 (fewer sessions than decode workers): a worker must hold one session
     reason = infeasible_reason(heads_split(model, tp) & heads_split(model, prefill_tp),
-                               context_fits(model, context_tokens + workload.osl),
-                               (memory.available_gb > 0) & (prefill_memory.available_gb > 0),
-                               (memory.concurrency_max >= 1) & (prefill_memory.concurrency_max >= 1))
+                               context_fits(model, context_tokens + workload.osl), memory.available_gb > 0,
+                               memory.concurrency_max >= 1)
+    reason = jnp.where((reason == 0) & (prefill_memory.concurrency_max < 1), PREFILL_WORKER_TOO_SMALL,
+                       reason).astype(jnp.int8)
     ok = reason == 0
     sessions = jnp.where(ok, memory.concurrency_eff, 1.0)  # per decode worker; safe stand-in when infeasible
 
@@ -106,20 +108,12 @@ def evaluate_disaggregated(point: GridPoint, workload: Workload, efficiency: Eff
     local_ms, local_scv = _mix(local_weights, [busy_ms(decode_costs, t) for t in kinds], workload.isl_cv)
     remote_ms, remote_scv = _mix(remote_weights, [busy_ms(prefill_costs, t) for t in kinds], workload.isl_cv)
     remote_tokens, _ = _mix(remote_weights, kinds, 0.0)
-    # a prefill step holds K prompts of the mean remote length (the token budget); b is what each
-    # prompt beyond the first adds to the step's roofline
-    one = jnp.maximum(remote_tokens, 1.0)
-    batch_max = jnp.maximum(chunk_tokens / one, 1.0)
-    alone, full = busy_ms(prefill_costs, one), busy_ms(prefill_costs, batch_max * one)
-    further = batch_max > 1.0
-    per_prompt_ms = jnp.where(further, (full - alone) / jnp.where(further, batch_max - 1.0, 1.0), alone)
     link = kv_link_gbs(hw, replica_gpus, workload.kv_link_gbs)
     transfer_ms = kv_transfer_ms(model, remote_tokens, prefill_tp, tp, link, workload.kv_link_latency_us)
     local_share = sum(local_weights)
 
     pools = Pools(decode_costs.decode, workload.osl, sessions, think_ms, decode_workers, prefill_workers,
-                  local_share, local_ms, local_scv, remote_ms, remote_scv, transfer_ms, batch_max,
-                  jnp.minimum(per_prompt_ms, remote_ms), overhead_ms + 0.0 * tokens)
+                  local_share, local_ms, local_scv, remote_ms, remote_scv, transfer_ms, overhead_ms + 0.0 * tokens)
     tol = jnp.maximum(solver.tol, _INNER_ROOT_EPS * jnp.finfo(think_ms.dtype).eps)
     found = solve_decode_batch(pools, tol, options.expert_routing)
     batch, converged, latency = found.batch, found.converged, found.latency_ms

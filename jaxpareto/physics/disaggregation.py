@@ -13,18 +13,17 @@ which then sends the KV it computed to the session's decode worker.
   (probability h) prefills and sends its new tokens ΔL, a miss the whole context L, as in the
   aggregated model: what disaggregation adds is the transfer, not more prefill.
 - **The KV transfer.** After its prefill (vLLM's NIXL connector and DistServe send a finished
-  prefill's KV; Mooncake's layer-wise streaming would hide most of it) each prefill GPU sends its
-  share of the new tokens' KV and each decode GPU receives its share (an MLA latent is whole on
-  every GPU of a group, `jaxpareto.physics.memory.session_gb`), over a link of ``kv_link_gbs`` per
-  GPU, one way: t = latency + max(bytes per prefill GPU, bytes per decode GPU) / bandwidth.
+  prefill's KV; Mooncake's layer-wise streaming would hide most of it) the decode worker's GPUs
+  receive the new tokens' KV as they will hold it (an MLA latent whole on each of them,
+  `jaxpareto.physics.memory.session_gb`), which the prefill GPUs send between them, over a link of
+  ``kv_link_gbs`` per GPU, one way: t = latency + max(bytes per prefill GPU, bytes per decode
+  GPU) / bandwidth.
 - **The prefill pool** is a queue of P servers fed by every decode worker's turns: the M/G/P
   wait of `jaxpareto.physics.queueing.slot_wait_ms` (Erlang C with the Lee-Longton correction
   for the prefill times' spread), the join-the-shortest-queue routing of a prefill router. A
   turn sees the load of the other C - 1 sessions (the arrival theorem of closed networks), so a
-  lone session never waits. A
-  worker prefills the prompts waiting for it together, up to its token budget
-  (`batched_prefill`): a step pays the weights and its fixed time once, so under load the
-  pool serves more prompts per second than one at a time would.
+  lone session never waits. A worker prefills one prompt at a time; engines also batch several
+  short prompts into one step (their token budget), which this model does not have yet.
 - **The decode workers** step without prefill chunks (the point of disaggregation), at their
   own decode batch b.
 - **Conditional disaggregation** (``serving="conditional"``; Dynamo): a turn with at most
@@ -73,9 +72,13 @@ def kv_link_gbs(hw: HardwareParams, replica_gpus: jax.Array, given: jax.Array) -
 def kv_transfer_ms(model: ModelParams, tokens: jax.Array, prefill_tp: jax.Array, decode_tp: jax.Array,
                    link_gbs: jax.Array, latency_us: jax.Array) -> jax.Array:
     """Time to send the KV of ``tokens`` new tokens from a prefill worker of ``prefill_tp`` GPUs
-    to a decode worker of ``decode_tp`` GPUs [ms] (module docstring; 0 tokens: the latency)."""
-    sent = session_gb(model, tokens, prefill_tp) / prefill_tp
-    received = session_gb(model, tokens, decode_tp) / decode_tp
+    to a decode worker of ``decode_tp`` GPUs [ms] (module docstring; 0 tokens: the latency).
+
+    The decode worker's GPUs receive the KV as they hold it, copies included (an MLA latent on
+    each of them, a KV head on each GPU it is copied to), so the prefill GPUs send all of that
+    between them: per prefill GPU 1 / G_p of it, per decode GPU 1 / G."""
+    held = session_gb(model, tokens, decode_tp)
+    sent, received = held / prefill_tp, held / decode_tp
     return latency_us / 1000.0 + jnp.maximum(sent, received) / link_gbs * MS_PER_S
 
 
@@ -93,9 +96,6 @@ class Pools(NamedTuple):
         remote_ms, remote_scv: the other turns' mean prefill time on a prefill worker, alone
             [ms], and c_S².
         transfer_ms: their mean KV transfer [ms].
-        batch_max: K, the prompts one prefill step holds (the token budget over the mean
-            remote prompt, at least 1).
-        per_prompt_ms: b, what each further prompt adds to a prefill step [ms] (`batched_prefill`).
         overhead_ms: the request overhead, in TTFT but occupying no GPU [ms].
     """
 
@@ -111,8 +111,6 @@ class Pools(NamedTuple):
     remote_ms: jax.Array
     remote_scv: jax.Array
     transfer_ms: jax.Array
-    batch_max: jax.Array = 1.0
-    per_prompt_ms: jax.Array = 0.0
     overhead_ms: jax.Array = 0.0
 
 
@@ -149,35 +147,14 @@ def _wait_ms(servers, seen, offered, service_ms, service_scv):
     return jnp.where(stable, jnp.where(seen > 0, wait, 0.0), jnp.inf)
 
 
-def batched_prefill(pools: Pools, rate_per_ms: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(k, T(k)): the prompts in a prefill worker's step and the step's time [ms] at ``rate_per_ms``
-    arrivals per worker.
-
-    A prefill worker batches the prompts waiting for it into one step, up to its token budget
-    (vLLM's ``max_num_batched_tokens``, SGLang's ``chunked_prefill_size``, TensorRT-LLM's
-    ``max_num_tokens``): K prompts of the mean remote length. A step of k prompts takes
-    T(k) = S + b (k - 1), where S is one prompt alone and b what each further prompt adds (the
-    step's roofline at K prompts against one: the weights and the step's fixed time are paid once
-    per step, the FLOPs per prompt). The prompts in a step are those that arrived during the
-    previous one, k = λ T(k), so k = λ a / (1 - λ b) with a = S - b, between 1 and K. Under the
-    seed's prefill (eq. 2: FLOPs alone, no fixed time) b = S, so k = 1: batching changes nothing.
-    """
-    a = pools.remote_ms - pools.per_prompt_ms
-    headroom = 1.0 - rate_per_ms * pools.per_prompt_ms
-    arriving = jnp.where(headroom > 0, rate_per_ms * a / jnp.where(headroom > 0, headroom, 1.0), jnp.inf)
-    k = jnp.clip(arriving, 1.0, pools.batch_max)
-    return k, pools.remote_ms + pools.per_prompt_ms * (k - 1.0)
-
-
 def disaggregated_turn(pools: Pools, batch: jax.Array, expert_routing: str = "seed") -> DisaggregatedTurn:
     """The turn at decode batch ``batch`` per decode worker (module docstring).
 
     X = b / (OSL TPOT_0(b) + b q S_l) per decode worker (Little's law with the local prefills'
     stalls), ρ_l = X q S_l, TPOT = TPOT_0 / (1 - ρ_l); remote turns arrive at the pool at
-    λ = D X (1 - q), are prefilled k at a time in steps of T(k) (`batched_prefill`), and wait W_P
-    for a worker: the M/G/P wait of steps arriving at λ / k, of which a turn sees the other
-    sessions' share (C - 1) / C (the arrival theorem; the local wait likewise); TTFT = q (W_l + S_l) +
-    (1 - q) (W_P + T(k) + t_KV) + the request overhead. A saturated pool gives W_P = inf, hence
+    λ = D X (1 - q) and wait W_P for a worker (M/G/P, `_wait_ms`), seeing the other sessions'
+    share (C - 1) / C of the load (the arrival theorem; the local wait likewise); TTFT =
+    q (W_l + S_l) + (1 - q) (W_P + S_r + t_KV) + the request overhead. A saturated pool gives W_P = inf, hence
     R = inf.
     """
     step = decode_step(pools.decode, batch, expert_routing)
@@ -192,12 +169,11 @@ def disaggregated_turn(pools: Pools, batch: jax.Array, expert_routing: str = "se
     replica_others = 1.0 - 1.0 / jnp.maximum(pools.sessions * pools.decode_workers, 1.0)
     local_wait = _wait_ms(1.0, local_busy * worker_others, local_busy, pools.local_ms, pools.local_scv)
     remote_rate = turns_per_ms * pools.decode_workers * (1.0 - q)
-    prompts, step_ms = batched_prefill(pools, remote_rate / pools.prefill_workers)
-    offered = remote_rate / prompts * step_ms
-    remote_wait = _wait_ms(pools.prefill_workers, offered * replica_others, offered, step_ms, pools.remote_scv)
+    offered = remote_rate * pools.remote_ms
+    remote_wait = _wait_ms(pools.prefill_workers, offered * replica_others, offered, pools.remote_ms, pools.remote_scv)
     prefill_busy = offered / pools.prefill_workers
     local = jnp.where(q > 0, q * (local_wait + pools.local_ms), 0.0)
-    remote = jnp.where(q < 1, (1.0 - q) * (remote_wait + step_ms + pools.transfer_ms), 0.0)
+    remote = jnp.where(q < 1, (1.0 - q) * (remote_wait + pools.remote_ms + pools.transfer_ms), 0.0)
     ttft = local + remote + pools.overhead_ms
     return DisaggregatedTurn(ttft, tpot, ttft + pools.osl * tpot, step, turns_per_ms, remote_wait, prefill_busy,
                              local_busy)
@@ -241,4 +217,4 @@ def solve_decode_batch(pools: Pools, tol: jax.Array, expert_routing: str = "seed
     return DecodeBatch(batch, small | bracketed, jnp.where(small, turn.latency_ms, little))
 
 
-__all__ = ["DecodeBatch", "DisaggregatedTurn", "Pools", "batched_prefill", "disaggregated_turn", "kv_link_gbs", "kv_transfer_ms", "solve_decode_batch"]
+__all__ = ["DecodeBatch", "DisaggregatedTurn", "Pools", "disaggregated_turn", "kv_link_gbs", "kv_transfer_ms", "solve_decode_batch"]

@@ -23,9 +23,13 @@ from jaxpareto.definitions.model import ModelParams
 FEASIBLE, HEADS_DO_NOT_SPLIT, CONTEXT_TOO_LONG, WEIGHTS_EXCEED_MEMORY, NO_SESSION_FITS = 0, 1, 2, 3, 4
 # ... and, set after the solve, an open-loop load the server cannot sustain (`jaxpareto.physics.queueing`)
 LOAD_BEYOND_CAPACITY = 5
+# ... and a disaggregated replica's prefill worker that cannot hold the weights and one turn's KV
+# (`jaxpareto.physics.disaggregated_point`; codes 3 and 4 are then its decode workers')
+PREFILL_WORKER_TOO_SMALL = 6
 REASONS = {FEASIBLE: "feasible", HEADS_DO_NOT_SPLIT: "tp_does_not_split_heads",
            CONTEXT_TOO_LONG: "context_beyond_model_maximum", WEIGHTS_EXCEED_MEMORY: "weights_exceed_memory",
-           NO_SESSION_FITS: "no_session_fits_kv_memory", LOAD_BEYOND_CAPACITY: "load_beyond_capacity"}
+           NO_SESSION_FITS: "no_session_fits_kv_memory", LOAD_BEYOND_CAPACITY: "load_beyond_capacity",
+           PREFILL_WORKER_TOO_SMALL: "prefill_worker_cannot_hold_a_turn"}
 
 
 def _divides(divisor: jax.Array, value: jax.Array) -> jax.Array:

@@ -28,6 +28,15 @@ PER_REPLICA = ("turns_per_s", "request_throughput", "request_goodput", "batch_ef
                "concurrency_max")
 
 
+def layout_name(row) -> str:
+    """One replica of a layout row in words: "TP 4" (aggregated) or "2xTP2 P + 1xTP4 D" (2
+    prefill workers of TP 2 and 1 decode worker of TP 4); the row's ``replicas`` repeat it."""
+    if row["serving"] == "aggregated":
+        return f"TP {int(row['tp'])}"
+    return (f"{int(row['prefill_workers'])}xTP{int(row['prefill_tp'])} P + "
+            f"{int(row['decode_workers'])}xTP{int(row['tp'])} D")
+
+
 def budget_layouts(budget: int, tp_choices: np.ndarray) -> list[int]:
     """The TP choices that fill ``budget`` GPUs with whole replicas.
 
@@ -58,7 +67,8 @@ def best_layout(budget: int, layouts: list[int], search: Callable[[int], Optimiz
     Returns:
         The best layout's `OptimizeResult` with ``serving``, ``replicas``, ``gpus_used`` (and
         a disaggregated replica's pools) and ``layouts``: one row per layout (best first;
-        infeasible ones last with their reason): ``serving``, ``tp``, ``replicas``,
+        infeasible ones last with their reason): ``serving``, ``layout`` (one replica in words,
+        `layout_name`), ``tp``, ``replicas``,
         ``gpus_used``, ``concurrency`` per replica, ``sessions`` over the budget, the objective
         and the metrics (`PER_REPLICA` ones over the budget; so are the result's ``value`` and
         ``metrics``), ``binding`` and ``reason``, and for disaggregated layouts
@@ -78,6 +88,7 @@ def best_layout(budget: int, layouts: list[int], search: Callable[[int], Optimiz
         row.update(binding=", ".join(found.binding), reason=found.reason, feasible=found.feasible)
         rows.append(row)
     table = pd.DataFrame([*rows, *other_rows])
+    table.insert(1, "layout", [layout_name(row) for _, row in table.iterrows()])
     order = table[table["feasible"]].sort_values(objective, ascending=(sense == "min"), kind="stable")
     table = pd.concat([order, table[~table["feasible"]]]).reset_index(drop=True)
     integers = [c for c in ("concurrency", "sessions", "prefill_tp", "prefill_workers", "decode_workers")
@@ -92,7 +103,7 @@ def best_layout(budget: int, layouts: list[int], search: Callable[[int], Optimiz
     if not top["feasible"]:
         return OptimizeResult(False, None, None, objective, float("nan"), {}, (), str(top["reason"]), method,
                               serving=str(top["serving"]), layouts=table)
-    skip = {"serving", "tp", "replicas", "gpus_used", "concurrency", "sessions", "binding", "reason", "feasible",
+    skip = {"serving", "layout", "tp", "replicas", "gpus_used", "concurrency", "sessions", "binding", "reason", "feasible",
             "prefill_tp", "prefill_workers", "decode_workers", "output_tokens_per_s_total"}
     metrics = {k: float(v) for k, v in top.items() if k not in skip and pd.notna(v)}
     return OptimizeResult(True, int(top["tp"]), int(top["concurrency"]), objective, float(top[objective]), metrics,
@@ -109,4 +120,4 @@ def _over_budget(found: OptimizeResult, replicas: int) -> OptimizeResult:
     return dataclasses.replace(found, value=value, metrics=metrics)
 
 
-__all__ = ["PER_REPLICA", "best_layout", "budget_layouts"]
+__all__ = ["PER_REPLICA", "best_layout", "budget_layouts", "layout_name"]

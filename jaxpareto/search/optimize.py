@@ -39,8 +39,9 @@ from jaxpareto.definitions.axes import AXIS_BY_NAME, CONCURRENCY_RANGE, SCENARIO
 from jaxpareto.definitions.checks import check_number
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.hardware import Hardware
-from jaxpareto.definitions.options import SEARCH_METHODS, SERVING_MODES
-from jaxpareto.definitions.settings import SOLVERS
+from jaxpareto.definitions.options import SEARCH_METHODS, SERVING_MODES, ModelOptions
+from jaxpareto.definitions.schema import PERCENTILE_VARIABLES
+from jaxpareto.definitions.settings import SOLVERS, Workload
 from jaxpareto.search.constraints import (HARDWARE_VARIABLES, NUMERIC_OUTPUTS, Constraint,  # noqa: F401
                                           OptimizeResult, concurrency_range, parse_constraints)
 from jaxpareto.search.budget import PER_REPLICA, best_layout, budget_layouts
@@ -50,6 +51,8 @@ from jaxpareto.search.servable import require_servable
 from jaxpareto.search.whatif import least_hardware
 
 METHODS = SEARCH_METHODS
+# `Workload` settings of a prefill pool: only the disaggregated serving modes take them
+POOL_SETTINGS = ("kv_link_gbs", "kv_link_latency_us", "local_prefill_tokens")
 # Up to this many (TP, C) points per scenario the exhaustive search, exact, is also the faster:
 # benchmarks/bench_optimize.py measured the two equal at 16,384 points (4 TPs x 4,096
 # concurrencies, about 300 scenarios/s each on 2 CPU cores); at 65,536 the gradient search is
@@ -145,8 +148,16 @@ def optimize(
         raise JaxparetoError("sense", f"unknown sense {sense!r}", ("max", "min"))
     check_method(method)
     refuse_open_loop(settings, "optimize")
-    serving = serving_modes(settings.pop("serving", None), gpu_budget, settings.get("options"))
     cons = parse_constraints(constraints)
+    serving = serving_modes(settings.pop("serving", None), gpu_budget, settings,
+                            {objective, *(c.name for c in cons)})
+    # the prefill pool's settings go to the serving modes that have one
+    pools = {k: settings.pop(k) for k in POOL_SETTINGS if k in settings}
+    pools = {k: v for k, v in pools.items() if v is not None and v != getattr(Workload(), k)}  # a spec gives all
+    for name, needs in (("local_prefill_tokens", ("conditional",)), *((k, SERVING_MODES[1:]) for k in POOL_SETTINGS)):
+        if name in pools and not set(needs) & set(serving):
+            raise JaxparetoError(name, f"is a setting of serving {' or '.join(map(repr, needs))}, which this search "
+                                       f"does not compare (serving {list(serving)})")
     tp_choices = AXIS_BY_NAME["tp"].numbers(tp)
     lo, hi = concurrency_range(concurrency)
     starts = check_number("starts", starts, low=1, high=256, integer=True)
@@ -154,21 +165,26 @@ def optimize(
     if gpu_budget is not None:
         if variables is not None:
             raise JaxparetoError("gpu_budget", "a hardware what-if (variables=) takes one TP, not a budget")
-        fitting = budget_layouts(gpu_budget, tp_choices)  # checks the budget first
+        # checks the budget first; aggregated layouts need a TP choice dividing it
+        fitting = budget_layouts(gpu_budget, tp_choices) if "aggregated" in serving else \
+            [int(t) for t in tp_choices if int(check_number("gpu_budget", gpu_budget, low=1, high=2**20,
+                                                            integer=True)) % int(t) == 0]
         gpu_budget = int(gpu_budget)
         one = dict(objective=objective, sense=sense, constraints=constraints, concurrency=concurrency, method=method,
                    starts=starts, steps=steps)
         scenario_args = (gpu, model, think_time_s, context_tokens, hit_rate)
         if any(_is_batch(v) for v in (*scenario_args, *(settings.get(a) for a in SCENARIO_AXES))):
             raise JaxparetoError("gpu_budget", "takes one scenario (no lists of GPUs, models or workloads)")
+        servable = fitting or tp_choices.tolist()
         require_servable(plan_sweep(gpu=gpu, model=model, think_time_s=think_time_s, context_tokens=context_tokens,
-                                    hit_rate=hit_rate, tp=fitting, concurrency=[lo], **settings),
-                         np.asarray(fitting))
+                                    hit_rate=hit_rate, tp=servable, concurrency=[lo], **settings),
+                         np.asarray(servable))
 
         other_rows = []
         for mode in serving[1:] if serving[0] == "aggregated" else serving:
             plan = plan_sweep(gpu=gpu, model=model, think_time_s=think_time_s, context_tokens=context_tokens,
-                              hit_rate=hit_rate, tp=tp_choices.tolist(), concurrency=[lo], serving=mode, **settings)
+                              hit_rate=hit_rate, tp=tp_choices.tolist(), concurrency=[lo], serving=mode, **settings,
+                              **{k: v for k, v in pools.items() if mode == "conditional" or k != "local_prefill_tokens"})
             other_rows += search_layouts(plan, disaggregated_layouts(gpu_budget, tp_choices), cons, objective, sense,
                                          gpu_budget, lo, hi)
 
@@ -185,8 +201,7 @@ def optimize(
                 return OptimizeResult(False, None, None, objective, float("nan"), {}, (),
                                       f"TP {tp} does not shard {model_name(model)}", method)
 
-        return best_layout(gpu_budget, fitting if serving[0] == "aggregated" else [], at, sense, objective,
-                           other_rows)
+        return best_layout(gpu_budget, fitting if "aggregated" in serving else [], at, sense, objective, other_rows)
     if variables is not None:
         return least_hardware(gpu, model, think_time_s, context_tokens, hit_rate, variables=variables,
                               constraints=constraints, tp=tp, concurrency=concurrency, **settings)
@@ -206,17 +221,35 @@ def optimize(
     return problem.to_dataset(found, chosen) if batched else problem.to_result(found, chosen)
 
 
-def serving_modes(serving, gpu_budget, options) -> tuple[str, ...]:
+def serving_modes(serving, gpu_budget, settings, outputs) -> tuple[str, ...]:
     """The serving modes a search compares: with a GPU budget, ``serving`` (a mode or a list;
-    default aggregated and disaggregated), aggregated first; without one, aggregated only.
+    default aggregated and disaggregated where the disaggregated model covers the search, else
+    aggregated), aggregated first; without one, aggregated only.
+
+    Args:
+        serving: None, a mode or a list. gpu_budget: None or the budget. settings: the
+            search's other keywords (``options`` and flat options among them). outputs: the
+            objective's and the constraints' names.
 
     Raises:
-        JaxparetoError: an unknown mode, or a disaggregated one without a budget.
+        JaxparetoError: an unknown mode; a disaggregated one without a budget, or asked for what
+            its model does not have (the latency percentiles and goodput, Poisson arrivals, the
+            LRU cache model).
     """
+    options = settings.get("options")
     if options is not None and getattr(options, "serving", "aggregated") != "aggregated":
         raise JaxparetoError("serving", "pass serving= to optimize, not in options (it searches the layouts of each)")
+    base = (options or ModelOptions())._replace(**{k: v for k, v in settings.items()
+                                                   if k in ModelOptions._fields and v is not None})
+    try:
+        base._replace(serving="disaggregated").validate()
+        why = "" if not set(outputs) & set(PERCENTILE_VARIABLES) else \
+            f"the latency percentiles and goodput ({', '.join(sorted(set(outputs) & set(PERCENTILE_VARIABLES)))}) " \
+            "are not modelled for it yet"
+    except JaxparetoError as error:
+        why = error.problem
     if serving is None:
-        return ("aggregated", "disaggregated") if gpu_budget is not None else ("aggregated",)
+        return ("aggregated", "disaggregated") if gpu_budget is not None and not why else ("aggregated",)
     modes = [serving] if isinstance(serving, str) else list(serving)
     for mode in modes:
         if mode not in SERVING_MODES:
@@ -225,7 +258,9 @@ def serving_modes(serving, gpu_budget, options) -> tuple[str, ...]:
         raise JaxparetoError("serving", "must not be empty", SERVING_MODES)
     if gpu_budget is None and modes != ["aggregated"]:
         raise JaxparetoError("serving", "disaggregated layouts (prefill and decode pools) are searched under a GPU "
-                                        "budget: give gpu_budget=")
+                                        "budget: give gpu_budget= (jaxpareto optimize --gpu-budget)")
+    if why and modes != ["aggregated"]:
+        raise JaxparetoError("serving", f"disaggregated serving: {why}", ("aggregated",))
     return tuple(sorted(set(modes), key=SERVING_MODES.index))
 
 

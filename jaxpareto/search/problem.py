@@ -21,11 +21,12 @@ from jaxpareto.dataset.plan import SweepPlan
 from jaxpareto.definitions.axes import AXES, AXIS_BY_NAME, DECIDED_AXES, SCENARIO_AXES, GridPoint, coordinate_attrs
 from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.definitions.schema import INFEASIBLE_REASON_LABELS, OUTPUTS
-from jaxpareto.physics.limits import CONTEXT_TOO_LONG, HEADS_DO_NOT_SPLIT, NO_SESSION_FITS, WEIGHTS_EXCEED_MEMORY
+from jaxpareto.physics.limits import (CONTEXT_TOO_LONG, HEADS_DO_NOT_SPLIT, NO_SESSION_FITS, PREFILL_WORKER_TOO_SMALL,
+                                      WEIGHTS_EXCEED_MEMORY)
 
 # The kind of each infeasible reason (the prefix of a scenario's reason).
 _KIND = {HEADS_DO_NOT_SPLIT: "layout", CONTEXT_TOO_LONG: "context", WEIGHTS_EXCEED_MEMORY: "memory",
-         NO_SESSION_FITS: "memory"}
+         NO_SESSION_FITS: "memory", PREFILL_WORKER_TOO_SMALL: "memory"}
 from jaxpareto.mapper import evaluate_points, map_points, shared_scalars, stack_params
 from jaxpareto.search.constraints import REPORTED, Constraint, OptimizeResult
 from jaxpareto.search.penalty import evaluate_with_memory, penalised_descent, relative_violations, squared_excess
