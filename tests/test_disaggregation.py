@@ -245,3 +245,19 @@ def test_a_replicated_latent_is_sent_to_every_decode_gpu():
     one_to_eight = float(kv_transfer_ms(model, 10_000.0, 1.0, 8.0, 450.0, 0.0))
     eight_to_eight = float(kv_transfer_ms(model, 10_000.0, 8.0, 8.0, 450.0, 0.0))
     assert one_to_eight == pytest.approx(8 * eight_to_eight, rel=1e-6)
+
+
+def test_one_prefill_and_one_decode_worker_over_a_free_link_is_aggregated_serving_without_interference():
+    common = dict(gpu="h100-sxm", model="llama-3.1-70b", tp=4, think_time_s=30.0, context_tokens=16384, hit_rate=0.9,
+                  dtype="float64")
+    pools = dict(serving="disaggregated", prefill_tp=4, prefill_workers=1, decode_workers=1, kv_link_gbs=1e12)
+    # one session: the same prefill, no wait, a free transfer; decode at the same (tiny) batch
+    agg, dis = (jp.sweep(**common, concurrency=1, **extra).squeeze() for extra in ({}, pools))
+    assert dis.ttft_ms.item() == pytest.approx(agg.ttft_ms.item(), rel=1e-9)
+    assert dis.tpot_ms.item() == pytest.approx(agg.tpot_ms.item(), rel=1e-3)
+    # many sessions under the chunked-prefill engine: aggregated decode steps carry prefill chunks,
+    # a decode worker's never do
+    agg, dis = (jp.sweep(**common, concurrency=32, prefill_model="shared", **extra).squeeze() for extra in ({}, pools))
+    decode_only = jp.sweep(**common, concurrency=32).squeeze()  # isolated prefill: no chunk in a step
+    assert dis.tpot_ms.item() < agg.tpot_ms.item()
+    assert dis.tpot_ms.item() <= decode_only.tpot_ms.item() * (1 + 1e-9)  # b <= B: fewer sessions decode
