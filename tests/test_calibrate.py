@@ -79,6 +79,7 @@ def test_calibration_file_round_trips_into_sweep(fitted, tmp_path):
     assert jp.validate(efficiency=jp.Efficiency(**{f: ds.attrs[f] for f in DEFAULT_FIELDS})).shape[0] == 106
 
 
+@pytest.mark.slow
 def test_calibrate_cli(tmp_path, capsys):
     out = tmp_path / "cal.toml"
     args = ["calibrate", "--out", str(out), "--steps", "20", "--prefill-model", "isolated"]

@@ -88,6 +88,7 @@ def test_a_replica_beyond_the_node_sends_its_kv_over_the_nic():
     assert far == pytest.approx(ref["ttft_ms"], rel=1e-6) and far > near
 
 
+@pytest.mark.slow
 def test_conditional_disaggregation_limits():
     common = dict(gpu="h100-sxm", model="llama-3.1-70b", tp=8, prefill_tp=4, prefill_workers=[1, 2],
                   concurrency=[4, 32], think_time_s=2.0, context_tokens=16384, hit_rate=[0.0, 0.8], dtype="float64")
@@ -102,14 +103,14 @@ def test_conditional_disaggregation_limits():
     # hits (2,128 tokens) local, misses remote, against the reference
     mixed = jp.sweep(**common, serving="conditional")
     gpu, model = jp.catalog.gpus()["h100-sxm"].to_dict(), jp.catalog.models()["llama-3.1-70b"].to_dict()
+    hits_local = jp.sweep(**common, serving="conditional", local_prefill_tokens=2128)  # the hits' 2,128 tokens
     for workers, c, h in itertools.product([1, 2], [4, 32], [0.0, 0.8]):
-        got = mixed.sel(prefill_workers=workers, concurrency=c, hit_rate=h).squeeze()
+        at = dict(prefill_workers=workers, concurrency=c, hit_rate=h)
         ref = reference_disaggregated(gpu, model, 8, 4, workers, 1, c, 2.0, 16384, h, local_prefill_tokens=1000.0)
         ref_local = reference_disaggregated(gpu, model, 8, 4, workers, 1, c, 2.0, 16384, h, local_prefill_tokens=2128.0)
-        np.testing.assert_allclose(float(got.ttft_ms), ref["ttft_ms"], rtol=2e-5)
-        both = jp.sweep(**{**common, "prefill_workers": workers, "concurrency": c, "hit_rate": h},
-                        serving="conditional", local_prefill_tokens=2128)
-        np.testing.assert_allclose(both.tpot_ms.item(), ref_local["tpot_ms"], rtol=2e-5)
+        np.testing.assert_allclose(mixed.ttft_ms.sel(at).item(), ref["ttft_ms"], rtol=2e-5)
+        np.testing.assert_allclose(hits_local.tpot_ms.sel(at).item(), ref_local["tpot_ms"], rtol=2e-5)
+        np.testing.assert_allclose(hits_local.ttft_ms.sel(at).item(), ref_local["ttft_ms"], rtol=2e-5)
 
 
 def test_prefill_tp_zero_is_the_decode_tp():
@@ -159,18 +160,18 @@ def test_a_stored_disaggregated_sweep_reads_back_with_its_axes(tmp_path):
     assert front.sum() >= 2 and front.sel(prefill_tp=2).any()
 
 
+@pytest.mark.slow
 def test_budget_search_finds_each_layouts_exhaustive_best():
     slo = {"ttft_ms": ("<=", 3000), "output_tokens_per_s_per_user": (">=", 20)}
     scenario = dict(gpu="h100-sxm", model="llama-3.1-70b", think_time_s=5.0, context_tokens=16384, hit_rate=0.5)
-    best = jp.optimize(**scenario, constraints=slo, concurrency=(1, 64), gpu_budget=8, tp=(2, 4, 8),
-                       serving=["aggregated", "disaggregated", "conditional"])
+    best = jp.optimize(**scenario, constraints=slo, concurrency=(1, 48), gpu_budget=8, tp=(2, 4, 8))
     table = best.layouts
-    assert set(table["serving"]) == {"aggregated", "disaggregated", "conditional"}
+    assert set(table["serving"]) == {"aggregated", "disaggregated"}
     assert best.value == pytest.approx(table.loc[table["feasible"], "output_tokens_per_s_per_gpu"].max())
     checked = 0
     for _, row in table[table["serving"] != "aggregated"].iterrows():
         ds = jp.sweep(**scenario, tp=int(row.tp), prefill_tp=int(row.prefill_tp), prefill_workers=int(row.prefill_workers),
-                      decode_workers=int(row.decode_workers), concurrency=list(range(1, 65)), serving=row.serving
+                      decode_workers=int(row.decode_workers), concurrency=list(range(1, 49)), serving=row.serving
                       ).squeeze()
         ok = (ds.feasible & ds.converged & (ds.concurrency <= ds.concurrency_max) & (ds.ttft_ms <= 3000)
               & (ds.output_tokens_per_s_per_user >= 20)).values
@@ -181,7 +182,7 @@ def test_budget_search_finds_each_layouts_exhaustive_best():
             assert row["turns_per_s"] == pytest.approx(ds.turns_per_s.sel(concurrency=brute).item() * row.replicas,
                                                        rel=1e-6)
             checked += 1
-    assert checked >= 4
+    assert checked >= 2
     if best.serving != "aggregated":
         assert best.prefill_tp is not None and best.gpus_used == 8
     with pytest.raises(jp.JaxparetoError, match="serving.*under a GPU budget"):
@@ -190,6 +191,7 @@ def test_budget_search_finds_each_layouts_exhaustive_best():
         jp.optimize(**scenario, serving="split", gpu_budget=8)
 
 
+@pytest.mark.slow
 def test_measured_disaggregated_runs_are_predicted_by_the_disaggregated_model():
     from jaxpareto.measure.predict import prediction_fn
     from jaxpareto.measure.validation_set import load_validation_set, row_model
@@ -197,7 +199,11 @@ def test_measured_disaggregated_runs_are_predicted_by_the_disaggregated_model():
     rows = load_validation_set(Path(jp.__file__).parent / "data" / "aiconfigurator_silicon.csv")
     pooled = rows[rows["mode"].eq("disagg") & rows["unsupported"].eq("")]
     assert len(pooled) >= 100 and rows.loc[rows["mode"].eq("disagg") & rows["prefill_tp"].isna(), "unsupported"].ne("").all()
-    sample = pd.concat([pooled.head(6), rows[rows["mode"].eq("agg") & rows["unsupported"].eq("")].head(4)])
+    # rows of one model, GPU and engine: one compiled sweep each way
+    pooled = pooled[(pooled["model"] == pooled["model"].iloc[0]) & (pooled["gpu"] == pooled["gpu"].iloc[0])
+                    & (pooled["engine"] == pooled["engine"].iloc[0])]
+    aggregated = rows[rows["mode"].eq("agg") & rows["unsupported"].eq("") & (rows["model"] == pooled["model"].iloc[0])]
+    sample = pd.concat([pooled.head(4), aggregated.head(2)])
     predicted = np.asarray(prediction_fn(sample, dtype="float32")(jp.Efficiency()))
     for (_, row), got in zip(sample.iterrows(), predicted):
         common = dict(gpu=row.gpu, model=row.model, tp=int(row.tp), concurrency=int(row.concurrency),

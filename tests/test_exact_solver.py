@@ -2,6 +2,7 @@
 
 import jax
 import numpy as np
+import pytest
 
 import jaxpareto as jp
 from jaxpareto.definitions.axes import GridPoint
@@ -37,6 +38,7 @@ def _evaluate(points, method, dtype="float32", tol=1e-6):
         return {k: np.asarray(v) for k, v in out.items()}
 
 
+@pytest.mark.slow
 def test_exact_agrees_with_damped_on_random_points():
     points, moe = _random_points(12_000, seed=1)
     damped = _evaluate(points, "damped")
@@ -60,6 +62,7 @@ def test_exact_agrees_with_damped_on_random_points():
     np.testing.assert_array_equal(damped["concurrency_eff"], exact["concurrency_eff"])
 
 
+@pytest.mark.slow
 def test_exact_root_solves_the_fixed_point_in_float64():
     points, _ = _random_points(4_000, seed=2)
     exact = _evaluate(points, "exact", dtype="float64")

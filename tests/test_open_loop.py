@@ -206,6 +206,7 @@ def test_a_spec_takes_request_rate_arrivals_and_an_slo():
     assert plan.workload.slo.p99_ttft_ms == 2000.0 and plan.workload.turns_per_session == 8
 
 
+@pytest.mark.slow
 def test_validation_server_rows_in_the_open_loop():
     """`arrivals="poisson"` evaluates the validation's server rows (MLPerf's server scenario) at
     Poisson arrivals of their load; the other rows stay in the closed loop."""

@@ -45,7 +45,7 @@ def _random_gpus(rng, n):
 
 @pytest.mark.parametrize("seed, slo, objective", [
     (0, {"output_tokens_per_s_per_user": (">=", 25.0), "ttft_ms": ("<=", 3000.0)}, "output_tokens_per_s_per_gpu"),
-    (1, {"tpot_ms": ("<=", 80.0)}, "turns_per_s"),
+    pytest.param(1, {"tpot_ms": ("<=", 80.0)}, "turns_per_s", marks=pytest.mark.slow),
 ])
 def test_gradient_matches_exhaustive_on_random_scenarios(seed, slo, objective):
     rng = np.random.default_rng(seed)
@@ -171,6 +171,7 @@ def test_gradients_match_central_differences(method):
 
 # -- hardware what-if and sizing ----------------------------------------------------------------
 
+@pytest.mark.slow
 def test_least_bandwidth_agrees_with_bisection():
     slo = {"output_tokens_per_s_per_user": (">=", 20.0)}
     best = jp.optimize(**SCENARIO, tp=8, concurrency=40, constraints=slo, variables=("bandwidth_gbs",))
@@ -191,6 +192,7 @@ def test_least_bandwidth_agrees_with_bisection():
     assert meets(found) and not meets(found * (1 - 1e-3))
 
 
+@pytest.mark.slow
 def test_what_if_two_variables_and_joint_scenarios():
     slo = {"output_tokens_per_s_per_user": (">=", 20.0)}
     best = jp.optimize(gpu="h100-sxm", model="llama-3.1-70b", think_time_s=2.0, context_tokens=[16384, 32768],
@@ -355,7 +357,7 @@ def test_gpu_budget_fills_whole_replicas_and_ranks_the_layouts(tmp_path, capsys)
     assert (best.tp, best.concurrency) == (free.tp, free.concurrency)
     assert best.value == pytest.approx(free.value, rel=1e-5)  # float32, evaluated in another batch
     assert (best.replicas, best.gpus_used, best.serving) == (8 // best.tp, 8, "aggregated")
-    six = jp.optimize(**SCENARIO, constraints=SLO, concurrency=(1, 256), gpu_budget=6)
+    six = jp.optimize(**SCENARIO, constraints=SLO, concurrency=(1, 256), gpu_budget=6, serving="aggregated")
     assert set(six.layouts.query("serving == 'aggregated'")["tp"]) == {1, 2} and (six.layouts["gpus_used"] == 6).all()
     with pytest.raises(jp.JaxparetoError, match="gpu_budget: no TP choice in \\[2, 4, 8\\] divides 3 GPUs"):
         jp.optimize(**SCENARIO, constraints=SLO, tp=(2, 4, 8), gpu_budget=3)
@@ -363,7 +365,7 @@ def test_gpu_budget_fills_whole_replicas_and_ranks_the_layouts(tmp_path, capsys)
         jp.optimize(**{**SCENARIO, "gpu": ["h100-sxm", "h200-sxm"]}, constraints=SLO, gpu_budget=8)
     out = tmp_path / "layouts.csv"
     assert main(["optimize", "--gpu", "h100-sxm", "--model", "llama-3.1-70b", "--slo", "ttft_ms<=2000",
-                 "--gpu-budget", "8", "--max-concurrency", "256", "--csv", str(out)]) == 0
+                 "--gpu-budget", "8", "--max-concurrency", "256", "--serving", "aggregated", "--csv", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "layouts of 8 GPUs" in printed and "best: aggregated, TP" in printed
     assert max(len(line) for line in printed.splitlines() if not line.startswith("wrote")) <= 100  # not the path
@@ -373,15 +375,16 @@ def test_gpu_budget_fills_whole_replicas_and_ranks_the_layouts(tmp_path, capsys)
 def test_gpu_budget_ranks_replica_counts_over_the_budget():
     """requests/s is a replica's own: 8 replicas of TP 1 serve 8 times one (a per-replica ranking would not)."""
     scenario = dict(SCENARIO, model="llama-3.1-8b")
-    best = jp.optimize(**scenario, objective="turns_per_s", constraints=SLO, concurrency=(1, 64), gpu_budget=8)
-    for _, row in best.layouts[best.layouts["feasible"] & (best.layouts["serving"] == "aggregated")].iterrows():
+    best = jp.optimize(**scenario, objective="turns_per_s", constraints=SLO, concurrency=(1, 64), gpu_budget=8,
+                       serving="aggregated")
+    for _, row in best.layouts[best.layouts["feasible"]].iterrows():
         one = jp.optimize(**scenario, objective="turns_per_s", constraints=SLO, concurrency=(1, 64), tp=(int(row.tp),))
         assert row["turns_per_s"] == pytest.approx(one.value * row["replicas"], rel=1e-5)
     assert best.value == pytest.approx(best.layouts["turns_per_s"].max(), rel=1e-12)
     # an SLO on a replica's count is over the budget too, as the count is reported
     total = best.value
     held = jp.optimize(**scenario, objective="turns_per_s", constraints={**SLO, "turns_per_s": (">=", 0.9 * total)},
-                       concurrency=(1, 64), gpu_budget=8)
+                       concurrency=(1, 64), gpu_budget=8, serving="aggregated")
     assert held.feasible and held.value >= 0.9 * total
     assert jp.optimize(**scenario, constraints={"turns_per_s": (">=", 1.1 * total)}, concurrency=(1, 64),
-                       gpu_budget=8, objective="turns_per_s").feasible is False
+                       gpu_budget=8, objective="turns_per_s", serving="aggregated").feasible is False

@@ -210,6 +210,7 @@ def test_spec_and_sessions_take_the_options():
     assert tasks.hit_rate_eff.values[0].min() == pytest.approx(0.9) and tasks.hit_rate_eff.values[1].max() < 0.9
 
 
+@pytest.mark.slow
 def test_optimiser_admits_sessions_beyond_kv_memory_under_lru():
     # memory acts through the hit rate, not as a cap on concurrency
     kw = dict(gpu="h100-sxm", model="llama-3.1-70b", think_time_s=60.0, context_tokens=35000, hit_rate=0.9,

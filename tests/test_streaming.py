@@ -120,6 +120,7 @@ DEVICES_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_four_cpu_devices_identical(in_memory, tmp_path):
     script = tmp_path / "dev.py"
     script.write_text(DEVICES_SCRIPT.format(grid=GRID))
