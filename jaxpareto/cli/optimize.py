@@ -145,7 +145,7 @@ def _budget(args: argparse.Namespace, kwargs: dict) -> int:
                 print(printed.to_string(index=False))
             for _, row in top.iterrows():
                 print(_wrapped(f"  {row['layout']} x {row['replicas']}: binding: {_short(row['binding']) or 'none'}"))
-        for reason, count in rows.loc[~rows["feasible"].astype(bool), "reason"].map(_reason_kind).value_counts().items():
+        for reason, count in rows.loc[~rows["feasible"].astype(bool), "reason"].value_counts().items():
             print(_wrapped(f"  {count} infeasible: {reason}"))
     print()
     if result.feasible:
@@ -158,11 +158,6 @@ def _budget(args: argparse.Namespace, kwargs: dict) -> int:
         print(f"no layout of {args.gpu_budget} GPUs meets the SLOs")
     write_csv(table, args.csv, args.overwrite, "layouts")
     return 0 if result.feasible else 1
-
-
-def _reason_kind(reason: str) -> str:
-    """A layout's reason without the layout it names (so that alike reasons count together)."""
-    return reason.split(": ", 1)[1] if reason.count(": ") and " prefill + " in reason.split(": ", 1)[0] else reason
 
 
 def _scenario_defaults() -> dict:

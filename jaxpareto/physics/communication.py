@@ -51,6 +51,15 @@ class AllReduce(NamedTuple):
     fixed_ms: jax.Array
 
 
+def link_gbs(hw: HardwareParams, gpus: jax.Array) -> jax.Array:
+    """The per-GPU, one-way bandwidth [GB/s] among ``gpus`` GPUs: the scale-up link
+    (``interconnect_gbs``) within one scale-up domain, the slower scale-out NIC (``scaleout_gbs``)
+    beyond it (unknown scale-out: the scale-up link)."""
+    across = (gpus > hw.scaleup_domain_gpus) & jnp.isfinite(hw.scaleout_gbs)
+    return jnp.where(across, jnp.minimum(hw.interconnect_gbs, jnp.where(across, hw.scaleout_gbs, 1.0)),
+                     hw.interconnect_gbs)
+
+
 def allreduce_time(hw: HardwareParams, model: ModelParams, tp: jax.Array, scale: jax.Array,
                    latency_us: jax.Array, latency_per_peer: bool = False) -> AllReduce:
     """The module docstring's t for one forward pass, split into per-token and fixed parts.
@@ -65,11 +74,7 @@ def allreduce_time(hw: HardwareParams, model: ModelParams, tp: jax.Array, scale:
         latency_per_peer: the latency grows as G - 1 (static; the measured profile).
     """
     known = jnp.isfinite(hw.interconnect_gbs) & jnp.isfinite(model.hidden_size) & (tp > 1)
-    # beyond the scale-up domain the ring crosses the NICs (unknown scale-out: the scale-up link)
-    across = (tp > hw.scaleup_domain_gpus) & jnp.isfinite(hw.scaleout_gbs)
-    link = jnp.where(across, jnp.minimum(hw.interconnect_gbs, jnp.where(across, hw.scaleout_gbs, 1.0)),
-                     hw.interconnect_gbs)
-    link = jnp.where(known, link, 1.0)  # double where: no NaN in gradients
+    link = jnp.where(known, link_gbs(hw, tp), 1.0)  # double where: no NaN in gradients
     hidden = jnp.where(known, model.hidden_size, 0.0)
     passes = ALLREDUCES_PER_LAYER * model.layers
     ring = 2.0 * (tp - 1.0) / tp

@@ -17,7 +17,7 @@ from jaxpareto.definitions.hardware import HardwareParams
 from jaxpareto.physics.attention import decode_pairs
 from jaxpareto.physics.memory import session_gb
 from jaxpareto.definitions.model import ModelParams
-from jaxpareto.definitions.units import BYTES_PER_GB, FLOPS_PER_PARAM_PER_TOKEN, FLOPS_PER_TFLOPS, MS_PER_S, PARAMS_PER_B
+from jaxpareto.definitions.units import FLOPS_PER_PARAM_PER_TOKEN, FLOPS_PER_TFLOPS, MS_PER_S, PARAMS_PER_B
 
 
 class DecodeCoefficients(NamedTuple):

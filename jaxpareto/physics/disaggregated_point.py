@@ -19,14 +19,14 @@ from jaxpareto.definitions.settings import Efficiency, Solver, Workload
 from jaxpareto.definitions.units import MS_PER_S
 from jaxpareto.physics.closed_loop import active_ratio
 from jaxpareto.physics.costs import engine_efficiency, prefill_alone_ms, tp_costs, turn_tokens
-from jaxpareto.physics.disaggregation import (BISECTIONS, NEWTON_STEPS, Pools, disaggregated_turn, kv_link_gbs,
-                                              kv_transfer_ms, solve_decode_batch)
+from jaxpareto.physics.disaggregation import (BISECTIONS, NEWTON_STEPS, Pools, kv_link_gbs, kv_transfer_ms,
+                                              solve_decode_batch)
 from jaxpareto.physics.intensity import operational_intensity
 from jaxpareto.physics.limits import PREFILL_WORKER_TOO_SMALL, context_fits, heads_split, infeasible_reason
 from jaxpareto.physics.memory import _INT32_MAX, memory_budget
+from jaxpareto.physics.roots import INNER_ROOT_EPS
 from jaxpareto.physics.outputs import DECODE_COMPUTE, DECODE_MEMORY, DECODE_NONE, PointOutputs
 
-_INNER_ROOT_EPS = 64  # the root's tolerance floor in units of the dtype's eps, as the aggregated model's
 
 
 def _mix(weights, times, cv):
@@ -114,12 +114,9 @@ def evaluate_disaggregated(point: GridPoint, workload: Workload, efficiency: Eff
 
     pools = Pools(decode_costs.decode, workload.osl, sessions, think_ms, decode_workers, prefill_workers,
                   local_share, local_ms, local_scv, remote_ms, remote_scv, transfer_ms, overhead_ms + 0.0 * tokens)
-    tol = jnp.maximum(solver.tol, _INNER_ROOT_EPS * jnp.finfo(think_ms.dtype).eps)
-    found = solve_decode_batch(pools, tol, options.expert_routing)
-    batch, converged, latency = found.batch, found.converged, found.latency_ms
-    turn = disaggregated_turn(pools, batch, options.expert_routing)
-    turn = turn._replace(ttft_ms=latency - workload.osl * turn.tpot_ms, latency_ms=latency)
-    step = turn.step
+    tol = jnp.maximum(solver.tol, INNER_ROOT_EPS * jnp.finfo(think_ms.dtype).eps)
+    batch, converged, turn = solve_decode_batch(pools, tol, options.expert_routing)
+    step, latency = turn.step, turn.latency_ms
     turns_per_s = decode_workers * sessions / ((latency + think_ms) / MS_PER_S)
     local_tokens, _ = _mix(local_weights, kinds, 0.0)
     # the replica's GPU-time at η_d and η_p over its GPUs: decode and local prefills on the decode

@@ -50,9 +50,10 @@ import jax.numpy as jnp
 from jaxpareto.definitions.hardware import HardwareParams
 from jaxpareto.definitions.model import ModelParams
 from jaxpareto.definitions.units import MS_PER_S
+from jaxpareto.physics.communication import link_gbs
 from jaxpareto.physics.decode import DecodeCoefficients, DecodeStep, decode_step
 from jaxpareto.physics.memory import session_gb
-from jaxpareto.physics.queueing import erlang_c, fcfs_wait_scale
+from jaxpareto.physics.queueing import mgc_wait_ms
 from jaxpareto.physics.roots import increasing_root
 
 # the decode batch's bracketed solve: halvings of [0, c], then safeguarded Newton steps
@@ -63,10 +64,7 @@ def kv_link_gbs(hw: HardwareParams, replica_gpus: jax.Array, given: jax.Array) -
     """The KV transfer link's bandwidth per GPU, one way [GB/s]: ``given`` when > 0, else the
     scale-up link (``interconnect_gbs``) for a replica within one scale-up domain and the
     scale-out NIC (``scaleout_gbs``, where the catalog has it) for one beyond it."""
-    beyond = (replica_gpus > hw.scaleup_domain_gpus) & jnp.isfinite(hw.scaleout_gbs)
-    catalog = jnp.where(beyond, jnp.minimum(hw.interconnect_gbs, jnp.where(beyond, hw.scaleout_gbs, 1.0)),
-                        hw.interconnect_gbs)
-    return jnp.where(given > 0, given, catalog)
+    return jnp.where(given > 0, given, link_gbs(hw, replica_gpus))
 
 
 def kv_transfer_ms(model: ModelParams, tokens: jax.Array, prefill_tp: jax.Array, decode_tp: jax.Array,
@@ -136,23 +134,12 @@ class DisaggregatedTurn(NamedTuple):
     local_busy: jax.Array
 
 
-def _wait_ms(servers, seen, offered, service_ms, service_scv):
-    """The mean wait for one of ``servers`` [ms]: Erlang C at the load a turn sees (the other
-    sessions', ``seen``) over the headroom the whole load leaves, C(P, a') S / (P - a) x
-    (1 + c_S²) / 2 (the M/G/P wait of `jaxpareto.physics.queueing.slot_wait_ms` when a' = a).
-    0 for a lone session (a' = 0); inf where the offered load a reaches the servers."""
-    stable = offered < servers
-    wait = erlang_c(servers, seen) * service_ms / jnp.where(stable, servers - offered, 1.0) * \
-        fcfs_wait_scale(service_scv)
-    return jnp.where(stable, jnp.where(seen > 0, wait, 0.0), jnp.inf)
-
-
 def disaggregated_turn(pools: Pools, batch: jax.Array, expert_routing: str = "seed") -> DisaggregatedTurn:
     """The turn at decode batch ``batch`` per decode worker (module docstring).
 
     X = b / (OSL TPOT_0(b) + b q S_l) per decode worker (Little's law with the local prefills'
     stalls), ρ_l = X q S_l, TPOT = TPOT_0 / (1 - ρ_l); remote turns arrive at the pool at
-    λ = D X (1 - q) and wait W_P for a worker (M/G/P, `_wait_ms`), seeing the other sessions'
+    λ = D X (1 - q) and wait W_P for a worker (M/G/P, `jaxpareto.physics.queueing.mgc_wait_ms`), seeing the other sessions'
     share (C - 1) / C of the load (the arrival theorem; the local wait likewise); TTFT =
     q (W_l + S_l) + (1 - q) (W_P + S_r + t_KV) + the request overhead. A saturated pool gives W_P = inf, hence
     R = inf.
@@ -167,10 +154,10 @@ def disaggregated_turn(pools: Pools, batch: jax.Array, expert_routing: str = "se
     # sessions, a share 1 - 1 / n of it, as the aggregated engine does (`jaxpareto.physics.engine`)
     worker_others = 1.0 - 1.0 / jnp.maximum(pools.sessions, 1.0)
     replica_others = 1.0 - 1.0 / jnp.maximum(pools.sessions * pools.decode_workers, 1.0)
-    local_wait = _wait_ms(1.0, local_busy * worker_others, local_busy, pools.local_ms, pools.local_scv)
+    local_wait = mgc_wait_ms(1.0, local_busy * worker_others, local_busy, pools.local_ms, pools.local_scv)
     remote_rate = turns_per_ms * pools.decode_workers * (1.0 - q)
     offered = remote_rate * pools.remote_ms
-    remote_wait = _wait_ms(pools.prefill_workers, offered * replica_others, offered, pools.remote_ms, pools.remote_scv)
+    remote_wait = mgc_wait_ms(pools.prefill_workers, offered * replica_others, offered, pools.remote_ms, pools.remote_scv)
     prefill_busy = offered / pools.prefill_workers
     local = jnp.where(q > 0, q * (local_wait + pools.local_ms), 0.0)
     remote = jnp.where(q < 1, (1.0 - q) * (remote_wait + pools.remote_ms + pools.transfer_ms), 0.0)
@@ -194,14 +181,15 @@ class DecodeBatch(NamedTuple):
             is at most ``tol`` x b, or the residual changes sign within b (1 ± ``tol``). The
             latter is how a saturated prefill pool converges: there R rises so steeply in b
             that no float32 b makes the residual small.
-        latency_ms: R at the root, from the latency model where the residual is small, else from
-            the fixed point's own relation R = c OSL TPOT / b - Z (Little's law), which a
-            saturated pool's steep R(b) cannot give to the dtype's precision.
+        turn: the turn at b, its TTFT and R from the latency model where the residual is small,
+            else R from the fixed point's own relation R = c OSL TPOT / b - Z (Little's law), which
+            a saturated pool's steep R(b) cannot give to the dtype's precision, and TTFT = R -
+            OSL TPOT.
     """
 
     batch: jax.Array
     converged: jax.Array
-    latency_ms: jax.Array
+    turn: "DisaggregatedTurn"
 
 
 def solve_decode_batch(pools: Pools, tol: jax.Array, expert_routing: str = "seed") -> DecodeBatch:
@@ -214,7 +202,9 @@ def solve_decode_batch(pools: Pools, tol: jax.Array, expert_routing: str = "seed
     bracketed = (excess(batch * (1.0 - tol)) <= 0.0) & (excess(batch * (1.0 + tol)) >= 0.0)
     turn = disaggregated_turn(pools, batch, expert_routing)
     little = pools.sessions * pools.osl * turn.tpot_ms / batch - pools.think_ms
-    return DecodeBatch(batch, small | bracketed, jnp.where(small, turn.latency_ms, little))
+    latency = jnp.where(small, turn.latency_ms, little)
+    turn = turn._replace(ttft_ms=latency - pools.osl * turn.tpot_ms, latency_ms=latency)
+    return DecodeBatch(batch, small | bracketed, turn)
 
 
 __all__ = ["DecodeBatch", "DisaggregatedTurn", "Pools", "disaggregated_turn", "kv_link_gbs", "kv_transfer_ms", "solve_decode_batch"]

@@ -32,11 +32,10 @@ from jaxpareto.physics.memory import _INT32_MAX, memory_budget, session_gb
 from jaxpareto.physics.outputs import DECODE_COMPUTE, DECODE_MEMORY, DECODE_NONE, PointOutputs
 from jaxpareto.physics.percentiles import PERCENTILES, TurnSpread, latency_percentiles
 from jaxpareto.physics.prefill import PrefillWork, prefill_work
+from jaxpareto.physics.roots import INNER_ROOT_EPS
 from jaxpareto.physics.queueing import PrefillMix, fcfs_wait_scale, mg1_wait_ms, paused_sessions, prefill_mix, \
     slot_wait_ms
 
-# The fixed point's tolerance floor, in units of the dtype's eps, with the shared engine or LRU.
-_INNER_ROOT_EPS = 64
 
 
 class TurnLatency(NamedTuple):
@@ -328,7 +327,7 @@ def evaluate_point(
     if options.prefill_model == "shared" or options.cache_model == "lru" or measured:
         # R(B) then holds inner roots solved to the dtype's rounding (about 1e-6 relative in
         # float32): a tighter tolerance than that would cycle to max_iter on rounding noise
-        floor = _INNER_ROOT_EPS * jnp.finfo(think_ms.dtype).eps
+        floor = INNER_ROOT_EPS * jnp.finfo(think_ms.dtype).eps
         solver = dataclasses.replace(solver, tol=jnp.maximum(solver.tol, floor))
     # the open loop's batch cannot pass the KV slots: the seed's memory holds the paused sessions too
     batch_cap = slots - paused if options.memory_caps_concurrency else slots

@@ -118,6 +118,19 @@ def erlang_c(servers: jax.Array, offered: jax.Array) -> jax.Array:
     return jnp.where(stable, jnp.clip(wait_prob, 0.0, 1.0), 1.0)
 
 
+def mgc_wait_ms(servers: jax.Array, seen: jax.Array, offered: jax.Array, service_ms: jax.Array,
+                service_scv: jax.Array) -> jax.Array:
+    """The mean wait for one of ``servers`` [ms]: Erlang C at the load an arrival sees, ``seen``,
+    over the headroom the whole ``offered`` load leaves, C(M, a') S / (M - a) x (1 + c_S²) / 2
+    (M/G/M, Lee and Longton). With a' = a, the open queue's wait; with a' the other sessions'
+    load (the arrival theorem of a closed loop), 0 for a lone session. inf where a >= M.
+    """
+    stable = offered < servers
+    wait = erlang_c(servers, seen) * service_ms / jnp.where(stable, servers - offered, 1.0) * \
+        fcfs_wait_scale(service_scv)
+    return jnp.where(stable, jnp.where(seen > 0, wait, 0.0), jnp.inf)
+
+
 def slot_wait_ms(slots: jax.Array, rate_per_ms: jax.Array, hold_ms: jax.Array, hold_scv: jax.Array
                  ) -> tuple[jax.Array, jax.Array]:
     """(W, P(wait)): the mean wait for one of ``slots`` KV slots [ms] (inf when λ T_hold >= M).
@@ -128,10 +141,7 @@ def slot_wait_ms(slots: jax.Array, rate_per_ms: jax.Array, hold_ms: jax.Array, h
         hold_scv: c_T², the squared coefficient of variation of T_hold.
     """
     offered = rate_per_ms * hold_ms
-    stable = offered < slots
-    waits = erlang_c(slots, offered)
-    wait = waits * hold_ms / jnp.where(stable, slots - offered, 1.0) * fcfs_wait_scale(hold_scv)
-    return jnp.where(stable, wait, jnp.inf), waits
+    return mgc_wait_ms(slots, offered, offered, hold_ms, hold_scv), erlang_c(slots, offered)
 
 
 def paused_sessions(rate_per_ms: jax.Array, think_time_ms: jax.Array, turns_per_session: jax.Array) -> jax.Array:

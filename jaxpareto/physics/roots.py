@@ -14,6 +14,9 @@ import jax
 import jax.numpy as jnp
 
 BISECTIONS = 12  # halvings of the bracket before Newton: 1/4096 of it
+# A fixed point whose R(B) holds inner roots solved to rounding cannot meet a tolerance tighter
+# than this many eps of the dtype (7.6e-6 in float32): it would cycle on rounding noise.
+INNER_ROOT_EPS = 64
 NEWTON_STEPS = 6  # safeguarded Newton steps: quadratic convergence from there to rounding
 
 

@@ -101,8 +101,8 @@ def best_layout(budget: int, layouts: list[int], search: Callable[[int], Optimiz
         return dataclasses.replace(best, serving="aggregated", replicas=replicas if best.feasible else None,
                                    gpus_used=replicas * best.tp if best.feasible else None, layouts=table)
     if not top["feasible"]:
-        return OptimizeResult(False, None, None, objective, float("nan"), {}, (), str(top["reason"]), method,
-                              serving=str(top["serving"]), layouts=table)
+        return OptimizeResult(False, None, None, objective, float("nan"), {}, (), f"{top['layout']}: {top['reason']}",
+                              method, serving=str(top["serving"]), layouts=table)
     skip = {"serving", "layout", "tp", "replicas", "gpus_used", "concurrency", "sessions", "binding", "reason", "feasible",
             "prefill_tp", "prefill_workers", "decode_workers", "output_tokens_per_s_total"}
     metrics = {k: float(v) for k, v in top.items() if k not in skip and pd.notna(v)}

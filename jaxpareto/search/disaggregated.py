@@ -38,9 +38,6 @@ class Layout(NamedTuple):
     def gpus(self) -> int:
         return self.prefill_workers * self.prefill_tp + self.decode_workers * self.tp
 
-    def describe(self) -> str:
-        return f"{self.prefill_workers}x TP{self.prefill_tp} prefill + {self.decode_workers}x TP{self.tp} decode"
-
 
 def disaggregated_layouts(budget: int, tp_choices) -> list[Layout]:
     """Every layout whose replica's GPUs divide ``budget``, both TPs among ``tp_choices``, in
@@ -102,7 +99,7 @@ def search_layouts(plan: SweepPlan, layouts: list[Layout], constraints: tuple[Co
                "replicas": replicas, "gpus_used": replicas * layout.gpus}
         if not ok.any():
             table.append({**row, "concurrency": None, "sessions": None, objective: np.nan, "binding": "",
-                          "reason": _reason(over, constraints, layout), "feasible": False})
+                          "reason": _reason(over, constraints), "feasible": False})
             continue
         best = int(np.argmax(score))
         metrics = {k: float(over[k][best]) for k in outputs if k not in ("feasible", "infeasible_reason", "converged")}
@@ -116,11 +113,10 @@ def search_layouts(plan: SweepPlan, layouts: list[Layout], constraints: tuple[Co
     return table
 
 
-def _reason(rows: dict, constraints: tuple[Constraint, ...], layout: Layout) -> str:
-    """Why a layout has no feasible concurrency."""
+def _reason(rows: dict, constraints: tuple[Constraint, ...]) -> str:
+    """Why a layout has no feasible concurrency (its row names the layout)."""
     if not rows["feasible"].any():
-        code = int(rows["infeasible_reason"][0])
-        return f"{layout.describe()}: {INFEASIBLE_REASON_LABELS[code].replace('_', ' ')}"
+        return INFEASIBLE_REASON_LABELS[int(rows["infeasible_reason"][0])].replace("_", " ")
     usable = rows["feasible"] & rows["converged"]
     never = [c.describe() for c in constraints if not (usable & c.met(rows[c.name])).any()]
     return "SLO: no concurrency reaches " + ", ".join(never) if never else \
