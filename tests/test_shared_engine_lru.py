@@ -165,7 +165,7 @@ def test_options_are_checked():
             jp.sweep(**CODE_AGENT, concurrency=4, **setting)
 
 
-@pytest.mark.parametrize("distribution", ["exponential", "lognormal"])
+@pytest.mark.parametrize("distribution", ["exponential", pytest.param("lognormal", marks=pytest.mark.slow)])
 def test_implicit_gradients_match_finite_differences(distribution):
     options = ModelOptions(prefill_model="shared", cache_model="lru", pause_distribution=distribution)
     with jax.enable_x64(True):
