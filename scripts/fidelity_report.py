@@ -11,11 +11,11 @@ of three models on the same supported rows:
 - the measured profile with the Hopper-fitted factors (``--calibration``, or fitted here).
 
 Errors are split by partition (train = Hopper runs of the models measured when the shipped fit was made;
-test = Blackwell, every run of MiniMax-M2.5 and Qwen3.5-397B, and every disaggregated run, each
-apart), layout (tensor or expert parallel, or disaggregated), engine, GPU, model family and concurrency band. Throughput is each run's output tokens/s, C x OSL / (TTFT + (OSL - 1) TPOT)
+test = Blackwell, every run of MiniMax-M2.5 and Qwen3.5-397B, every disaggregated run and every
+attention-DP run, each apart), layout (tensor or expert parallel, attention DP, or disaggregated), engine, GPU, model family and concurrency band. Throughput is each run's output tokens/s, C x OSL / (TTFT + (OSL - 1) TPOT)
 (Little's law at Z = 0), from the measured and from the predicted latencies. Rows whose layout the
-model cannot express (attention-DP, PP, a disaggregated run without its prefill pool, TP not dividing the heads) are counted
-apart, never scored.
+model cannot express (PP, a disaggregated run without its prefill pool or with attention DP in a pool,
+an expert split other than the replica's GPUs, TP not dividing the heads) are counted apart, never scored.
 
 With ``--aiconfigurator FILE`` (`scripts/aiconfigurator_baseline.py`'s output) it adds
 AIConfigurator's own estimate on its sample of test rows, next to ours on the same rows.
@@ -47,10 +47,14 @@ from jaxpareto.measure.validation_set import load_validation_set  # noqa: E402
 DATA = ROOT / "jaxpareto" / "data" / "aiconfigurator_silicon.csv"
 # the rows the shipped hopper-measured fit read: Hopper runs of the models measured then (rows of
 # models added later, MiniMax-M2.5 and Qwen3.5-397B-A17B, are all held out)
-# (aggregated runs: the disaggregated ones joined the supported rows after that fit, and no fit read them)
+# (aggregated runs without attention DP: the disaggregated and the attention-DP runs joined the
+# supported rows after that fit, and no fit read them)
 TRAIN = ("gpu=h100-sxm,h200-sxm;model=llama-3.1-8b,llama-3.1-70b,qwen3-32b,qwen3-235b-a22b,deepseek-v3,kimi-k2.5,"
-         "gpt-oss-120b;mode=agg")
-MEASURED = ModelOptions(profile="measured", prefill_model="shared")
+         "gpt-oss-120b;mode=agg;attention_dp=1")
+# The runs are benchmarks at fixed concurrency and lengths: an attention-DP replica's ranks run the
+# same steps in lockstep, so their waves of prefills stay aligned ("aligned"; the product's default,
+# "independent", is for staggered turns and is reported apart on those runs).
+MEASURED = ModelOptions(profile="measured", prefill_model="shared", dp_prefill="aligned")
 BANDS = (0, 4, 32, 256, np.inf)
 FAMILIES = {"llama": "Llama-3.1 (dense)", "qwen3-32b": "Qwen3-32B (dense)", "qwen3-235b": "Qwen3-235B (MoE)",
             "deepseek": "DeepSeek-V3/R1 (MoE, MLA)", "kimi": "Kimi-K2.5 (MoE, MLA)", "gpt-oss": "gpt-oss-120b (MoE)",
@@ -77,15 +81,19 @@ def runs(rows: pd.DataFrame, table: pd.DataFrame, split: np.ndarray) -> pd.DataF
     wide["family"] = wide["model"].map(family)
     per_run = rows.assign(run=frame["run"]).drop_duplicates("run").set_index("run")
     disaggregated = wide["run"].map(per_run["mode"]).eq("disagg")
+    attention_dp = wide["run"].map(per_run["attention_dp"]).fillna(1) > 1
     wide["layout"] = np.where(disaggregated, "disaggregated",
-                              np.where(wide["run"].map(per_run["moe_ep"]).fillna(1) > 1, "expert parallel",
-                                       "tensor parallel"))
+                              np.where(attention_dp, "attention DP",
+                                       np.where(wide["run"].map(per_run["moe_ep"]).fillna(1) > 1, "expert parallel",
+                                                "tensor parallel")))
     # the README's partitions: the fit's rows, the held-out Blackwell runs of the same models, each
-    # model no fit read, and the disaggregated runs (Hopper and Blackwell; no fit read them)
+    # model no fit read, and the disaggregated and attention-DP runs (Hopper and Blackwell; no fit
+    # read them)
     never = wide["family"].str.contains("never in a fit")
     wide["partition"] = np.where(wide["split"].eq("train"), "Hopper (train)",
-                                 np.where(never, wide["family"], np.where(disaggregated, "Disaggregated (test)",
-                                                                          "Blackwell (test)")))
+                                 np.where(never, wide["family"],
+                                          np.where(disaggregated, "Disaggregated (test)",
+                                                   np.where(attention_dp, "Attention DP (test)", "Blackwell (test)"))))
     wide["band"] = pd.cut(wide["concurrency"], BANDS, labels=["C <= 4", "5-32", "33-256", "> 256"])
     return wide
 
@@ -153,6 +161,12 @@ def main(argv=None) -> int:
     for by in (["partition", "layout"], ["partition", "engine"], ["split", "gpu"], ["split", "family"],
                ["partition", "band"]):
         sections.append((f"measured profile, fitted on Hopper, by {by[-1]}", mape_table(final, by)))
+    dp = rows["attention_dp"].gt(1).to_numpy()
+    if dp.any():  # the lockstep the product assumes for staggered turns, on the same runs
+        dp_rows = rows[dp].reset_index(drop=True)
+        table = validate(dp_rows, efficiency=fitted, options=MEASURED._replace(dp_prefill="independent"))
+        sections.append(("attention-DP runs, fitted on Hopper, with the ranks' prefills independent (as for "
+                         "staggered turns)", mape_table(runs(dp_rows, table, test[dp]), ["partition", "engine"])))
     if args.aiconfigurator:
         aic = pd.read_csv(args.aiconfigurator)
         aic = aic[aic["aic_status"].eq("ok")]

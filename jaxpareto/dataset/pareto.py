@@ -15,7 +15,7 @@ import pandas as pd
 import xarray as xr
 
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.definitions.axes import DISAGGREGATION_AXES, load_axis
+from jaxpareto.definitions.axes import DISAGGREGATION_AXES, LAYOUT_AXES, load_axis
 from jaxpareto.definitions.schema import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y, FLAG_VARIABLES
 
 TABLE_METRICS = (
@@ -71,9 +71,9 @@ def _validity(ds: xr.Dataset, x: xr.DataArray, y: xr.DataArray) -> xr.DataArray:
 
 def default_dims(dims: Sequence[str]) -> tuple[str, ...]:
     """The Pareto front's default dimensions for a dataset's ``dims``: TP and the load axis, and
-    a disaggregated sweep's prefill pool (``prefill_tp``, ``prefill_workers``, ``decode_workers``):
-    the front over every layout."""
-    pools = tuple(a.name for a in DISAGGREGATION_AXES if a.name in dims)
+    a disaggregated sweep's prefill pool (``prefill_tp``, ``prefill_workers``, ``decode_workers``)
+    or a layout sweep's ``ep`` and ``dp_attention``: the front over every layout."""
+    pools = tuple(a.name for a in (*LAYOUT_AXES, *DISAGGREGATION_AXES) if a.name in dims)
     return tuple(load_axis(dims) if d == "concurrency" else d for d in DEFAULT_DIMS) + pools
 
 

@@ -16,7 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 import jax
 import numpy as np
 
-from jaxpareto.definitions.axes import AXIS_BY_NAME, DISAGGREGATION_AXES, LOAD_AXES, Axis, axis_table, grid_axes
+from jaxpareto.definitions.axes import AXIS_BY_NAME, DISAGGREGATION_AXES, LAYOUT_AXES, LOAD_AXES, Axis, axis_table, \
+    grid_axes
 from jaxpareto.definitions.checks import check_number
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.hardware import Hardware
@@ -89,8 +90,14 @@ class SweepPlan:
 
     @property
     def table(self) -> tuple[Axis, ...]:
-        """The grid's axes: the closed loop's, or the open loop's with ``request_rate``."""
-        return axis_table(self.options.open_loop, self.options.disaggregated)
+        """The grid's axes: the closed loop's, or the open loop's with ``request_rate``; with
+        the layout axes where the sweep gives one, and the pools' under disaggregated serving."""
+        return axis_table(self.options.open_loop, self.options.disaggregated, self.layout)
+
+    @property
+    def layout(self) -> bool:
+        """The grid has the parallel-layout axes (`jaxpareto.definitions.axes.LAYOUT_AXES`)."""
+        return LAYOUT_AXES[0].name in self.axes
 
     @property
     def dims(self) -> tuple[str, ...]:
@@ -122,6 +129,8 @@ class SweepPlan:
                 del out[name]
         elif self.options.serving != "conditional":
             del out["local_prefill_tokens"]
+        if not self.layout:  # expert parallelism's, which there is not
+            del out["expert_imbalance"]
         if self.options.disaggregated and workload.kv_link_gbs == 0:
             out["kv_link_gbs"] = "the catalog's (interconnect_gbs within a scale-up domain, else scaleout_gbs)"
         return out
@@ -136,7 +145,7 @@ class SweepPlan:
             "model_equations": "seed 000 section 3 eqs. 1-5 as fixed by docs/model.md",
             "dtype": self.dtype,
             "solver": self.solver.name,
-            **self.options._asdict(),
+            **{k: v for k, v in self.options._asdict().items() if self.layout or k != "dp_prefill"},
             **self._workload_attrs(),
             **{name: float(getattr(self.efficiency, name)) for name in self.efficiency.__dataclass_fields__},
             **{f.name: getattr(self.solver, f.name) for f in numeric_fields(Solver)},
@@ -256,6 +265,7 @@ def plan_sweep(
     options = _options(options, settings, workload)
     _check_load(options, values)
     _check_serving_axes(options, values)
+    layout = _layout_given(options, values, workload)
     if calibration is not None:  # adopt the model the factors were fitted with
         fitted = calibration_options(calibration)
         for field, default in (("prefill_model", "isolated"), ("profile", "seed")):
@@ -277,7 +287,8 @@ def plan_sweep(
                           for name, factors in calibration_engines(calibration).items()} if calibration else {}
     definitions, axes = grid_axes(
         values, custom={"gpu": _by_name("hardware", hardware, Hardware), "model": _by_name("models", models, Model),
-                        "engine": calibrated_engines}, table=axis_table(options.open_loop, options.disaggregated),
+                        "engine": calibrated_engines},
+        table=axis_table(options.open_loop, options.disaggregated, layout),
     )
     extra = dict(attrs or {})
     if calibration is not None and not isinstance(calibration, Mapping):
@@ -370,6 +381,26 @@ def _check_serving_axes(options: ModelOptions, values: Mapping) -> None:
         if values.get(axis.name) is not None and not options.disaggregated:
             raise JaxparetoError(axis.name, "is an axis of disaggregated serving: give serving='disaggregated' "
                                             "or 'conditional' with it", SERVING_MODES)
+
+
+def _layout_given(options: ModelOptions, values: Mapping, workload: Workload) -> bool:
+    """Whether the grid has the parallel-layout axes: one of `LAYOUT_AXES` is given.
+
+    Raises:
+        JaxparetoError: a layout axis under disaggregated serving (its pools are TP groups), or
+            ``expert_imbalance`` without the layout axes (one TP group splits every expert).
+    """
+    given = [axis.name for axis in LAYOUT_AXES if values.get(axis.name) is not None]
+    if given and options.disaggregated:
+        raise JaxparetoError(given[0], "the parallel-layout axes are modelled for aggregated serving; a "
+                                       "disaggregated replica's pools are TP groups", ("aggregated",))
+    if not given and workload.expert_imbalance != 1.0:
+        raise JaxparetoError("expert_imbalance", "is used with expert parallelism: give the layout axes (ep, and "
+                                                 "dp_attention as needed) with it; leave it at 1.0")
+    if not given and options.dp_prefill != ModelOptions().dp_prefill:
+        raise JaxparetoError("dp_prefill", "is used with attention data parallelism: give dp_attention with it; "
+                                           f"leave it at {ModelOptions().dp_prefill!r}")
+    return bool(given)
 
 
 # Settings that only some equations use: (field, the option that uses it, the values that do).

@@ -100,6 +100,14 @@ AXIS_TABLE: tuple[Axis, ...] = (
 REQUEST_RATE = Axis("request_rate", "requests/s", "Poisson arrival rate of requests (turns) per server lambda",
                     low=0, low_inclusive=False)
 LOAD_AXES = {"closed": "concurrency", "open": "request_rate"}
+# A replica's parallel layout beyond one TP group (`jaxpareto.physics.layout`), after tp: in a
+# grid whenever one of them is given. A replica runs on tp x dp_attention GPUs.
+LAYOUT_AXES: tuple[Axis, ...] = (
+    Axis("ep", "GPUs", "expert-parallel degree: GPU groups the routed experts are spread over whole "
+         "(1: every expert split over the replica's GPUs)", integer=True, low=1, high=MAX_INTEGER, default=1),
+    Axis("dp_attention", "ranks", "attention data-parallel ranks per replica, each a TP group of tp GPUs "
+         "holding its own sessions' KV", integer=True, low=1, high=MAX_INTEGER, default=1),
+)
 # Disaggregated serving's pools (serving="disaggregated" or "conditional"), after tp, which is
 # then the decode workers' TP (`jaxpareto.physics.disaggregation`).
 DISAGGREGATION_AXES: tuple[Axis, ...] = (
@@ -112,16 +120,16 @@ DISAGGREGATION_AXES: tuple[Axis, ...] = (
 )
 
 
-def axis_table(open_loop: bool = False, disaggregated: bool = False) -> tuple[Axis, ...]:
+def axis_table(open_loop: bool = False, disaggregated: bool = False, layout: bool = False) -> tuple[Axis, ...]:
     """The grid's axes for a load model: the closed loop's `AXIS_TABLE`, or, for the open loop
-    (``arrivals="poisson"``), the same with ``request_rate`` in place of ``concurrency``; under
-    disaggregated serving, `DISAGGREGATION_AXES` follow ``tp``."""
+    (``arrivals="poisson"``), the same with ``request_rate`` in place of ``concurrency``; with
+    ``layout``, `LAYOUT_AXES` follow ``tp``; under disaggregated serving, `DISAGGREGATION_AXES`
+    follow ``tp``."""
     table = AXIS_TABLE if not open_loop else \
         tuple(REQUEST_RATE if axis.name == "concurrency" else axis for axis in AXIS_TABLE)
-    if disaggregated:
-        at = [a.name for a in table].index("tp") + 1
-        table = (*table[:at], *DISAGGREGATION_AXES, *table[at:])
-    return table
+    at = [a.name for a in table].index("tp") + 1
+    inserted = (*(LAYOUT_AXES if layout else ()), *(DISAGGREGATION_AXES if disaggregated else ()))
+    return (*table[:at], *inserted, *table[at:])
 
 
 def load_axis(dims) -> str:
@@ -131,11 +139,13 @@ def load_axis(dims) -> str:
 
 def dataset_table(dims) -> tuple[Axis, ...]:
     """The axis table whose dimensions ``dims`` (a dataset's) are."""
-    return axis_table(load_axis(dims) == LOAD_AXES["open"], DISAGGREGATION_AXES[0].name in dims)
+    return axis_table(load_axis(dims) == LOAD_AXES["open"], DISAGGREGATION_AXES[0].name in dims,
+                      LAYOUT_AXES[0].name in dims)
 
 
 # Every row of every table by name (the closed loop's first).
-AXIS_BY_NAME: dict[str, Axis] = {axis.name: axis for axis in (*AXIS_TABLE, REQUEST_RATE, *DISAGGREGATION_AXES)}
+AXIS_BY_NAME: dict[str, Axis] = {axis.name: axis for axis in (*AXIS_TABLE, REQUEST_RATE, *LAYOUT_AXES,
+                                                               *DISAGGREGATION_AXES)}
 # What the searches (optimiser, sizing) decide for a scenario, and their default choices.
 DECIDED_AXES: tuple[str, ...] = ("tp", "concurrency")
 TP_CHOICES: tuple[int, ...] = (1, 2, 4, 8)

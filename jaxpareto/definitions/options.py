@@ -18,6 +18,7 @@ PAUSE_DISTRIBUTIONS = ("deterministic", "exponential", "lognormal")
 PROFILES = ("seed", "measured")
 ARRIVALS = ("staggered", "synchronised", "poisson")
 SERVING_MODES = ("aggregated", "disaggregated", "conditional")
+DP_PREFILLS = ("independent", "aligned")
 # How the optimiser searches (`jaxpareto.optimize`'s ``method``), and how sessions hold KV.
 SEARCH_METHODS = ("auto", "exhaustive", "gradient")
 KV_DEMANDS = ("staggered", "synchronised", "synchronized")
@@ -72,6 +73,14 @@ class ModelOptions(NamedTuple):
             "conditional" (as "disaggregated", but a turn with at most
             ``Workload.local_prefill_tokens`` to prefill prefills on its decode worker; Dynamo's
             conditional disaggregation). Closed loop only, without the LRU model.
+        dp_prefill: when the attention data-parallel ranks of a replica (``dp_attention`` > 1)
+            prefill, under the shared engine (`jaxpareto.physics.layout`): "independent" (each
+            rank schedules its own turns, as SGLang and vLLM do; the ranks step in lockstep, so
+            a rank decodes at a prefill step's length whenever any rank prefills) or "aligned"
+            (the ranks prefill in the same steps: TensorRT-LLM's attention-DP balancing,
+            ``attention_dp_config.enable_balance``, or a benchmark at fixed concurrency and
+            lengths, whose waves the lockstep keeps in step; a rank then sees its own prefills
+            only).
     """
 
     expert_routing: str = "seed"
@@ -81,12 +90,14 @@ class ModelOptions(NamedTuple):
     profile: str = "seed"
     arrivals: str = "staggered"
     serving: str = "aggregated"
+    dp_prefill: str = "independent"
 
     def validate(self) -> "ModelOptions":
         """Self, checked; raises JaxparetoError naming the bad field and the allowed values."""
         for field, allowed in (("expert_routing", EXPERT_ROUTINGS), ("prefill_model", PREFILL_MODELS),
                                ("cache_model", CACHE_MODELS), ("pause_distribution", PAUSE_DISTRIBUTIONS),
-                               ("profile", PROFILES), ("arrivals", ARRIVALS), ("serving", SERVING_MODES)):
+                               ("profile", PROFILES), ("arrivals", ARRIVALS), ("serving", SERVING_MODES),
+                               ("dp_prefill", DP_PREFILLS)):
             value = getattr(self, field)
             if value not in allowed:
                 raise JaxparetoError(field, f"unknown {value!r}", allowed)

@@ -145,6 +145,10 @@ class Workload(_Validated):
         local_prefill_tokens: under ``serving="conditional"``, a turn with at most this many
             tokens to prefill prefills on its decode worker [tokens] (Dynamo's
             ``max_local_prefill_length``).
+        expert_imbalance: with expert parallelism (``ep`` > 1), the routed tokens the busiest
+            expert-parallel GPU receives over the mean, >= 1 (1: perfectly balanced); it sets
+            that GPU's expert compute and token exchange, which every MoE layer waits for
+            (`jaxpareto.physics.layout`).
         slo: the latency targets of ``request_goodput`` (`LatencySlo`; default none).
     """
 
@@ -162,6 +166,7 @@ class Workload(_Validated):
     kv_link_gbs: float = setting(0.0, low=0, units="GB/s")
     kv_link_latency_us: float = setting(0.0, low=0, units="us")
     local_prefill_tokens: float = setting(1000.0, low=0, units="tokens")
+    expert_imbalance: float = setting(1.0, low=1, high=100)
     slo: LatencySlo = LatencySlo()
 
 

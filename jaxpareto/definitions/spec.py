@@ -19,12 +19,12 @@ import pydantic
 
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.options import CACHE_MODELS, EXPERT_ROUTINGS, KV_DEMANDS, PAUSE_DISTRIBUTIONS, \
-    ARRIVALS, PREFILL_MODELS, PROFILES, SEARCH_METHODS, SERVING_MODES, ModelOptions
+    ARRIVALS, PREFILL_MODELS, PROFILES, SEARCH_METHODS, SERVING_MODES, DP_PREFILLS, ModelOptions
 from jaxpareto.definitions.settings import DEFAULT_CHUNK_POINTS, DTYPES, SOLVERS, Efficiency, Solver, Workload, numeric_fields
 from jaxpareto.definitions.hardware import Hardware
 from jaxpareto.definitions.model import Model
 from jaxpareto.definitions.axes import AXES, AXIS_BY_NAME, AXIS_TABLE, CONCURRENCY_RANGE, DISAGGREGATION_AXES, \
-    LOAD_AXES, REQUEST_RATE, SCENARIO_AXES, TP_CHOICES, axis_table
+    LAYOUT_AXES, LOAD_AXES, REQUEST_RATE, SCENARIO_AXES, TP_CHOICES, axis_table
 from jaxpareto.definitions.schema import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y
 
 DEFAULT_SPEC = "code_agent.toml"
@@ -69,7 +69,7 @@ Numbers = float | list[float] | AxisRange
 # place of concurrency (``arrivals = "poisson"`` in [workload]).
 GridSpec = pydantic.create_model("GridSpec", __base__=_Table, **{
     axis.name: ((Names, ...) if axis.default is None else (Names | None, None)) if axis.categorical
-    else (Numbers | None, None) for axis in (*AXIS_TABLE, REQUEST_RATE, *DISAGGREGATION_AXES)})
+    else (Numbers | None, None) for axis in (*AXIS_TABLE, REQUEST_RATE, *LAYOUT_AXES, *DISAGGREGATION_AXES)})
 
 
 class SessionSpec(_Table):
@@ -141,6 +141,7 @@ _OPTION_KEYS = {"expert_routing": (Literal[EXPERT_ROUTINGS], ModelOptions().expe
                 "profile": (Literal[PROFILES], ModelOptions().profile),
                 "arrivals": (Literal[ARRIVALS], ModelOptions().arrivals),
                 "serving": (Literal[SERVING_MODES], ModelOptions().serving),
+                "dp_prefill": (Literal[DP_PREFILLS], ModelOptions().dp_prefill),
                 "cache_model": (Literal[CACHE_MODELS] | None, None)}
 WorkloadSpec = _table_of("WorkloadSpec", "``[workload]``: `Workload` fields and the model options.", Workload,
                          _OPTION_KEYS)
@@ -255,8 +256,9 @@ class SweepSpec(_Table):
         """Keyword arguments of `jaxpareto.sweep` for this spec (``axes``: default the grid's
         for the spec's load model; the other load axis, given, is passed on to be refused)."""
         open_loop = self.workload.arrivals == "poisson"
-        if axes is None:
-            axes = [a.name for a in axis_table(open_loop, self.workload.serving != "aggregated")]
+        if axes is None:  # the layout axes where the grid gives one
+            layout = any(getattr(self.grid, a.name) is not None for a in LAYOUT_AXES)
+            axes = [a.name for a in axis_table(open_loop, self.workload.serving != "aggregated", layout)]
         other = LOAD_AXES["closed" if open_loop else "open"]
         # given where they do not belong, the other load and the prefill pool's axes are refused
         grid = {name: self._axis_values(name) for name in (other, *(a.name for a in DISAGGREGATION_AXES))
@@ -278,7 +280,7 @@ class SweepSpec(_Table):
 _UNION_TAGS = ("AxisRange", "list[float]", "list[str]", "float", "str", "int", "list[int]")
 _AXIS_HINT = {axis.name: "a name or a list of names" if axis.categorical
               else "a number, a list of numbers, or a range table {start, stop, num, scale}"
-              for axis in (*AXIS_TABLE, REQUEST_RATE, *DISAGGREGATION_AXES)}
+              for axis in (*AXIS_TABLE, REQUEST_RATE, *LAYOUT_AXES, *DISAGGREGATION_AXES)}
 
 
 def _is_tag(part: str) -> bool:

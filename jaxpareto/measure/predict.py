@@ -77,7 +77,7 @@ def _outputs(inputs: RowInputs, efficiency, solver, load, options):
     pools = dict(prefill_tp=inputs.prefill_tp, prefill_workers=inputs.prefill_workers,
                  decode_workers=inputs.decode_workers) if options.disaggregated else {}
     points = GridPoint(gpu=inputs.hw, model=inputs.model, engine=inputs.engine, tp=inputs.tp,
-                       dp_attention=inputs.dp_attention, **pools, **{axis: load},
+                       dp_attention=inputs.dp_attention, ep=inputs.ep, **pools, **{axis: load},
                        think_time_s=inputs.think_time_s, context_tokens=inputs.context_tokens, hit_rate=inputs.hit_rate)
     return map_points(one, (points, inputs.workload, efficiency),
                       (dataclasses.replace(solver, name=options.differentiable_solver),))

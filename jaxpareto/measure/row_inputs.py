@@ -54,6 +54,7 @@ class RowInputs:
         engine_index: per row, the index of its engine in `engine_names` (rows,).
         tp: GPUs per TP group G (the attention TP of each attention-DP rank). dp_attention: D,
             attention-DP ranks of a replica (1 without attention DP), so a replica has G x D GPUs.
+            ep: the expert-parallel degree (``moe_ep``; 1 where blank).
         prefill_tp, prefill_workers, decode_workers: a disaggregated run's pools (its ``tp`` the
             decode workers'; other rows: ``tp``, 1 and 1, unused).
         gpus: GPUs of the whole system.
@@ -74,6 +75,7 @@ class RowInputs:
     engine_index: np.ndarray
     tp: np.ndarray
     dp_attention: np.ndarray
+    ep: np.ndarray
     prefill_tp: np.ndarray
     prefill_workers: np.ndarray
     decode_workers: np.ndarray
@@ -157,6 +159,7 @@ def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl")
         model=stack_params([row_model(r).to_params() for r in records], dt),
         tp=tp,
         dp_attention=ranks.astype(dt),
+        ep=(np.nan_to_num(num(rows["moe_ep"]), nan=1.0) if "moe_ep" in rows else np.ones(n)).astype(dt),
         **{name: np.where(np.isnan(num(rows[name])), default, num(rows[name])).astype(dt) if name in rows
            else np.broadcast_to(default, (n,)).astype(dt)
            for name, default in (("prefill_tp", tp), ("prefill_workers", 1.0), ("decode_workers", 1.0))},

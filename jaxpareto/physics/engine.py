@@ -65,6 +65,8 @@ class EngineTurn(NamedTuple):
             step in progress).
         decode_step_ms, mixed_step_ms: T_0 and T_f, a step without and with prefill [ms].
         seen_load: ρ', the share of time in prefill steps that the turn sees.
+        mixed_share: the share of time the turn decodes in steps as long as a prefill step: ρ',
+            or with attention-DP ranks in lockstep 1 - (1 - ρ')(1 - ρ)^(D - 1).
     """
 
     ttft_ms: jax.Array
@@ -74,6 +76,7 @@ class EngineTurn(NamedTuple):
     decode_step_ms: jax.Array = 0.0
     mixed_step_ms: jax.Array = 0.0
     seen_load: jax.Array = 0.0
+    mixed_share: jax.Array = 0.0
 
 
 def step_ms(step: DecodeStep, eta_decode: jax.Array, elementwise_overhead: jax.Array,
@@ -99,7 +102,7 @@ _LOAD_BRACKET = 40.0  # s = -ln(1 - ρ) in [0, 40]: ρ up to 1 - 4e-18
 def shared_turn(step: DecodeStep, batch: jax.Array, concurrency: jax.Array, prefill_tokens: jax.Array,
                 osl: jax.Array, chunk_tokens: jax.Array, prefill_ms_per_token: jax.Array, eta_decode: jax.Array,
                 elementwise_overhead: jax.Array, extra_weight_ms=None, wait_scale=None,
-                decode_batch: bool = False) -> EngineTurn:
+                decode_batch: bool = False, lockstep_ranks=None) -> EngineTurn:
     """TTFT and TPOT of a turn in the shared engine at batch B (module docstring).
 
     Args:
@@ -124,6 +127,13 @@ def shared_turn(step: DecodeStep, batch: jax.Array, concurrency: jax.Array, pref
             mean residual of a fixed step).
         decode_batch: B counts the requests decoding only, X OSL TPOT = B (the open loop;
             static), instead of every session in its turn, X R = B.
+        lockstep_ranks: None (one TP group), or D, attention data-parallel ranks of which this
+            is one, alike and stepping together: every MoE layer exchanges tokens among all
+            D, so a rank's decode step lasts as long as any rank's prefill step, and a turn
+            decodes in steps of T_f while its own rank (load ρ') or any of the other D - 1
+            (load ρ each, independent) prefills (SGLang's DP attention and DeepSeek-V3's
+            deployment separate prefill from decode for this reason: DeepSeek-V3 technical
+            report, section 3.4).
 
     Returns:
         `EngineTurn`. ρ is the root of X R - B, increasing in s = -ln(1 - ρ), found by
@@ -154,7 +164,8 @@ def shared_turn(step: DecodeStep, batch: jax.Array, concurrency: jax.Array, pref
             per_step = jnp.minimum(chunk_tokens, tokens * (1.0 + wait_scale * work / (1.0 - work)))
         tf = t(per_step)
         throughput = rho * per_step / tf / tokens  # X [turns per ms]
-        tpot = t0 * tf / (seen * t0 + (1.0 - seen) * tf)
+        mixed = seen if lockstep_ranks is None else 1.0 - (1.0 - seen) * jnp.power(1.0 - rho, lockstep_ranks - 1.0)
+        tpot = t0 * tf / (mixed * t0 + (1.0 - mixed) * tf)
         if wait_scale is None:
             ttft = service / (1.0 - seen)
         else:
@@ -162,7 +173,7 @@ def shared_turn(step: DecodeStep, batch: jax.Array, concurrency: jax.Array, pref
             ttft = alone + wait_scale * service * seen / (1.0 - seen)
         in_batch = osl * tpot if decode_batch else ttft + osl * tpot
         return throughput * in_batch - batch, EngineTurn(ttft, tpot, rho, service if wait_scale is None else alone,
-                                                         t0, tf, seen)
+                                                         t0, tf, seen, mixed)
 
     zero = 0.0 * batch
     root = increasing_root(lambda s: turn_at(s)[0], zero, zero + _LOAD_BRACKET)
@@ -201,4 +212,4 @@ def synchronised_turn(step_full: DecodeStep, step_half: DecodeStep, batch: jax.A
     ttft = burst * (batch + 1.0) / (2.0 * jnp.maximum(batch, 1.0))
     decode = step_ms(step_full, eta_decode, elementwise_overhead, 0.0, prefill_ms_per_token)
     tpot = decode + (burst - ttft) / jnp.maximum(osl - 1.0, 1.0)
-    return EngineTurn(ttft, tpot, 0.0 * batch + 1.0, ttft, decode, decode, 0.0 * batch)
+    return EngineTurn(ttft, tpot, 0.0 * batch + 1.0, ttft, decode, decode, 0.0 * batch, 0.0 * batch)

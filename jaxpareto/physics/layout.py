@@ -21,21 +21,49 @@ rank's tokens' attention and dense layers over G and 1/N of every rank's expert 
 P_active / G in all. The replica's throughput and sessions are D times the rank's; per GPU they
 are the rank's.
 
-Not modelled yet: the ranks' lockstep (every MoE layer exchanges tokens between all ranks, so a
-prefill on one rank stalls the others' decode step), the all-to-all of expert parallelism
-(dispatch and combine per MoE layer), expert load imbalance, and pipeline parallelism. Until the
-lockstep is, attention DP reaches the physics only through a `GridPoint` that carries
-``dp_attention`` (the validation path), not as a sweep axis.
+Between the ranks (``dp_attention`` > 1, MoE models), module functions below:
+
+- **Lockstep.** Every MoE layer exchanges tokens among all D ranks, so a rank's step lasts as
+  long as the slowest rank's: a rank decodes in prefill-length steps while any rank prefills
+  (`jaxpareto.physics.engine.shared_turn`, ``lockstep_ranks``; the shared engine only, as the
+  seed's isolated prefill has no interference to spread).
+- **Token exchange** (`expert_exchange`). Before each MoE layer a token is sent to the GPUs
+  holding its K experts (dispatch), and its results come back (combine): DeepEP's all-to-all
+  (DeepSeek-V3 report, section 3.4), or, when every expert is split over all N GPUs (``ep`` =
+  1), an all-gather and a reduce-scatter of every rank's tokens (SGLang's DP attention without
+  EP). A GPU of expert-parallel group e receives the tokens of the other D - 1 ranks that route
+  to e, a share q of each: q = min(K, ep) / ep under the seed's routing (a token's K experts in
+  K distinct groups), 1 - (1 - 1 / ep)^K under uniform routing (the chance that one of K picks
+  lands in e; DeepEP sends a token once per destination GPU). Each rank token therefore costs
+  every GPU 2 (D - 1) q x hidden x 2 B / link per MoE layer (dispatch and combine, 16-bit), at
+  the link among N GPUs (`jaxpareto.physics.communication.link_gbs`: NVLink within the scale-up
+  domain, else the NIC), plus 2 latencies (``allreduce_latency_us``) per MoE layer. Every layer
+  is counted as a MoE layer (DeepSeek-V3 has 58 of 61): an upper bound of a few per cent.
+- **Expert imbalance** (`Workload.expert_imbalance` = f >= 1, with whole experts on GPUs, ``ep``
+  > 1). Tokens do not spread evenly over the expert-parallel GPUs, and every MoE layer waits
+  for the busiest, which receives f times the mean: its expert matmuls (2 K P_expert per token)
+  and its share of the exchange take f times as long, and, below saturation, it reads the
+  experts of f times as many routed tokens (K f per token, at most E). DeepSeek-V3 balances by
+  bias-adjusted routing and redundant experts (report, sections 2.1.2 and 3.4); measured
+  per-layer imbalance of unbalanced MoE serving is 1.2-2x (EPLB's motivation).
+
+Not modelled yet: pipeline parallelism, and attention DP under disaggregated serving.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
+from jaxpareto.definitions.hardware import HardwareParams
 from jaxpareto.definitions.model import ModelParams
+from jaxpareto.definitions.units import BYTES_PER_GB, FLOPS_PER_PARAM_PER_TOKEN, FLOPS_PER_TFLOPS, MS_PER_S, \
+    PARAMS_PER_B
+from jaxpareto.physics.communication import ACTIVATION_BYTES, link_gbs
+from jaxpareto.physics.costs import TpCosts
 
 
 def expert_weights_gb(model: ModelParams) -> jax.Array:
@@ -75,3 +103,107 @@ def rank_model(model: ModelParams, ranks: jax.Array, routing: str = "seed") -> M
 def replica_gpus(tp: jax.Array, ranks: jax.Array) -> jax.Array:
     """N = G x D, the GPUs of one replica."""
     return tp * ranks
+
+
+class ReplicaLayout(NamedTuple):
+    """A replica's layout beyond its TP groups (scalars, integers carried as floats).
+
+    Attributes:
+        ranks: D, attention data-parallel ranks (``dp_attention``), each a TP group.
+        expert_ranks: ``ep``, GPU groups the routed experts are spread over whole; 1: every
+            expert split over all N = G x D GPUs.
+    """
+
+    ranks: jax.Array
+    expert_ranks: jax.Array
+
+
+def point_layout(point) -> ReplicaLayout | None:
+    """The layout of a `GridPoint` that carries ``dp_attention`` (and optionally ``ep``, default
+    1); None for a point without the layout axes (static)."""
+    if "dp_attention" not in point:
+        return None
+    ranks = point["dp_attention"]
+    return ReplicaLayout(ranks, point["ep"] if "ep" in point else 1.0 + 0.0 * ranks)
+
+
+def layout_splits(model: ModelParams, tp: jax.Array, layout: ReplicaLayout) -> jax.Array:
+    """Whether the experts split as the layout says: ``ep`` divides the replica's N = G x D GPUs
+    and the E experts (a dense model takes ``ep`` = 1 only)."""
+    gpus = replica_gpus(tp, layout.ranks)
+    ep = layout.expert_ranks
+    fits = (ep <= gpus) & (jnp.mod(gpus, ep) == 0)
+    experts_split = jnp.where(model.experts > 0, jnp.mod(model.experts, ep) == 0, ep == 1)
+    return fits & experts_split
+
+
+def destination_share(model: ModelParams, expert_ranks: jax.Array, routing: str = "seed") -> jax.Array:
+    """q: the share of tokens one expert-parallel group receives (module docstring)."""
+    k = model.experts_per_token
+    if routing == "seed":
+        return jnp.minimum(k, expert_ranks) / expert_ranks
+    groups = jnp.where(expert_ranks > 1, expert_ranks, 2.0)  # double where: no log(0) in gradients
+    return jnp.where(expert_ranks > 1, -jnp.expm1(k * jnp.log1p(-1.0 / groups)), 1.0)
+
+
+class ExchangeCosts(NamedTuple):
+    """What the layout adds to a rank's step (scalars; `layout_costs`).
+
+    Attributes:
+        per_token_ms: exchange time per token of the rank's step [ms].
+        fixed_ms: exchange latency of one forward pass [ms].
+        imbalance_compute_ms: the busiest GPU's extra expert matmuls per token [ms at peak].
+        imbalance: f where the experts are whole (``ep`` > 1), else 1.
+    """
+
+    per_token_ms: jax.Array
+    fixed_ms: jax.Array
+    imbalance_compute_ms: jax.Array
+    imbalance: jax.Array
+
+
+def expert_exchange(hw: HardwareParams, model: ModelParams, tp: jax.Array, layout: ReplicaLayout,
+                    imbalance: jax.Array, latency_us: jax.Array, tflops: jax.Array,
+                    routing: str = "seed") -> ExchangeCosts:
+    """The token exchange and expert imbalance of one rank's forward pass (module docstring).
+
+    Args:
+        hw: one GPU (``interconnect_gbs``, ``scaleout_gbs``, ``scaleup_domain_gpus``).
+        model: the whole model (not `rank_model`'s): E, K, P_expert, layers, hidden size.
+        tp: G [GPUs]. layout: D and ``ep``.
+        imbalance: f >= 1 (`Workload.expert_imbalance`).
+        latency_us: one collective's fixed latency [µs] (`Efficiency.allreduce_latency_us`).
+        tflops: F per GPU [TFLOPS].
+        routing: "seed" or "uniform" (static; `destination_share`).
+
+    Returns:
+        `ExchangeCosts`: zero exchange for a dense model or D = 1 (a TP group's tokens are on
+        all its GPUs after the all-reduce), f only where ``ep`` > 1.
+    """
+    moe = model.experts > 0
+    f = jnp.where(moe & (layout.expert_ranks > 1), imbalance, 1.0)
+    exchanging = moe & (layout.ranks > 1) & jnp.isfinite(hw.interconnect_gbs) & jnp.isfinite(model.hidden_size)
+    link = jnp.where(exchanging, link_gbs(hw, replica_gpus(tp, layout.ranks)), 1.0)  # double where
+    hidden = jnp.where(exchanging, model.hidden_size, 0.0)
+    received = 2.0 * (layout.ranks - 1.0) * destination_share(model, layout.expert_ranks, routing) * f
+    per_token = model.layers * received * hidden * ACTIVATION_BYTES / (link * BYTES_PER_GB) * MS_PER_S
+    fixed = jnp.where(moe & (layout.ranks > 1), 2.0 * model.layers * latency_us / 1000.0, 0.0)
+    expert_flops = FLOPS_PER_PARAM_PER_TOKEN * model.experts_per_token * model.expert_params_b * PARAMS_PER_B
+    extra_compute = (f - 1.0) * expert_flops / (tp * tflops * FLOPS_PER_TFLOPS) * MS_PER_S
+    return ExchangeCosts(jnp.where(exchanging, per_token, 0.0), fixed, extra_compute, f)
+
+
+def layout_costs(costs: TpCosts, exchange: ExchangeCosts, eta_prefill: jax.Array) -> TpCosts:
+    """A rank's TP-group costs (`jaxpareto.physics.costs.tp_costs` on `rank_model`) with the
+    exchange and the busiest GPU's expert work added: per token to the prefill and to the decode
+    step (like the all-reduce's), per pass to the fixed terms, and K f routed experts read per
+    token (at most E)."""
+    decode = costs.decode
+    decode = decode._replace(
+        allreduce_ms=decode.allreduce_ms + exchange.per_token_ms,
+        fixed_ms=decode.fixed_ms + exchange.fixed_ms,
+        compute_ms=decode.compute_ms + exchange.imbalance_compute_ms,
+        experts_per_token=jnp.minimum(decode.experts_per_token * exchange.imbalance, decode.experts),
+    )
+    prefill = costs.prefill_ms_per_token + exchange.per_token_ms + exchange.imbalance_compute_ms / eta_prefill
+    return TpCosts(prefill, decode, costs.ttft_fixed_ms + exchange.fixed_ms)

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxpareto.definitions.axes import GridPoint
+from jaxpareto.definitions.hardware import effective_tflops
 from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.definitions.schema import PERCENTILE_VARIABLES
 from jaxpareto.definitions.settings import SOLVERS, Efficiency, Solver, Workload
@@ -26,8 +27,9 @@ from jaxpareto.physics.decode import DecodeCoefficients, DecodeStep, decode_step
 from jaxpareto.physics.disaggregated_point import evaluate_disaggregated
 from jaxpareto.physics.engine import shared_turn, synchronised_turn
 from jaxpareto.physics.intensity import operational_intensity
-from jaxpareto.physics.layout import rank_model
-from jaxpareto.physics.limits import LOAD_BEYOND_CAPACITY, context_fits, heads_split, infeasible_reason
+from jaxpareto.physics.layout import expert_exchange, layout_costs, layout_splits, point_layout, rank_model
+from jaxpareto.physics.limits import EXPERTS_DO_NOT_SPLIT, LOAD_BEYOND_CAPACITY, context_fits, heads_split, \
+    infeasible_reason
 from jaxpareto.physics.memory import _INT32_MAX, memory_budget, session_gb
 from jaxpareto.physics.outputs import DECODE_COMPUTE, DECODE_MEMORY, DECODE_NONE, PointOutputs
 from jaxpareto.physics.percentiles import PERCENTILES, TurnSpread, latency_percentiles
@@ -59,6 +61,8 @@ class TurnLatency(NamedTuple):
         rate_per_ms: λ, requests arriving per ms (open loop; `jaxpareto.physics.queueing`).
         paused_sessions: P, sessions between turns (open loop).
         isl_cv: the prefill tokens' coefficient of variation (the M/G/1 wait's c_S²).
+        lockstep_ranks: D, attention-DP ranks stepping together (`jaxpareto.physics.engine`);
+            None: one TP group (static: the default path carries no lockstep term).
     """
 
     ttft_ms: jax.Array
@@ -81,6 +85,7 @@ class TurnLatency(NamedTuple):
     rate_per_ms: jax.Array = 0.0
     paused_sessions: jax.Array = 0.0
     isl_cv: jax.Array = 0.0
+    lockstep_ranks: jax.Array | None = None
 
 
 class TurnState(NamedTuple):
@@ -163,10 +168,11 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
             engine = shared_turn(step, batch_run, zero + jnp.inf if open_loop else concurrency, work.tokens,
                                  turn.osl, turn.chunk_tokens, turn.prefill_ms_per_token, turn.decode.eta_decode,
                                  turn.decode.elementwise_overhead, extra,
-                                 fcfs_wait_scale(mix.scv) if open_loop else None, decode_batch=open_loop)
+                                 fcfs_wait_scale(mix.scv) if open_loop else None, decode_batch=open_loop,
+                                 lockstep_ranks=turn.lockstep_ranks)
         ttft = engine.ttft_ms + turn.ttft_overhead_ms + work.delay_ms
         tpot, load = engine.tpot_ms, engine.prefill_load
-        steps = (engine.decode_step_ms, engine.mixed_step_ms, engine.seen_load)
+        steps = (engine.decode_step_ms, engine.mixed_step_ms, engine.mixed_share)
         queue_wait, queue_busy = (engine.ttft_ms - engine.service_ms, engine.seen_load) if open_loop else (zero, zero)
     else:
         ttft, tpot, load = isolated_ttft, step.tpot_ms, zero
@@ -272,8 +278,10 @@ def evaluate_point(
     open_loop = options.open_loop
     hw, model, tp = point.gpu, point.model, point.tp
     # attention data parallelism: one of D alike ranks stands for the replica (physics/layout.py)
-    ranks = point["dp_attention"] if "dp_attention" in point else None
-    if ranks is not None:
+    layout = point_layout(point)
+    ranks = None if layout is None else layout.ranks
+    whole_model = model
+    if layout is not None:
         model = rank_model(model, ranks, options.expert_routing)
     # the open loop admits whatever arrives: memory then decides stability, not admission
     if open_loop:
@@ -294,6 +302,9 @@ def evaluate_point(
         session_fits = memory.concurrency_eff >= 1
         admitted = memory.concurrency_eff
     reason = infeasible_reason(heads_ok, context_ok, memory.available_gb > 0, session_fits)
+    if layout is not None:  # after the heads, before the context and memory
+        reason = jnp.where(heads_ok & ~layout_splits(whole_model, tp, layout), EXPERTS_DO_NOT_SPLIT,
+                           reason).astype(jnp.int8)
     ok = reason == 0
     concurrency_eff = jnp.where(ok, admitted, 1.0)  # safe stand-in when infeasible
     rate_per_ms = point.request_rate / MS_PER_S if open_loop else 0.0 * memory.concurrency_max
@@ -304,6 +315,11 @@ def evaluate_point(
     hit_rate, hit_tokens, tokens, chunk_tokens = turn_tokens(workload, engine, options, think_time_s, context_tokens,
                                                              hit_rate)
     costs = tp_costs(hw, model, tp, tokens, context_tokens, decode_context, chunk_tokens, efficiency, options)
+    if layout is not None:  # the ranks' token exchange and the busiest expert GPU
+        exchange = expert_exchange(hw, whole_model, tp, layout, workload.expert_imbalance,
+                                   efficiency.allreduce_latency_us, effective_tflops(hw, model.compute_bits),
+                                   options.expert_routing)
+        costs = layout_costs(costs, exchange, efficiency.eta_prefill)
     prefill_ms_per_token, coefficients, ttft_fixed_ms = costs.prefill_ms_per_token, costs.decode, costs.ttft_fixed_ms
     think_ms = think_time_s * MS_PER_S
     paused = paused_sessions(rate_per_ms, think_ms, workload.turns_per_session)
@@ -323,6 +339,7 @@ def evaluate_point(
         pause_sigma=workload.pause_sigma + zero, tier_slots=workload.tier_capacity_gb / memory.kv_per_session_gb + zero,
         tier_load_ms=tier_load_ms + zero, chunk_tokens=chunk_tokens + zero,
         rate_per_ms=rate_per_ms + zero, paused_sessions=paused + zero, isl_cv=workload.isl_cv + zero,
+        lockstep_ranks=None if ranks is None or options.dp_prefill == "aligned" else ranks + zero,
     )
     if options.prefill_model == "shared" or options.cache_model == "lru" or measured:
         # R(B) then holds inner roots solved to the dtype's rounding (about 1e-6 relative in
