@@ -92,3 +92,211 @@ def test_a_tp_group_beyond_the_scaleup_domain_all_reduces_over_the_nics(gpu, tp,
     ring = 2 * (tp - 1) / tp  # of the message per GPU, two all-reduces per layer, 16-bit activations
     want = 2 * float(model.layers) * ring * float(model.hidden_size) * 2 / (link_gbs * 1e9) * 1000
     assert float(got.per_token_ms) == pytest.approx(want, rel=1e-12)
+
+
+# --- the layout axes (ep, dp_attention): exchange, imbalance, lockstep, limits --------------------
+
+def _layout(ranks, ep):
+    from jaxpareto.physics.layout import ReplicaLayout
+
+    return ReplicaLayout(jnp.float64(ranks), jnp.float64(ep))
+
+
+@pytest.mark.parametrize("routing", ["seed", "uniform"])
+@pytest.mark.parametrize("tp, ranks, ep, link_gbs", [(1, 8, 8, 450.0), (1, 8, 1, 450.0), (2, 4, 8, 450.0),
+                                                     (8, 8, 64, 50.0)])
+def test_the_token_exchange_against_a_hand_count(routing, tp, ranks, ep, link_gbs):
+    """DeepSeek-V3 on H200: each rank token reaches a GPU's expert group with probability q, twice
+    per MoE layer (dispatch, combine), from the other D - 1 ranks; over NVLink within an 8-GPU
+    node, the NIC beyond it."""
+    from jaxpareto.physics.layout import expert_exchange
+
+    model = catalog.models()["deepseek-v3"]
+    hw = _f64(catalog.gpus()["h200-sxm"].to_params())
+    k = model.experts_per_token
+    q = min(k, ep) / ep if routing == "seed" else 1 - (1 - 1 / ep) ** k
+    got = expert_exchange(hw, _f64(model.to_params()), jnp.float64(tp), _layout(ranks, ep), jnp.float64(1.0),
+                          jnp.float64(7.0), jnp.float64(989.0), routing)
+    want = model.layers * 2 * (ranks - 1) * q * model.hidden_size * 2 / (link_gbs * 1e9) * 1e3
+    assert float(got.per_token_ms) == pytest.approx(want, rel=1e-12)
+    assert float(got.fixed_ms) == pytest.approx(2 * model.layers * 7.0 / 1000, rel=1e-12)
+    assert float(got.imbalance_compute_ms) == 0.0 and float(got.imbalance) == 1.0
+
+
+def test_no_exchange_within_one_tp_group_or_for_a_dense_model_and_imbalance_only_with_whole_experts():
+    from jaxpareto.physics.layout import expert_exchange
+
+    hw = _f64(catalog.gpus()["h200-sxm"].to_params())
+    moe, dense = _f64(catalog.models()["deepseek-v3"].to_params()), _f64(catalog.models()["llama-3.1-70b"].to_params())
+    args = (jnp.float64(1.5), jnp.float64(7.0), jnp.float64(989.0))
+    for model, tp, layout in ((moe, 8, _layout(1, 8)), (dense, 1, _layout(8, 1))):
+        got = expert_exchange(hw, model, jnp.float64(tp), layout, *args)
+        assert float(got.per_token_ms) == 0.0 and float(got.fixed_ms) == 0.0
+    assert float(expert_exchange(hw, moe, jnp.float64(8), _layout(1, 1), *args).imbalance) == 1.0  # split experts
+    got = expert_exchange(hw, moe, jnp.float64(8), _layout(1, 8), *args)
+    model = catalog.models()["deepseek-v3"]
+    flops = 2 * model.experts_per_token * model.expert_params_b * 1e9
+    assert float(got.imbalance) == 1.5
+    assert float(got.imbalance_compute_ms) == pytest.approx(0.5 * flops / (8 * 989e12) * 1e3, rel=1e-12)
+
+
+def test_the_ranks_lockstep_in_the_shared_engine():
+    """A rank decodes in prefill-length steps while its own or any other rank prefills:
+    1 - (1 - ρ')(1 - ρ)^(D - 1) of the time; D = 1 is one TP group."""
+    from jaxpareto.physics.decode import DecodeStep
+    from jaxpareto.physics.engine import shared_turn
+
+    step = DecodeStep(*(jnp.float64(v) for v in (10.0, 4.0, 3.0, 15.4, False)))
+    args = (jnp.float64(20.0), jnp.float64(40.0), jnp.float64(3000.0), jnp.float64(256.0), jnp.float64(2048.0),
+            jnp.float64(0.05), jnp.float64(0.4), jnp.float64(1.1))
+    alone = shared_turn(step, *args)
+    tpots = []
+    for ranks in (1.0, 2.0, 8.0, 32.0):
+        turn = shared_turn(step, *args, lockstep_ranks=jnp.float64(ranks))
+        seen, rho = float(turn.seen_load), float(turn.prefill_load)
+        mixed = 1 - (1 - seen) * (1 - rho) ** (ranks - 1)
+        assert float(turn.mixed_share) == pytest.approx(mixed, rel=1e-12)
+        t0, tf = float(turn.decode_step_ms), float(turn.mixed_step_ms)
+        assert float(turn.tpot_ms) == pytest.approx(t0 * tf / (mixed * t0 + (1 - mixed) * tf), rel=1e-12)
+        tpots.append(float(turn.tpot_ms))
+    assert tpots[0] == pytest.approx(float(alone.tpot_ms), rel=1e-12)
+    assert tpots == sorted(tpots) and tpots[-1] > 1.2 * tpots[0]
+
+
+def test_layout_axes_at_their_defaults_change_nothing():
+    import jaxpareto as jp
+
+    kw = dict(gpu="h200-sxm", model=["deepseek-v3", "llama-3.1-70b"], tp=[4, 8], concurrency=[1, 16, 128],
+              context_tokens=[8192, 32768], hit_rate=[0.0, 0.9], think_time_s=2.0, profile="measured",
+              prefill_model="shared", engine="sglang")
+    base = jp.sweep(**kw)
+    aligned = jp.sweep(**kw, ep=1, dp_attention=1, dp_prefill="aligned").squeeze(["ep", "dp_attention"], drop=True)
+    lockstep = jp.sweep(**kw, ep=1, dp_attention=1).squeeze(["ep", "dp_attention"], drop=True)
+    for name in ("ttft_ms", "tpot_ms", "output_tokens_per_s_per_gpu", "concurrency_max", "infeasible_reason"):
+        assert base[name].identical(aligned[name]), name  # bit for bit
+        assert float(abs(lockstep[name] / base[name] - 1).max()) < 1e-5, name  # 1 - (1 - ρ') rounds
+    assert "expert_imbalance" not in base.attrs and "dp_prefill" not in base.attrs
+    assert aligned.attrs["expert_imbalance"] == 1.0 and aligned.attrs["dp_prefill"] == "aligned"
+    assert list(jp.sweep(**kw, dp_attention=[1, 2]).dims)[:6] == ["gpu", "model", "engine", "tp", "ep", "dp_attention"]
+
+
+def test_layouts_the_experts_or_gpus_cannot_take_are_infeasible_with_a_reason():
+    import jaxpareto as jp
+    from jaxpareto.physics.limits import EXPERTS_DO_NOT_SPLIT, HEADS_DO_NOT_SPLIT, REASONS
+
+    ds = jp.sweep(gpu="h200-sxm", model="deepseek-v3", tp=1, dp_attention=8, ep=[3, 8, 16], concurrency=64)
+    assert ds.infeasible_reason.squeeze().values.tolist() == [EXPERTS_DO_NOT_SPLIT, 0, EXPERTS_DO_NOT_SPLIT]
+    dense = jp.sweep(gpu="h100-sxm", model="llama-3.1-70b", tp=[3, 4], dp_attention=2, ep=[1, 2], concurrency=8)
+    assert dense.infeasible_reason.squeeze().values.tolist() == [[HEADS_DO_NOT_SPLIT] * 2, [0, EXPERTS_DO_NOT_SPLIT]]
+    assert REASONS[EXPERTS_DO_NOT_SPLIT] == "ep_does_not_split_experts"
+    labels = ds.infeasible_reason.attrs["flag_meanings"].split()
+    assert labels[ds.infeasible_reason.attrs["flag_values"].index(EXPERTS_DO_NOT_SPLIT)] == REASONS[EXPERTS_DO_NOT_SPLIT]
+
+
+def test_layout_settings_without_the_layout_axes_or_under_disaggregation_are_refused():
+    import jaxpareto as jp
+    from jaxpareto.definitions.errors import JaxparetoError
+
+    kw = dict(gpu="h200-sxm", model="deepseek-v3", tp=8, concurrency=8)
+    with pytest.raises(JaxparetoError, match="dp_attention"):
+        jp.plan_sweep(**kw, dp_attention=[1, 8], serving="disaggregated")
+    with pytest.raises(JaxparetoError, match="expert_imbalance.*layout axes"):
+        jp.plan_sweep(**kw, expert_imbalance=1.3)
+    with pytest.raises(JaxparetoError, match="dp_prefill.*dp_attention"):
+        jp.plan_sweep(**kw, dp_prefill="aligned")
+    with pytest.raises(JaxparetoError, match="dp_prefill"):
+        jp.plan_sweep(**kw, dp_attention=8, dp_prefill="balanced")
+    with pytest.raises(JaxparetoError, match="expert_imbalance"):
+        jp.plan_sweep(**kw, ep=8, expert_imbalance=0.5)
+
+
+def test_moe_memory_by_layout_against_a_hand_count():
+    """Qwen3-235B (GQA, 4 KV heads) on H100: four attention-DP ranks of TP 2, the experts over all
+    eight GPUs; each rank holds its dense weights whole, a quarter of the experts, its sessions."""
+    model = catalog.models()["qwen3-235b-a22b"]
+    context = 16384
+    experts = model.experts * model.expert_params_b * model.expert_weight_bytes
+    rank_weights = model.weight_memory_gb - experts + experts / 4
+    per_session = context * model.kv_bytes_per_token / 1e9  # 2 GPUs <= 4 KV heads: no copy
+    rank = math.floor((2 * 80.0 - rank_weights) / per_session)
+    out = _evaluate("qwen3-235b-a22b", "h100-sxm", 2, 1, context, ranks=4)
+    assert int(out.concurrency_max) == 4 * rank
+    tp8 = math.floor((8 * 80.0 - model.weight_memory_gb) / (context * model.kv_bytes_per_token * 2 / 1e9))
+    assert int(_evaluate("qwen3-235b-a22b", "h100-sxm", 8, 1, context).concurrency_max) == tp8  # r_kv = 8 / 4
+
+
+def test_expert_imbalance_slows_the_busiest_gpu():
+    import jaxpareto as jp
+
+    kw = dict(gpu="h200-sxm", model="deepseek-v3", tp=1, dp_attention=8, ep=8, concurrency=[8, 256],
+              context_tokens=8192, hit_rate=0.9, profile="measured", prefill_model="shared", engine="sglang")
+    even, skewed = jp.sweep(**kw), jp.sweep(**kw, expert_imbalance=1.5)
+    assert bool((skewed.tpot_ms > even.tpot_ms).all()) and bool((skewed.ttft_ms > even.ttft_ms).all())
+    assert skewed.concurrency_max.identical(even.concurrency_max)  # memory is not imbalanced
+
+
+def test_deepseek_attention_dp_with_expert_parallelism_beats_tp8_at_high_concurrency():
+    """The issue's goal on 8 H200: TP 8 admits 24 sessions of 32K (the latent on every GPU), DP 8
+    with EP 8 about six times as many, and for a cached agent (h = 0.9, OSL 1,000) its throughput
+    per GPU at high concurrency beats TP 8's (SGLang's DP attention: larger batches at high QPS),
+    while TP 8 stays ahead at low concurrency (interactivity)."""
+    import jaxpareto as jp
+
+    ds = jp.sweep(gpu="h200-sxm", model="deepseek-v3", tp=[1, 8], dp_attention=[1, 8], ep=8,
+                  concurrency=[4, 32, 128, 512], context_tokens=32768, hit_rate=0.9, think_time_s=0.0, osl=1000,
+                  profile="measured", prefill_model="shared", engine="sglang", expert_routing="uniform")
+    tp8, dp8 = ds.sel(tp=8, dp_attention=1).squeeze(), ds.sel(tp=1, dp_attention=8).squeeze()
+    assert 5 < int(dp8.concurrency_max[0]) / int(tp8.concurrency_max[0]) < 6.5
+    assert float(dp8.output_tokens_per_s_per_gpu.max()) > 1.3 * float(tp8.output_tokens_per_s_per_gpu.max())
+    assert float(tp8.output_tokens_per_s_per_user[0]) > float(dp8.output_tokens_per_s_per_user[0])
+    # without prefix hits every turn prefills 32K, and the ranks' lockstep spreads each prefill
+    # over all eight ranks' decode steps: TP 8 leads
+    cold = jp.sweep(gpu="h200-sxm", model="deepseek-v3", tp=[1, 8], dp_attention=[1, 8], ep=8,
+                    concurrency=[4, 32, 128, 512], context_tokens=32768, hit_rate=0.0, think_time_s=0.0, osl=1000,
+                    profile="measured", prefill_model="shared", engine="sglang", expert_routing="uniform")
+    assert float(cold.sel(tp=8, dp_attention=1).output_tokens_per_s_per_gpu.max()) > \
+        float(cold.sel(tp=1, dp_attention=8).output_tokens_per_s_per_gpu.max())
+
+
+def test_budget_search_ranks_attention_dp_layouts_at_their_exhaustive_best():
+    """A MoE model's budget: each attention-DP layout's best concurrency is the brute-force best of
+    a sweep of that layout, every layout fills the budget with whole replicas, and the optimum
+    carries its ranks and expert parallelism."""
+    import numpy as np
+
+    import jaxpareto as jp
+    from jaxpareto.search.parallel import ParallelLayout, data_parallel_layouts
+
+    assert data_parallel_layouts(8, (4, 8)) == [ParallelLayout(4, 8, 2), ParallelLayout(4, 1, 2)]
+    scenario = dict(gpu="h200-sxm", model="deepseek-v3", think_time_s=2.0, context_tokens=32768, hit_rate=0.9,
+                    osl=1000, profile="measured", prefill_model="shared", engine="sglang", expert_routing="uniform")
+    best = jp.optimize(**scenario, concurrency=(1, 96), gpu_budget=8, tp=(2, 4, 8), serving="aggregated",
+                       constraints={"tpot_ms": ("<=", 80)}, expert_imbalance=1.2)
+    table = best.layouts
+    ranked = table[table["dp_attention"].notna()]
+    assert sorted(ranked["layout"]) == ["DP 2 x TP 2, EP 1", "DP 2 x TP 2, EP 4", "DP 2 x TP 4, EP 1",
+                                        "DP 2 x TP 4, EP 8", "DP 4 x TP 2, EP 1", "DP 4 x TP 2, EP 8"]
+    assert (8 % (table["tp"] * table["dp_attention"].fillna(1)) == 0).all() and (table["gpus_used"] <= 8).all()
+    assert ranked["feasible"].sum() >= 3
+    for _, row in ranked.iterrows():
+        ds = jp.sweep(**scenario, tp=int(row.tp), dp_attention=int(row.dp_attention), ep=int(row.ep),
+                      concurrency=list(range(1, 97)), expert_imbalance=1.2).squeeze()
+        ok = (ds.feasible & ds.converged & (ds.concurrency <= ds.concurrency_max) & (ds.tpot_ms <= 80)).values
+        assert ok.any() == row.feasible, row
+        if row.feasible:
+            brute = int(ds.concurrency.values[ok][np.argmax(ds.output_tokens_per_s_per_gpu.values[ok])])
+            assert row.concurrency == brute
+    top = table.iloc[0]
+    assert best.value == pytest.approx(table.loc[table["feasible"], "output_tokens_per_s_per_gpu"].max())
+    if pd_notna(top["dp_attention"]):
+        assert (best.dp_attention, best.ep, best.gpus_used) == (int(top["dp_attention"]), int(top["ep"]), 8)
+    with pytest.raises(jp.JaxparetoError, match="expert_imbalance.*MoE model"):
+        jp.optimize(gpu="h100-sxm", model="llama-3.1-70b", gpu_budget=8, serving="aggregated", expert_imbalance=1.2)
+    with pytest.raises(jp.JaxparetoError, match="dp_prefill.*GPU budget"):
+        jp.optimize(gpu="h200-sxm", model="deepseek-v3", dp_prefill="aligned")
+
+
+def pd_notna(value) -> bool:
+    import pandas as pd
+
+    return bool(pd.notna(value))

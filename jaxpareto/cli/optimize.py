@@ -16,7 +16,7 @@ from jaxpareto.cli._common import (FLOAT_FORMAT, SearchMethod, add_csv_option, a
                                    new_output, scenario_kwargs, write_csv)
 from jaxpareto.dataset.store import to_zarr
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.definitions.options import SEARCH_METHODS, SERVING_MODES
+from jaxpareto.definitions.options import DP_PREFILLS, SEARCH_METHODS, SERVING_MODES
 from jaxpareto.definitions.settings import Workload
 from jaxpareto.definitions.spec import load_spec
 from jaxpareto.search.constraints import NUMERIC_OUTPUTS
@@ -76,7 +76,9 @@ def _one_scenario(args: argparse.Namespace) -> int:
         return _budget(args, kwargs)
     for flag, given in (("--serving", args.serving is not None), ("--top", args.top != 5),
                         ("--local-prefill-tokens", args.local_prefill_tokens is not None),
-                        ("--kv-link-gbs", args.kv_link_gbs is not None)):
+                        ("--kv-link-gbs", args.kv_link_gbs is not None),
+                        ("--expert-imbalance", args.expert_imbalance is not None),
+                        ("--dp-prefill", args.dp_prefill is not None)):
         if given:
             raise JaxparetoError(flag, "compares the layouts of a GPU budget: give --gpu-budget with it")
     result = optimize(objective=args.objective, sense=args.sense, **kwargs)
@@ -104,9 +106,9 @@ def _budget(args: argparse.Namespace, kwargs: dict) -> int:
     """--gpu-budget: the best layouts of each serving mode filling the budget, best first
     (`jaxpareto.search.budget`)."""
     serving = [mode.strip() for mode in args.serving.split(",")] if args.serving else None
-    for flag, name in (("local_prefill_tokens", "local_prefill_tokens"), ("kv_link_gbs", "kv_link_gbs")):
-        if getattr(args, flag) is not None:
-            kwargs[name] = getattr(args, flag)
+    for name in ("local_prefill_tokens", "kv_link_gbs", "expert_imbalance", "dp_prefill"):
+        if getattr(args, name) is not None:
+            kwargs[name] = getattr(args, name)
     result = optimize(objective=args.objective, sense=args.sense, gpu_budget=args.gpu_budget, serving=serving,
                       **kwargs)
     print(_wrapped(describe_scenario(args)))
@@ -126,7 +128,9 @@ def _budget(args: argparse.Namespace, kwargs: dict) -> int:
     shown = [c for c in dict.fromkeys(shown) if c in table]
     print()
     print(_wrapped(f"best layouts of {args.gpu_budget} GPUs per serving mode ({args.sense} {args.objective}). A layout "
-                   "is one replica, TP G or P prefill workers and D decode workers (PxTPg P + DxTPg D), repeated "
+                   "is one replica, TP G, D attention-DP ranks of TP G with the experts over E GPUs (DP D x TP G, "
+                   "EP E; EP 1: each expert split over them), or P prefill workers and D decode workers "
+                   "(PxTPg P + DxTPg D), repeated "
                    "`replicas` times; C/replica is sessions per replica, sessions (and requests/s, batch, "
                    "concurrency_max in --csv) are over the budget:"))
     for mode in modes:
@@ -152,6 +156,8 @@ def _budget(args: argparse.Namespace, kwargs: dict) -> int:
         where = f"TP {result.tp}" if result.serving == "aggregated" else \
             (f"{_plural(result.prefill_workers, 'prefill worker')} of TP {result.prefill_tp} + "
              f"{_plural(result.decode_workers, 'decode worker')} of TP {result.tp}")
+        if result.dp_attention is not None:
+            where = f"{result.dp_attention} attention-DP ranks of TP {result.tp}, EP {result.ep}"
         print(_wrapped(f"best: {result.serving}, {where}, x {_plural(result.replicas, 'replica')} ({result.gpus_used} "
                        f"GPUs), concurrency {result.concurrency} per replica: {result.objective} {result.value:,.4g}"))
     else:
@@ -171,6 +177,8 @@ def _scenario_defaults() -> dict:
     parser.add_argument("--top", type=int, default=5)
     parser.add_argument("--local-prefill-tokens", type=float, default=None)
     parser.add_argument("--kv-link-gbs", type=float, default=None)
+    parser.add_argument("--expert-imbalance", type=float, default=None)
+    parser.add_argument("--dp-prefill", default=None)
     return {k: v for k, v in vars(parser.parse_args([])).items() if k not in ("gpu", "model", "calibration")}
 
 
@@ -230,7 +238,7 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="maximise or minimise the objective, one scenario (default max)")
     p.add_argument("--gpu-budget", type=int, metavar="GPUS",
                    help="one scenario: fill this many GPUs with replicas of each layout (a TP choice dividing it, "
-                        "or prefill and decode pools) and rank the layouts (the best concurrency per replica of each)")
+                        "attention-DP ranks for a MoE model, or prefill and decode pools) and rank the layouts (the best concurrency per replica of each)")
     p.add_argument("--serving", metavar="MODES",
                    help="with --gpu-budget: the serving modes compared, comma-separated among "
                         f"{', '.join(SERVING_MODES)} (default aggregated,disaggregated)")
@@ -242,6 +250,12 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--kv-link-gbs", type=float, metavar="GBS",
                    help="disaggregated layouts: the KV transfer link per GPU, one way [GB/s] (default: the "
                         "catalog's NVLink within a node, the NIC beyond it)")
+    p.add_argument("--expert-imbalance", type=float, metavar="F",
+                   help="attention-DP layouts of a MoE model with whole experts (EP > 1): the routed tokens the "
+                        "busiest GPU receives over the mean (default 1.0)")
+    p.add_argument("--dp-prefill", choices=DP_PREFILLS,
+                   help="attention-DP layouts: the ranks schedule their prefills independently (SGLang, vLLM; "
+                        "default) or aligned (TensorRT-LLM's attention-DP balancing)")
     add_output_options(p, "zarr store for the optimum per scenario of a spec")
     add_csv_option(p, "the table")
     p.add_argument("--method", action=SearchMethod, metavar="{" + ",".join(SEARCH_METHODS) + "}",

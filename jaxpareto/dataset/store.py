@@ -176,10 +176,12 @@ def _mark_done(group: zarr.Group, index: int, block: dict[str, np.ndarray]) -> N
     group[DONE_GROUP]["done"][index] = 1
 
 
-def _run_local(path: Path, problem: GridProblem, todo: list[int], origins, bar, writers: int = 4) -> None:
+def _run_local(path: Path, problem: GridProblem, todo: list[int], origins, bar, interrupted: list,
+               writers: int = 4) -> None:
     """Evaluate and write the blocks in ``todo``: the device computes block k + 1 while a
     thread pool compresses and writes block k's variables in parallel; a block is marked
-    done only once all its variables are written."""
+    done only once all its variables are written. ``interrupted`` (`_ctrl_c_never_lost`'s mark)
+    is checked after every block."""
     group = zarr.open_group(path, mode="r+", zarr_format=3)
     arrays = {name: group[name] for name in problem.outputs}
     pending: list[tuple[int, dict, list]] = []
@@ -191,7 +193,7 @@ def _run_local(path: Path, problem: GridProblem, todo: list[int], origins, bar, 
         _mark_done(group, index, block)
         bar.update(int(block["feasible"].size))
 
-    with _ctrl_c_never_lost() as interrupted, ThreadPoolExecutor(max_workers=writers) as pool:
+    with ThreadPoolExecutor(max_workers=writers) as pool:
         for index, (region, block) in zip(todo, problem.iter_blocks([origins[i] for i in todo])):
             futures = [pool.submit(arrays[name].__setitem__, region, values) for name, values in block.items()]
             pending.append((index, block, futures))
@@ -205,12 +207,13 @@ def _run_local(path: Path, problem: GridProblem, todo: list[int], origins, bar, 
 
 @contextlib.contextmanager
 def _ctrl_c_never_lost():
-    """Ctrl-C during the block loop always stops it. Python's handler raises KeyboardInterrupt
+    """Ctrl-C during a stored sweep always stops it. Python's handler raises KeyboardInterrupt
     wherever the main thread is, and one raised inside a garbage-collector callback (JAX
-    registers one) is printed and dropped, so the sweep would run on. While the loop runs, the
-    handler also leaves a mark, which the loop checks after every block, and the dropped
-    KeyboardInterrupt is not printed (``sys.unraisablehook``: the mark stands for it). A handler
-    the program set itself, or an ignored SIGINT, is left alone."""
+    registers one) is printed and dropped, so the sweep would run on. From the store's creation
+    to the last block, the handler also leaves a mark, which the block loop checks after every
+    block and the sweep once more at its end, and the dropped KeyboardInterrupt is not printed
+    (``sys.unraisablehook``: the mark stands for it). A handler the program set itself, or an
+    ignored SIGINT, is left alone."""
     seen: list[bool] = []
 
     def handler(signum, frame):
@@ -296,20 +299,23 @@ def sweep_to_zarr(
     path = Path(path)
     problem = plan.problem()
     key = fingerprint(plan, problem.block)
-    group = _open_existing(path, key, overwrite)
-    if group is None:
-        _create_template(path, plan, problem, key)
-        group = zarr.open_group(path, mode="r+", zarr_format=3)
-    origins = problem.origins()
-    done = np.asarray(group[DONE_GROUP]["done"][:], dtype=bool)
-    todo = [i for i in range(len(origins)) if not done[i]]
-    finished = sum(int(np.prod([s.stop - s.start for s in problem.region(origins[i])])) for i in range(len(origins))
-                   if done[i])
-    with _progress(problem.size, finished, progress) as bar:
-        if client is None:
-            _run_local(path, problem, todo, origins, bar)
-        else:
-            _run_dask(path, problem, todo, origins, bar, client)
+    with _ctrl_c_never_lost() as interrupted:
+        group = _open_existing(path, key, overwrite)
+        if group is None:
+            _create_template(path, plan, problem, key)
+            group = zarr.open_group(path, mode="r+", zarr_format=3)
+        origins = problem.origins()
+        done = np.asarray(group[DONE_GROUP]["done"][:], dtype=bool)
+        todo = [i for i in range(len(origins)) if not done[i]]
+        finished = sum(int(np.prod([s.stop - s.start for s in problem.region(origins[i])]))
+                       for i in range(len(origins)) if done[i])
+        with _progress(problem.size, finished, progress) as bar:
+            if client is None:
+                _run_local(path, problem, todo, origins, bar, interrupted)
+            else:
+                _run_dask(path, problem, todo, origins, bar, client)
+        if interrupted:  # a Ctrl-C that was dropped where nothing checked for it
+            raise KeyboardInterrupt
     if not np.asarray(group[DONE_GROUP]["done"][:], dtype=bool).all():
         raise RuntimeError(f"{path}: some blocks were not written")  # a worker failed silently
     infeasible, unconverged = (int(n) for n in np.asarray(group[DONE_GROUP]["counts"][:]).sum(axis=0))

@@ -26,11 +26,23 @@ from jaxpareto.search.constraints import OptimizeResult
 #: Outputs a replica has of its own; the budget has replicas x them.
 PER_REPLICA = ("turns_per_s", "request_throughput", "request_goodput", "batch_eff", "concurrency_eff",
                "concurrency_max")
+# A layout row's columns beyond ``tp``: a disaggregated replica's pools, an attention-DP one's ranks
+POOL_COLUMNS = ("prefill_tp", "prefill_workers", "decode_workers")
+RANK_COLUMNS = ("ep", "dp_attention")
+
+
+def _ranked(row) -> bool:
+    """The row is an attention-DP layout (`jaxpareto.search.parallel`)."""
+    return pd.notna(row.get("dp_attention", np.nan))
 
 
 def layout_name(row) -> str:
-    """One replica of a layout row in words: "TP 4" (aggregated) or "2xTP2 P + 1xTP4 D" (2
-    prefill workers of TP 2 and 1 decode worker of TP 4); the row's ``replicas`` repeat it."""
+    """One replica of a layout row in words: "TP 4" (aggregated), "DP 8 x TP 1, EP 8" (8
+    attention-DP ranks of TP 1, the experts over 8 GPUs; "EP 1": each expert split over them) or
+    "2xTP2 P + 1xTP4 D" (2 prefill workers of TP 2 and 1 decode worker of TP 4); the row's
+    ``replicas`` repeat it."""
+    if _ranked(row):
+        return f"DP {int(row['dp_attention'])} x TP {int(row['tp'])}, EP {int(row['ep'])}"
     if row["serving"] == "aggregated":
         return f"TP {int(row['tp'])}"
     return (f"{int(row['prefill_workers'])}xTP{int(row['prefill_tp'])} P + "
@@ -61,7 +73,7 @@ def best_layout(budget: int, layouts: list[int], search: Callable[[int], Optimiz
         search: G -> the one-scenario optimum at TP G alone.
         sense: "max" or "min" of the objective. objective: its name.
         other_rows: rows of other serving modes' layouts, in this table's columns
-            (`jaxpareto.search.disaggregated.search_layouts`).
+            (`jaxpareto.search.layouts.search_layouts`).
         method: the search that found ``other_rows``.
 
     Returns:
@@ -72,7 +84,8 @@ def best_layout(budget: int, layouts: list[int], search: Callable[[int], Optimiz
         ``gpus_used``, ``concurrency`` per replica, ``sessions`` over the budget, the objective
         and the metrics (`PER_REPLICA` ones over the budget; so are the result's ``value`` and
         ``metrics``), ``binding`` and ``reason``, and for disaggregated layouts
-        ``prefill_tp``, ``prefill_workers`` and ``decode_workers``.
+        ``prefill_tp``, ``prefill_workers`` and ``decode_workers``, for attention-DP ones ``ep``
+        and ``dp_attention``.
     """
     rows, results = [], {}
     for tp in layouts:
@@ -91,11 +104,10 @@ def best_layout(budget: int, layouts: list[int], search: Callable[[int], Optimiz
     table.insert(1, "layout", [layout_name(row) for _, row in table.iterrows()])
     order = table[table["feasible"]].sort_values(objective, ascending=(sense == "min"), kind="stable")
     table = pd.concat([order, table[~table["feasible"]]]).reset_index(drop=True)
-    integers = [c for c in ("concurrency", "sessions", "prefill_tp", "prefill_workers", "decode_workers")
-                if c in table]
+    integers = [c for c in ("concurrency", "sessions", *POOL_COLUMNS, *RANK_COLUMNS) if c in table]
     table[integers] = table[integers].astype("Int64")
     top = table.iloc[0]
-    if top["serving"] == "aggregated":
+    if top["serving"] == "aggregated" and not _ranked(top):
         best = results[int(top["tp"])]
         replicas = budget // int(top["tp"])
         return dataclasses.replace(best, serving="aggregated", replicas=replicas if best.feasible else None,
@@ -104,13 +116,13 @@ def best_layout(budget: int, layouts: list[int], search: Callable[[int], Optimiz
         return OptimizeResult(False, None, None, objective, float("nan"), {}, (), f"{top['layout']}: {top['reason']}",
                               method, serving=str(top["serving"]), layouts=table)
     skip = {"serving", "layout", "tp", "replicas", "gpus_used", "concurrency", "sessions", "binding", "reason", "feasible",
-            "prefill_tp", "prefill_workers", "decode_workers", "output_tokens_per_s_total"}
+            *POOL_COLUMNS, *RANK_COLUMNS, "output_tokens_per_s_total"}
     metrics = {k: float(v) for k, v in top.items() if k not in skip and pd.notna(v)}
+    layout = {k: int(top[k]) for k in (*POOL_COLUMNS, *RANK_COLUMNS) if k in top and pd.notna(top[k])}
     return OptimizeResult(True, int(top["tp"]), int(top["concurrency"]), objective, float(top[objective]), metrics,
                           tuple(b for b in str(top["binding"]).split(", ") if b), "", method,
                           serving=str(top["serving"]), replicas=int(top["replicas"]), gpus_used=int(top["gpus_used"]),
-                          prefill_tp=int(top["prefill_tp"]), prefill_workers=int(top["prefill_workers"]),
-                          decode_workers=int(top["decode_workers"]), layouts=table)
+                          **layout, layouts=table)
 
 
 def _over_budget(found: OptimizeResult, replicas: int) -> OptimizeResult:

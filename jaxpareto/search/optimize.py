@@ -45,7 +45,9 @@ from jaxpareto.definitions.settings import SOLVERS, Workload
 from jaxpareto.search.constraints import (HARDWARE_VARIABLES, NUMERIC_OUTPUTS, Constraint,  # noqa: F401
                                           OptimizeResult, concurrency_range, parse_constraints)
 from jaxpareto.search.budget import PER_REPLICA, best_layout, budget_layouts
-from jaxpareto.search.disaggregated import disaggregated_layouts, search_layouts
+from jaxpareto.search.disaggregated import disaggregated_layouts
+from jaxpareto.search.layouts import search_layouts
+from jaxpareto.search.parallel import data_parallel_layouts
 from jaxpareto.search.problem import Problem
 from jaxpareto.search.servable import require_servable
 from jaxpareto.search.whatif import least_hardware
@@ -53,6 +55,8 @@ from jaxpareto.search.whatif import least_hardware
 METHODS = SEARCH_METHODS
 # `Workload` settings of a prefill pool: only the disaggregated serving modes take them
 POOL_SETTINGS = ("kv_link_gbs", "kv_link_latency_us", "local_prefill_tokens")
+# ... and of the attention-DP layouts: only they take these (`jaxpareto.search.parallel`)
+LAYOUT_SETTINGS = ("expert_imbalance", "dp_prefill")
 # Up to this many (TP, C) points per scenario the exhaustive search, exact, is also the faster:
 # benchmarks/bench_optimize.py measured the two equal at 16,384 points (4 TPs x 4,096
 # concurrencies, about 300 scenarios/s each on 2 CPU cores); at 65,536 the gradient search is
@@ -125,7 +129,11 @@ def optimize(
             and disaggregated). A disaggregated layout is P prefill workers of G_p GPUs and D
             decode workers of G whose P G_p + D G divides the budget, G_p and G among ``tp``
             (`jaxpareto.search.disaggregated`); the result then carries ``prefill_tp``,
-            ``prefill_workers`` and ``decode_workers``.
+            ``prefill_workers`` and ``decode_workers``. Under aggregated serving a MoE model
+            also competes in attention-DP layouts: D >= 2 ranks of TP G with the experts over
+            all G D GPUs (``ep`` = G D) or split over them (``ep`` = 1), G D dividing the
+            budget (`jaxpareto.search.parallel`); the result then carries ``dp_attention`` and
+            ``ep``, and ``expert_imbalance`` and ``dp_prefill`` apply to those layouts.
         **settings: the keywords of `jaxpareto.dataset.plan.plan_sweep` (``workload=``,
             ``efficiency=``, ``options=``, flat scalars such as osl or eta_prefill, ``dtype``,
             and ``solver``, the closed-loop solver of the exact evaluations: "damped" (default),
@@ -158,6 +166,11 @@ def optimize(
         if name in pools and not set(needs) & set(serving):
             raise JaxparetoError(name, f"is a setting of serving {' or '.join(map(repr, needs))}, which this search "
                                        f"does not compare (serving {list(serving)})")
+    layout_settings = {k: settings.pop(k) for k in LAYOUT_SETTINGS if settings.get(k) is not None}
+    layout_settings = {k: v for k, v in layout_settings.items() if v != _LAYOUT_DEFAULTS[k]}
+    if layout_settings and (gpu_budget is None or "aggregated" not in serving):
+        raise JaxparetoError(next(iter(layout_settings)), "is a setting of the attention-DP layouts, which are "
+                                                          "searched under a GPU budget with aggregated serving")
     tp_choices = AXIS_BY_NAME["tp"].numbers(tp)
     lo, hi = concurrency_range(concurrency)
     starts = check_number("starts", starts, low=1, high=256, integer=True)
@@ -187,6 +200,16 @@ def optimize(
                               **{k: v for k, v in pools.items() if mode == "conditional" or k != "local_prefill_tokens"})
             other_rows += search_layouts(plan, disaggregated_layouts(gpu_budget, tp_choices), cons, objective, sense,
                                          gpu_budget, lo, hi)
+        parallel = data_parallel_layouts(gpu_budget, tp_choices) if "aggregated" in serving else []
+        if parallel:
+            plan = plan_sweep(gpu=gpu, model=model, think_time_s=think_time_s, context_tokens=context_tokens,
+                              hit_rate=hit_rate, tp=tp_choices.tolist(), concurrency=[lo], ep=[1], dp_attention=[2],
+                              **settings, **layout_settings)
+            if plan.models[0].is_moe:
+                other_rows += search_layouts(plan, parallel, cons, objective, sense, gpu_budget, lo, hi)
+        if layout_settings and not (parallel and plan.models[0].is_moe):
+            raise JaxparetoError(next(iter(layout_settings)), "is a setting of the attention-DP layouts: a MoE model "
+                                                              "with a budget of at least two TP groups has them")
 
         def at(tp: int) -> OptimizeResult:
             # a replica's counts are limited over the budget, as they are reported: each of the
@@ -219,6 +242,9 @@ def optimize(
     problem = Problem(plan, cons, objective, 1.0 if sense == "max" else -1.0, tp_choices, lo, hi)
     found = problem.exhaustive() if chosen == "exhaustive" else problem.gradient(starts, steps)
     return problem.to_dataset(found, chosen) if batched else problem.to_result(found, chosen)
+
+
+_LAYOUT_DEFAULTS = {"expert_imbalance": Workload().expert_imbalance, "dp_prefill": ModelOptions().dp_prefill}
 
 
 def serving_modes(serving, gpu_budget, settings, outputs) -> tuple[str, ...]:
