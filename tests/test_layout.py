@@ -170,27 +170,29 @@ def test_layout_axes_at_their_defaults_change_nothing():
               context_tokens=[8192, 32768], hit_rate=[0.0, 0.9], think_time_s=2.0, profile="measured",
               prefill_model="shared", engine="sglang")
     base = jp.sweep(**kw)
-    aligned = jp.sweep(**kw, ep=1, dp_attention=1, dp_prefill="aligned").squeeze(["ep", "dp_attention"], drop=True)
-    lockstep = jp.sweep(**kw, ep=1, dp_attention=1).squeeze(["ep", "dp_attention"], drop=True)
+    aligned = jp.sweep(**kw, pp=1, ep=1, dp_attention=1, dp_prefill="aligned").squeeze(["pp", "ep", "dp_attention"],
+                                                                                        drop=True)
+    lockstep = jp.sweep(**kw, ep=1, dp_attention=1).squeeze(["pp", "ep", "dp_attention"], drop=True)
     for name in ("ttft_ms", "tpot_ms", "output_tokens_per_s_per_gpu", "concurrency_max", "infeasible_reason"):
         assert base[name].identical(aligned[name]), name  # bit for bit
         assert float(abs(lockstep[name] / base[name] - 1).max()) < 1e-5, name  # 1 - (1 - ρ') rounds
     assert "expert_imbalance" not in base.attrs and "dp_prefill" not in base.attrs
     assert aligned.attrs["expert_imbalance"] == 1.0 and aligned.attrs["dp_prefill"] == "aligned"
-    assert list(jp.sweep(**kw, dp_attention=[1, 2]).dims)[:6] == ["gpu", "model", "engine", "tp", "ep", "dp_attention"]
+    assert list(jp.sweep(**kw, dp_attention=[1, 2]).dims)[:7] == ["gpu", "model", "engine", "tp", "pp", "ep",
+                                                                  "dp_attention"]
 
 
 def test_layouts_the_experts_or_gpus_cannot_take_are_infeasible_with_a_reason():
     import jaxpareto as jp
-    from jaxpareto.physics.limits import EXPERTS_DO_NOT_SPLIT, HEADS_DO_NOT_SPLIT, REASONS
+    from jaxpareto.physics.limits import LAYOUT_DOES_NOT_SPLIT, HEADS_DO_NOT_SPLIT, REASONS
 
     ds = jp.sweep(gpu="h200-sxm", model="deepseek-v3", tp=1, dp_attention=8, ep=[3, 8, 16], concurrency=64)
-    assert ds.infeasible_reason.squeeze().values.tolist() == [EXPERTS_DO_NOT_SPLIT, 0, EXPERTS_DO_NOT_SPLIT]
+    assert ds.infeasible_reason.squeeze().values.tolist() == [LAYOUT_DOES_NOT_SPLIT, 0, LAYOUT_DOES_NOT_SPLIT]
     dense = jp.sweep(gpu="h100-sxm", model="llama-3.1-70b", tp=[3, 4], dp_attention=2, ep=[1, 2], concurrency=8)
-    assert dense.infeasible_reason.squeeze().values.tolist() == [[HEADS_DO_NOT_SPLIT] * 2, [0, EXPERTS_DO_NOT_SPLIT]]
-    assert REASONS[EXPERTS_DO_NOT_SPLIT] == "ep_does_not_split_experts"
+    assert dense.infeasible_reason.squeeze().values.tolist() == [[HEADS_DO_NOT_SPLIT] * 2, [0, LAYOUT_DOES_NOT_SPLIT]]
+    assert REASONS[LAYOUT_DOES_NOT_SPLIT] == "layout_does_not_split_model"
     labels = ds.infeasible_reason.attrs["flag_meanings"].split()
-    assert labels[ds.infeasible_reason.attrs["flag_values"].index(EXPERTS_DO_NOT_SPLIT)] == REASONS[EXPERTS_DO_NOT_SPLIT]
+    assert labels[ds.infeasible_reason.attrs["flag_values"].index(LAYOUT_DOES_NOT_SPLIT)] == REASONS[LAYOUT_DOES_NOT_SPLIT]
 
 
 def test_layout_settings_without_the_layout_axes_or_under_disaggregation_are_refused():
@@ -300,3 +302,75 @@ def pd_notna(value) -> bool:
     import pandas as pd
 
     return bool(pd.notna(value))
+
+
+# --- pipeline parallelism (pp) -------------------------------------------------------------------
+
+def _pipeline(model_name, tp, stages, routing="seed", chunk=8192.0, tokens=20000.0, latency_us=0.0):
+    from jaxpareto.definitions.hardware import effective_tflops
+    from jaxpareto.physics.costs import tp_costs
+    from jaxpareto.physics.layout import pipeline_costs
+
+    hw, model = _f64(catalog.gpus()["h100-sxm"].to_params()), _f64(catalog.models()[model_name].to_params())
+    options = __import__("jaxpareto").ModelOptions(expert_routing=routing)
+    costs = tp_costs(hw, model, jnp.float64(tp), jnp.float64(tokens), jnp.float64(32768.0), jnp.float64(32768.0),
+                     jnp.float64(chunk), _f64(Efficiency()), options)
+    layout = _layout(1, 1)._replace(stages=jnp.float64(stages))
+    piped = pipeline_costs(costs, hw, model, jnp.float64(tp), layout, jnp.float64(latency_us), jnp.float64(chunk),
+                           jnp.float64(tokens), routing)
+    hop = float(model.hidden_size) * 2 / (450.0 * 1e9) * 1e3  # one token's activations over NVLink [ms]
+    return costs, piped, hop, effective_tflops
+
+
+@pytest.mark.parametrize("routing", ["seed", "uniform"])
+@pytest.mark.parametrize("model_name", ["llama-3.1-70b", "qwen3-235b-a22b"])
+def test_a_pipelined_token_is_the_tp_groups_step_at_a_micro_batch(model_name, routing):
+    """S stages, S micro-batches of b / S: a token's time is the TP group's step at b / S (the
+    weights read S times at 1/S each) plus S - 1 hops of b / S activations; the experts a
+    micro-batch touches, under either routing."""
+    from jaxpareto.physics.decode import decode_step
+
+    for stages in (2, 4):
+        costs, piped, hop, _ = _pipeline(model_name, 2, stages, routing, latency_us=5.0)
+        for batch in (1.0, 6.0, 64.0, 1000.0):
+            got = decode_step(piped.costs.decode, jnp.float64(batch), routing)
+            want = decode_step(costs.decode, jnp.float64(batch / stages), routing)
+            extra = (stages - 1) * (5.0 / 1000 + batch / stages * hop)
+            assert float(got.tpot_ms) == pytest.approx(float(want.tpot_ms) + extra, rel=1e-12)
+            assert float(got.t_weight_ms) == pytest.approx(float(want.t_weight_ms), rel=1e-12)
+
+
+def test_a_pipelined_prompt_streams_its_chunks_after_the_fill():
+    """A prompt of n chunks alone: (n + S - 1) stage steps of a chunk, each 1/S of the chunk's
+    time on the TP group (the seed's prefill, compute only); S chunks per cycle under load."""
+    chunk, n = 4096.0, 6
+    for stages in (1, 2, 4):
+        costs, piped, hop, _ = _pipeline("llama-3.1-70b", 2, stages, chunk=chunk, tokens=n * chunk)  # one node
+        c_p = float(costs.prefill_ms_per_token)
+        alone = n * chunk * float(piped.costs.prefill_ms_per_token) + float(piped.fill_ms)
+        want = (n + stages - 1) * chunk * c_p / stages + (stages - 1) / stages * n * chunk * hop
+        assert alone == pytest.approx(want, rel=1e-12)
+        assert float(piped.chunk_tokens) == stages * chunk
+
+
+def test_pipeline_memory_and_limits_against_hand_counts():
+    """Llama-3.1-70B (8 KV heads, FP8) on H100: TP 2 x PP 2 holds the weights over 4 GPUs and each
+    session's KV once over them, as TP 4 does; more stages than layers is no layout."""
+    import jaxpareto as jp
+    from jaxpareto.physics.limits import LAYOUT_DOES_NOT_SPLIT
+
+    model = catalog.models()["llama-3.1-70b"]
+    context = 16384
+    want = math.floor((4 * 80.0 - model.weight_memory_gb) / (context * model.kv_bytes_per_token / 1e9))
+    ds = jp.sweep(gpu="h100-sxm", model="llama-3.1-70b", tp=[2, 4], pp=[1, 2, 81], concurrency=8,
+                  context_tokens=context, dtype="float64").squeeze()
+    assert int(ds.concurrency_max.sel(tp=2, pp=2)) == want == int(ds.concurrency_max.sel(tp=4, pp=1))
+    two = math.floor((2 * 80.0 - model.weight_memory_gb) / (context * model.kv_bytes_per_token / 1e9))
+    assert int(ds.concurrency_max.sel(tp=2, pp=1)) == two < want  # the second stage's GPUs hold sessions too
+    assert (ds.infeasible_reason.sel(pp=81) == LAYOUT_DOES_NOT_SPLIT).all()  # 80 layers
+    # per GPU over the stages' GPUs: at one session TP 2 x PP 2 makes TP 2's tokens per GPU-second
+    # of a 4-GPU replica, a little slower per token than TP 4 (half the bandwidth per token)
+    tp4, pp2 = ds.sel(tp=4, pp=1), ds.sel(tp=2, pp=2)
+    assert float(pp2.tpot_ms) > float(tp4.tpot_ms)
+    assert float(pp2.output_tokens_per_s_per_gpu) == pytest.approx(
+        float(pp2.turns_per_s) * Workload().osl / 4, rel=1e-12)

@@ -100,15 +100,16 @@ def test_unsupported_reason_names_each_layout():
     assert unsupported_reason(row | dict(mode="disagg")).startswith("disaggregated prefill/decode without its "
                                                                      "prefill pool")
     assert unsupported_reason(row | dict(mode="disagg", prefill_workers=2, prefill_tp=4, decode_workers=1)) == ""
-    assert unsupported_reason(row | dict(pp=2, moe_tp=4)) == "pipeline parallelism (pp 2); MoE split moe_tp 4 x " \
-                                                               "moe_ep 1 over tp 8 x attention_dp 1 GPUs"
+    assert unsupported_reason(row | dict(pp=2)) == ""  # pipeline parallelism (physics/layout.py)
+    assert unsupported_reason(row | dict(pp=2, moe_tp=4)) == "MoE split moe_tp 4 x moe_ep 1 over tp 8 x " \
+                                                               "attention_dp 1 GPUs"
     # expert parallelism is expressed (physics/layout.py) when the experts fill the replica
     assert unsupported_reason(row | dict(moe_tp=1, moe_ep=8)) == ""
     # ... and attention DP with it, the ranks in lockstep (physics/layout.py)
     assert unsupported_reason(row | dict(tp=1, attention_dp=8, moe_tp=1, moe_ep=8)) == ""
     assert unsupported_reason(row | dict(tp=1, attention_dp=8, moe_tp=1, moe_ep=8, mode="disagg", prefill_workers=1,
                                          prefill_tp=8, decode_workers=1)) == \
-        "attention data parallelism (attention_dp 8) in a disaggregated pool"
+        "attention data parallelism (attention_dp 8) or pipeline parallelism (pp 1) in a disaggregated pool"
     assert unsupported_reason(row | dict(tp=2, attention_dp=4, moe_tp=1, moe_ep=4)).endswith(
         "MoE split moe_tp 1 x moe_ep 4 over tp 2 x attention_dp 4 GPUs")
 

@@ -101,8 +101,10 @@ REQUEST_RATE = Axis("request_rate", "requests/s", "Poisson arrival rate of reque
                     low=0, low_inclusive=False)
 LOAD_AXES = {"closed": "concurrency", "open": "request_rate"}
 # A replica's parallel layout beyond one TP group (`jaxpareto.physics.layout`), after tp: in a
-# grid whenever one of them is given. A replica runs on tp x dp_attention GPUs.
+# grid whenever one of them is given. A replica runs on tp x pp x dp_attention GPUs.
 LAYOUT_AXES: tuple[Axis, ...] = (
+    Axis("pp", "stages", "pipeline-parallel stages per replica, each holding a share of the layers", integer=True,
+         low=1, high=MAX_INTEGER, default=1),
     Axis("ep", "GPUs", "expert-parallel degree: GPU groups the routed experts are spread over whole "
          "(1: every expert split over the replica's GPUs)", integer=True, low=1, high=MAX_INTEGER, default=1),
     Axis("dp_attention", "ranks", "attention data-parallel ranks per replica, each a TP group of tp GPUs "

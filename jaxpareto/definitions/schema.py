@@ -58,7 +58,7 @@ OUTPUTS: dict[str, VariableInfo] = {
                                            "heads, 2 context + OSL beyond the model's maximum, 3 weights exceed "
                                            "GPU memory, 4 no session fits in KV memory, 5 "
                                            "open-loop load beyond capacity, 6 a prefill worker cannot hold a turn, "
-                                           "7 ep does not split the experts or the replica's GPUs)"),
+                                           "7 the layout does not split the model: ep over the experts or the GPUs, pp over the layers)"),
     "converged": VariableInfo("1", "closed-loop fixed point converged to tol"),
     "iterations": VariableInfo("1", "damped fixed-point updates performed"),
 }
@@ -75,7 +75,7 @@ DECODE_BOUND_LABELS = {-1: "infeasible", 0: "memory", 1: "compute"}
 INFEASIBLE_REASON_FLAGS = {"flag_values": [-1, 0, 1, 2, 3, 4, 5, 6, 7],
                            "flag_meanings": "not_computed feasible tp_does_not_split_heads context_beyond_model_maximum "
                                             "weights_exceed_memory no_session_fits_kv_memory load_beyond_capacity "
-                                            "prefill_worker_cannot_hold_a_turn ep_does_not_split_experts"}
+                                            "prefill_worker_cannot_hold_a_turn layout_does_not_split_model"}
 INFEASIBLE_REASON_LABELS = dict(zip(INFEASIBLE_REASON_FLAGS["flag_values"],
                                     INFEASIBLE_REASON_FLAGS["flag_meanings"].split()))
 #: Categorical outputs: their CF flag attributes, labels and the fill of a store's uncomputed cells.

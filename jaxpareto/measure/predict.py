@@ -21,8 +21,9 @@ Load. Rows are evaluated at what they were measured at:
   concurrency_max (or below X(1)) is flagged unreachable and evaluated at that bound.
 - ``static``: ``kv_capacity_tokens`` is concurrency_max at a 1-token context: M_avail / κ r_kv.
 
-Normalisation. A row's system has ``gpus`` GPUs in gpus / (tp x attention_dp) replicas (a
-replica: one TP group, or ``attention_dp`` of them sharing the experts; `jaxpareto.physics.layout`).
+Normalisation. A row's system has ``gpus`` GPUs in gpus / (tp x attention_dp x pp) replicas (a
+replica: one TP group, or ``attention_dp`` of them sharing the experts, over ``pp`` pipeline
+stages; `jaxpareto.physics.layout`).
 Whole-system throughput (``output_tokens_per_s_total``) is predicted as the per-GPU output
 tokens/s of one replica (`evaluate_point`'s ``output_tokens_per_s_per_gpu``) times ``gpus``; a
 server row's load is divided by the number of replicas before matching; concurrencies, latencies
@@ -77,7 +78,7 @@ def _outputs(inputs: RowInputs, efficiency, solver, load, options):
     pools = dict(prefill_tp=inputs.prefill_tp, prefill_workers=inputs.prefill_workers,
                  decode_workers=inputs.decode_workers) if options.disaggregated else {}
     points = GridPoint(gpu=inputs.hw, model=inputs.model, engine=inputs.engine, tp=inputs.tp,
-                       dp_attention=inputs.dp_attention, ep=inputs.ep, **pools, **{axis: load},
+                       dp_attention=inputs.dp_attention, ep=inputs.ep, pp=inputs.pp, **pools, **{axis: load},
                        think_time_s=inputs.think_time_s, context_tokens=inputs.context_tokens, hit_rate=inputs.hit_rate)
     return map_points(one, (points, inputs.workload, efficiency),
                       (dataclasses.replace(solver, name=options.differentiable_solver),))
@@ -89,8 +90,8 @@ def _row_efficiency(inputs: RowInputs, table: Efficiency) -> Efficiency:
 
 
 def _group_throughput(out, inputs: RowInputs):
-    """Output tokens/s of one replica: per-GPU output x G x D."""
-    return out.output_tokens_per_s_per_gpu * inputs.tp * inputs.dp_attention
+    """Output tokens/s of one replica: per-GPU output x G x D x pp."""
+    return out.output_tokens_per_s_per_gpu * inputs.tp * inputs.dp_attention * inputs.pp
 
 
 def _target(inputs: RowInputs, capacity):
@@ -166,7 +167,7 @@ def _predict(inputs: RowInputs, table, solver, *, options, steps):
         "concurrency_eff": out.concurrency_eff,
         "concurrency_max": cmax,
         "reachable": reachable,
-        "max_load_tokens_per_s": x_max * inputs.gpus / (inputs.tp * inputs.dp_attention),
+        "max_load_tokens_per_s": x_max * inputs.gpus / (inputs.tp * inputs.dp_attention * inputs.pp),
         "feasible": out.feasible,
     }
     return prediction, details

@@ -54,7 +54,8 @@ class RowInputs:
         engine_index: per row, the index of its engine in `engine_names` (rows,).
         tp: GPUs per TP group G (the attention TP of each attention-DP rank). dp_attention: D,
             attention-DP ranks of a replica (1 without attention DP), so a replica has G x D GPUs.
-            ep: the expert-parallel degree (``moe_ep``; 1 where blank).
+            ep: the expert-parallel degree (``moe_ep``; 1 where blank). pp: pipeline stages (1
+            where blank); a replica has G x D x pp GPUs.
         prefill_tp, prefill_workers, decode_workers: a disaggregated run's pools (its ``tp`` the
             decode workers'; other rows: ``tp``, 1 and 1, unused).
         gpus: GPUs of the whole system.
@@ -76,6 +77,7 @@ class RowInputs:
     tp: np.ndarray
     dp_attention: np.ndarray
     ep: np.ndarray
+    pp: np.ndarray
     prefill_tp: np.ndarray
     prefill_workers: np.ndarray
     decode_workers: np.ndarray
@@ -139,7 +141,8 @@ def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl")
     tp, gpus = num(rows["tp"]), num(rows["gpus"])
     ranks = np.nan_to_num(num(rows["attention_dp"]), nan=1.0) if "attention_dp" in rows else np.ones(n, dt)
     server = load == "server"
-    target = np.where(server, num(rows["load_tokens_per_s"]) / (gpus / (tp * ranks)), 0.0).astype(dt)
+    stages = np.nan_to_num(num(rows["pp"]), nan=1.0) if "pp" in rows else np.ones(n, dt)
+    target = np.where(server, num(rows["load_tokens_per_s"]) / (gpus / (tp * ranks * stages)), 0.0).astype(dt)
     fraction = num(rows["load_tokens_per_s"]) / num(rows["capacity_tokens_per_s"])
     fraction = np.where(server & np.isfinite(fraction), fraction, 0.0).astype(dt)
     defaults = Workload()
@@ -160,6 +163,7 @@ def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl")
         tp=tp,
         dp_attention=ranks.astype(dt),
         ep=(np.nan_to_num(num(rows["moe_ep"]), nan=1.0) if "moe_ep" in rows else np.ones(n)).astype(dt),
+        pp=stages.astype(dt),
         **{name: np.where(np.isnan(num(rows[name])), default, num(rows[name])).astype(dt) if name in rows
            else np.broadcast_to(default, (n,)).astype(dt)
            for name, default in (("prefill_tp", tp), ("prefill_workers", 1.0), ("decode_workers", 1.0))},

@@ -331,7 +331,7 @@ def unsupported_reason(row) -> str:
     The model serves a replica of ``attention_dp`` TP groups of ``tp`` GPUs each, the experts
     spread over all of them (by ``moe_ep`` and ``moe_tp``; `jaxpareto.physics.layout`), with
     prefill and decode on the same GPUs or in the pools of a disaggregated run. Reasons, joined
-    with "; ": ``pp`` > 1, attention DP in a disaggregated run's pool, a disaggregated run whose prefill pool is not given (the importer leaves it
+    with "; ": attention DP or PP in a disaggregated run's pool, a disaggregated run whose prefill pool is not given (the importer leaves it
     blank where the prefill workers use attention DP or PP), for MoE models an expert split ``moe_tp`` x ``moe_ep`` other than ``tp`` x ``attention_dp``
     GPUs, and a ``tp`` that does not divide the model's attention heads (vLLM, SGLang and
     TensorRT-LLM shard whole heads: such a run used a layout the row does not give).
@@ -351,10 +351,9 @@ def unsupported_reason(row) -> str:
     if (row.get("mode") or "agg") == "disagg" and any(v is None or v == "" or pd.isna(v) for v in pools):
         reasons.append("disaggregated prefill/decode without its prefill pool (prefill_workers, prefill_tp, "
                        "decode_workers)")
-    if pp > 1:
-        reasons.append(f"pipeline parallelism (pp {pp})")
-    if attention_dp > 1 and (row.get("mode") or "agg") == "disagg":  # a pool of TP groups (physics/layout.py)
-        reasons.append(f"attention data parallelism (attention_dp {attention_dp}) in a disaggregated pool")
+    if (attention_dp > 1 or pp > 1) and (row.get("mode") or "agg") == "disagg":  # pools of TP groups
+        reasons.append(f"attention data parallelism (attention_dp {attention_dp}) or pipeline parallelism (pp {pp}) "
+                       "in a disaggregated pool")
     model = {**catalog.models(), **EXTRA_MODELS}.get(row["model"])
     if model is not None and model.experts and moe_tp * moe_ep != tp * attention_dp:
         reasons.append(f"MoE split moe_tp {moe_tp} x moe_ep {moe_ep} over tp {tp} x attention_dp {attention_dp} "

@@ -47,7 +47,13 @@ Between the ranks (``dp_attention`` > 1, MoE models), module functions below:
   bias-adjusted routing and redundant experts (report, sections 2.1.2 and 3.4); measured
   per-layer imbalance of unbalanced MoE serving is 1.2-2x (EPLB's motivation).
 
-Not modelled yet: pipeline parallelism, and attention DP under disaggregated serving.
+Pipeline parallelism (``pp`` = S stages, `pipeline_costs`): each stage's GPUs hold 1/S of the
+layers, their weights and their KV (`jaxpareto.physics.memory.memory_budget`'s ``stages``); S
+micro-batches stream through the stages, so a token takes a whole cycle (the TP group's step at
+b / S, plus the hops between stages) and a cycle carries S prefill chunks.
+
+Not modelled yet: attention DP or PP under disaggregated serving; pipeline bubbles when fewer
+sessions than stages are decoding (the micro-batch of b / S < 1 is taken as a fraction).
 """
 
 from __future__ import annotations
@@ -111,30 +117,34 @@ class ReplicaLayout(NamedTuple):
     Attributes:
         ranks: D, attention data-parallel ranks (``dp_attention``), each a TP group.
         expert_ranks: ``ep``, GPU groups the routed experts are spread over whole; 1: every
-            expert split over all N = G x D GPUs.
+            expert split over all N = G x D GPUs of a stage.
+        stages: ``pp``, pipeline stages, each on its own N GPUs with a share of the layers.
     """
 
     ranks: jax.Array
     expert_ranks: jax.Array
+    stages: jax.Array = 1.0
 
 
 def point_layout(point) -> ReplicaLayout | None:
-    """The layout of a `GridPoint` that carries ``dp_attention`` (and optionally ``ep``, default
-    1); None for a point without the layout axes (static)."""
+    """The layout of a `GridPoint` that carries ``dp_attention`` (and optionally ``ep`` and
+    ``pp``, default 1); None for a point without the layout axes (static)."""
     if "dp_attention" not in point:
         return None
     ranks = point["dp_attention"]
-    return ReplicaLayout(ranks, point["ep"] if "ep" in point else 1.0 + 0.0 * ranks)
+    one = 1.0 + 0.0 * ranks
+    return ReplicaLayout(ranks, point["ep"] if "ep" in point else one, point["pp"] if "pp" in point else one)
 
 
 def layout_splits(model: ModelParams, tp: jax.Array, layout: ReplicaLayout) -> jax.Array:
-    """Whether the experts split as the layout says: ``ep`` divides the replica's N = G x D GPUs
-    and the E experts (a dense model takes ``ep`` = 1 only)."""
+    """Whether the model splits as the layout says: ``ep`` divides a stage's N = G x D GPUs and
+    the E experts (a dense model takes ``ep`` = 1 only), and there are no more stages than
+    layers."""
     gpus = replica_gpus(tp, layout.ranks)
     ep = layout.expert_ranks
     fits = (ep <= gpus) & (jnp.mod(gpus, ep) == 0)
     experts_split = jnp.where(model.experts > 0, jnp.mod(model.experts, ep) == 0, ep == 1)
-    return fits & experts_split
+    return fits & experts_split & (layout.stages <= model.layers)
 
 
 def destination_share(model: ModelParams, expert_ranks: jax.Array, routing: str = "seed") -> jax.Array:
@@ -207,3 +217,69 @@ def layout_costs(costs: TpCosts, exchange: ExchangeCosts, eta_prefill: jax.Array
     )
     prefill = costs.prefill_ms_per_token + exchange.per_token_ms + exchange.imbalance_compute_ms / eta_prefill
     return TpCosts(prefill, decode, costs.ttft_fixed_ms + exchange.fixed_ms)
+
+
+class PipelineCosts(NamedTuple):
+    """A rank's costs over ``pp`` stages (`pipeline_costs`).
+
+    Attributes:
+        costs: `TpCosts` of one engine cycle (every micro-batch through every stage).
+        chunk_tokens: prefill tokens a cycle carries at most, one chunk per micro-batch [tokens].
+        fill_ms: the pipeline's fill for one prompt: its first chunk's pass through the other
+            stages before the chunks stream [ms].
+    """
+
+    costs: TpCosts
+    chunk_tokens: jax.Array
+    fill_ms: jax.Array
+
+
+def pipeline_costs(costs: TpCosts, hw: HardwareParams, model: ModelParams, tp: jax.Array, layout: ReplicaLayout,
+                   latency_us: jax.Array, chunk_tokens: jax.Array, prefill_tokens: jax.Array,
+                   routing: str = "seed") -> PipelineCosts:
+    """Pipeline parallelism over S = ``pp`` stages (module docstring, "Pipeline parallelism").
+
+    The engine keeps S micro-batches in flight, one per stage (vLLM's virtual engines, SGLang's
+    and TensorRT-LLM's PP micro-batches): a cycle runs every micro-batch of b / S sessions through
+    every stage, each stage's GPUs reading 1/S of the weights and holding 1/S of the layers' KV.
+    A token's TPOT is one cycle: S stage steps of a micro-batch, which is the TP group's step at
+    batch b / S (weights read S times at 1/S each: PP does not shorten a token, it multiplies
+    the batch a TPOT admits), plus S - 1 hops of the micro-batch's activations between stages
+    (latency + b / S x hidden x 2 B / link, the link among the replica's GPUs). Prefill: a
+    prompt's chunks stream through the stages, one per micro-batch (SGLang's chunked pipeline
+    parallelism for long prompts), so a cycle carries up to S chunks at 1/S of a token's compute
+    per stage, and a prompt alone takes (chunks + S - 1) stage steps: its own chunks at the
+    pipeline's rate plus the fill, (S - 1) / S of a chunk's time on the TP group.
+
+    Args:
+        costs: the rank's `TpCosts` on its TP group (with `layout_costs`' terms).
+        hw: one GPU. model: the rank's model (`rank_model`). tp: G. layout: ``stages`` S.
+        latency_us: one hop's fixed latency [µs] (`Efficiency.allreduce_latency_us`).
+        chunk_tokens: P, the engine's chunk per step. prefill_tokens: the turn's mean prefill.
+        routing: "seed" or "uniform" (static): the experts a micro-batch of b / S touches, as
+            K' per token of b: K / S (seed), E (1 - (1 - K / E)^(1 / S)) (uniform).
+
+    Returns:
+        `PipelineCosts`; S = 1 leaves every cost as it was.
+    """
+    stages = layout.stages
+    decode = costs.decode
+    known = jnp.isfinite(hw.interconnect_gbs) & jnp.isfinite(model.hidden_size) & (stages > 1)
+    link = jnp.where(known, link_gbs(hw, replica_gpus(tp, layout.ranks) * stages), 1.0)  # double where
+    hop_ms = jnp.where(known, model.hidden_size * ACTIVATION_BYTES / (link * BYTES_PER_GB) * MS_PER_S, 0.0)
+    hops = stages - 1.0
+    k = decode.experts_per_token
+    if routing == "seed":
+        per_token = k / stages
+    else:
+        safe_e = jnp.where(decode.experts > 0, decode.experts, 1.0)  # double where: no 0/0
+        per_token = jnp.where((decode.experts > 0) & (stages > 1),
+                              safe_e * -jnp.expm1(jnp.log1p(-jnp.minimum(k / safe_e, 1.0 - 1e-7)) / stages), k)
+    decode = decode._replace(
+        kv_ms=decode.kv_ms / stages, compute_ms=decode.compute_ms / stages,
+        allreduce_ms=decode.allreduce_ms / stages + hops / stages * hop_ms,
+        fixed_ms=decode.fixed_ms + hops * latency_us / 1000.0, experts_per_token=per_token)
+    single = jnp.minimum(prefill_tokens, chunk_tokens) * costs.prefill_ms_per_token
+    prefill = costs.prefill_ms_per_token / stages + hops / stages * hop_ms
+    fixed = costs.ttft_fixed_ms + hops * latency_us / 1000.0
+    return PipelineCosts(TpCosts(prefill, decode, fixed), chunk_tokens * stages, hops / stages * single)

@@ -26,14 +26,15 @@ LOAD_BEYOND_CAPACITY = 5
 # ... and a disaggregated replica's prefill worker that cannot hold the weights and one turn's KV
 # (`jaxpareto.physics.disaggregated_point`; codes 3 and 4 are then its decode workers')
 PREFILL_WORKER_TOO_SMALL = 6
-# ... and a parallel layout whose expert-parallel degree does not split the replica's GPUs or the
-# experts (`jaxpareto.physics.layout.layout_splits`), checked with the heads
-EXPERTS_DO_NOT_SPLIT = 7
+# ... and a parallel layout that does not split the model: an expert-parallel degree that divides
+# neither the replica's GPUs nor the experts, or more pipeline stages than layers
+# (`jaxpareto.physics.layout.layout_splits`), checked after the heads
+LAYOUT_DOES_NOT_SPLIT = 7
 REASONS = {FEASIBLE: "feasible", HEADS_DO_NOT_SPLIT: "tp_does_not_split_heads",
            CONTEXT_TOO_LONG: "context_beyond_model_maximum", WEIGHTS_EXCEED_MEMORY: "weights_exceed_memory",
            NO_SESSION_FITS: "no_session_fits_kv_memory", LOAD_BEYOND_CAPACITY: "load_beyond_capacity",
            PREFILL_WORKER_TOO_SMALL: "prefill_worker_cannot_hold_a_turn",
-           EXPERTS_DO_NOT_SPLIT: "ep_does_not_split_experts"}
+           LAYOUT_DOES_NOT_SPLIT: "layout_does_not_split_model"}
 
 
 def _divides(divisor: jax.Array, value: jax.Array) -> jax.Array:

@@ -77,6 +77,7 @@ def memory_budget(
     concurrency: jax.Array,
     kv_context_tokens: jax.Array,
     engine: EngineParams | None = None,
+    stages: jax.Array | None = None,
 ) -> MemoryBudget:
     """Seed eq. 5 for one point.
 
@@ -88,16 +89,20 @@ def memory_budget(
         concurrency: C, sessions offered (scalar).
         kv_context_tokens: L̄, context held in KV per session [tokens] (scalar).
         engine: the serving engine's memory settings; None: the seed's (all of HBM).
+        stages: pipeline stages (`jaxpareto.physics.layout`): the weights and the KV spread
+            over G x stages GPUs, each stage holding its layers' share; the KV heads' copies
+            are the TP group's. None: one stage.
 
     Returns:
         `MemoryBudget` of scalars.
     """
     weights_gb = model.weights_gb
-    available_gb = tp * hw.memory_gb - weights_gb
+    gpus = tp if stages is None else tp * stages
+    available_gb = gpus * hw.memory_gb - weights_gb
     if engine is not None:  # u x G M' - W - G r, or u x (G M' - W - G r) for TensorRT-LLM
         # real engines take their share of the total the driver reports, M' (not the datasheet's)
-        reported_gb = tp * hw.memory_gb * jnp.where(engine.reported_total > 0, hw.memory_reported_ratio, 1.0)
-        u, reserve = engine.gpu_memory_utilization, tp * engine.activation_reserve_gb
+        reported_gb = gpus * hw.memory_gb * jnp.where(engine.reported_total > 0, hw.memory_reported_ratio, 1.0)
+        u, reserve = engine.gpu_memory_utilization, gpus * engine.activation_reserve_gb
         available_gb = jnp.where(engine.after_weights > 0, u * (reported_gb - weights_gb - reserve),
                                  u * reported_gb - weights_gb - reserve)
     kv_per_session_gb = session_gb(model, kv_context_tokens, tp)

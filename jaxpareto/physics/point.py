@@ -27,8 +27,9 @@ from jaxpareto.physics.decode import DecodeCoefficients, DecodeStep, decode_step
 from jaxpareto.physics.disaggregated_point import evaluate_disaggregated
 from jaxpareto.physics.engine import shared_turn, synchronised_turn
 from jaxpareto.physics.intensity import operational_intensity
-from jaxpareto.physics.layout import expert_exchange, layout_costs, layout_splits, point_layout, rank_model
-from jaxpareto.physics.limits import EXPERTS_DO_NOT_SPLIT, LOAD_BEYOND_CAPACITY, context_fits, heads_split, \
+from jaxpareto.physics.layout import expert_exchange, layout_costs, layout_splits, pipeline_costs, point_layout, \
+    rank_model
+from jaxpareto.physics.limits import LAYOUT_DOES_NOT_SPLIT, LOAD_BEYOND_CAPACITY, context_fits, heads_split, \
     infeasible_reason
 from jaxpareto.physics.memory import _INT32_MAX, memory_budget, session_gb
 from jaxpareto.physics.outputs import DECODE_COMPUTE, DECODE_MEMORY, DECODE_NONE, PointOutputs
@@ -293,7 +294,7 @@ def evaluate_point(
     # the measured profile: decode attends, and KV holds, the turn's mean context L + OSL / 2
     decode_context = context_tokens + workload.osl / 2.0 if measured else context_tokens
     kv_context = jnp.where(workload.kv_context_tokens > 0, workload.kv_context_tokens, decode_context)
-    memory = memory_budget(hw, model, tp, concurrency, kv_context, engine)
+    memory = memory_budget(hw, model, tp, concurrency, kv_context, engine, None if layout is None else layout.stages)
     heads_ok, context_ok = heads_split(model, tp), context_fits(model, context_tokens + workload.osl)
     if not options.memory_caps_concurrency or open_loop:  # all admitted; memory bounds how many run
         session_fits = memory.concurrency_max >= 1
@@ -303,7 +304,7 @@ def evaluate_point(
         admitted = memory.concurrency_eff
     reason = infeasible_reason(heads_ok, context_ok, memory.available_gb > 0, session_fits)
     if layout is not None:  # after the heads, before the context and memory
-        reason = jnp.where(heads_ok & ~layout_splits(whole_model, tp, layout), EXPERTS_DO_NOT_SPLIT,
+        reason = jnp.where(heads_ok & ~layout_splits(whole_model, tp, layout), LAYOUT_DOES_NOT_SPLIT,
                            reason).astype(jnp.int8)
     ok = reason == 0
     concurrency_eff = jnp.where(ok, admitted, 1.0)  # safe stand-in when infeasible
@@ -315,24 +316,28 @@ def evaluate_point(
     hit_rate, hit_tokens, tokens, chunk_tokens = turn_tokens(workload, engine, options, think_time_s, context_tokens,
                                                              hit_rate)
     costs = tp_costs(hw, model, tp, tokens, context_tokens, decode_context, chunk_tokens, efficiency, options)
-    if layout is not None:  # the ranks' token exchange and the busiest expert GPU
+    fill_ms = 0.0  # a prompt's fill of a pipeline delays its first token, in every prefill model
+    if layout is not None:  # the ranks' token exchange, the busiest expert GPU, the pipeline's stages
         exchange = expert_exchange(hw, whole_model, tp, layout, workload.expert_imbalance,
                                    efficiency.allreduce_latency_us, effective_tflops(hw, model.compute_bits),
                                    options.expert_routing)
         costs = layout_costs(costs, exchange, efficiency.eta_prefill)
+        pipeline = pipeline_costs(costs, hw, model, tp, layout, efficiency.allreduce_latency_us, chunk_tokens, tokens,
+                                  options.expert_routing)
+        costs, chunk_tokens, fill_ms = pipeline.costs, pipeline.chunk_tokens, pipeline.fill_ms
     prefill_ms_per_token, coefficients, ttft_fixed_ms = costs.prefill_ms_per_token, costs.decode, costs.ttft_fixed_ms
     think_ms = think_time_s * MS_PER_S
     paused = paused_sessions(rate_per_ms, think_ms, workload.turns_per_session)
     # host tier: per GPU, each rank loads its share of the context's KV over its own link
-    load_gb = session_gb(model, context_tokens, tp) / tp
+    load_gb = session_gb(model, context_tokens, tp) / (tp if layout is None else tp * layout.stages)
     link = workload.tier_bandwidth_gbs
     tier_load_ms = jnp.where(link > 0, load_gb / jnp.where(link > 0, link, 1.0) * MS_PER_S, jnp.inf)
 
     zero = 0.0 * tokens
-    isolated_ttft = prefill_alone_ms(costs, tokens, chunk_tokens, efficiency, options)
+    isolated_ttft = prefill_alone_ms(costs, tokens, chunk_tokens, efficiency, options) + fill_ms
     turn = TurnLatency(
         ttft_ms=isolated_ttft,
-        ttft_fixed_ms=ttft_fixed_ms + zero, ttft_overhead_ms=efficiency.ttft_overhead_ms + zero,
+        ttft_fixed_ms=ttft_fixed_ms + fill_ms + zero, ttft_overhead_ms=efficiency.ttft_overhead_ms + fill_ms + zero,
         osl=workload.osl, decode=coefficients, prefill_ms_per_token=prefill_ms_per_token,
         context_tokens=context_tokens + zero, hit_tokens=hit_tokens + zero, hit_rate=hit_rate + zero,
         prefill_tokens=tokens, concurrency=concurrency_eff + zero, slots=slots + zero, think_time_s=think_time_s + zero,
@@ -431,10 +436,11 @@ def evaluate_point(
     )
     if ranks is None:
         return outputs
-    # the replica has D times its rank's batch, throughput and sessions; per GPU, per session and
-    # per request it is the rank
+    # the replica has D times its rank's batch, throughput and sessions; per session and per
+    # request it is the rank, per GPU the rank over its S stages
     concurrency_eff = jnp.where(ok, sessions * ranks if open_loop else admitted * ranks, memory.concurrency_eff * ranks)
     return outputs._replace(
+        output_tokens_per_s_per_gpu=outputs.output_tokens_per_s_per_gpu / layout.stages,
         batch_eff=outputs.batch_eff * ranks, turns_per_s=outputs.turns_per_s * ranks,
         request_throughput=outputs.request_throughput * ranks, request_goodput=outputs.request_goodput * ranks,
         concurrency_max=jnp.minimum(memory.concurrency_max * ranks, _INT32_MAX).astype(jnp.int32),

@@ -48,7 +48,8 @@ def search_layouts(plan: SweepPlan, layouts: Sequence, constraints: tuple[Constr
     dtype = plan.dtype
     n = len(columns["concurrency"])
     values = {a: stack_params([plan.definitions[a][0].to_params()] * n, dtype) for a in ("gpu", "model", "engine")}
-    values.update({a: np.full(n, plan.axes[a][0], dtype) for a in ("think_time_s", "context_tokens", "hit_rate")})
+    values.update({a.name: np.full(n, plan.axes[a.name][0], dtype) for a in plan.table  # the scenario's, and
+                   if not a.categorical and a.name not in columns})                     # a layout axis' first
     values.update({a: np.asarray(v, dtype) for a, v in columns.items()})
     order = [a.name for a in plan.table]
     scalars = shared_scalars(plan.workload, plan.efficiency, plan.solver, dtype)
