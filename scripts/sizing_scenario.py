@@ -26,7 +26,7 @@ def answer(result) -> dict:
     if not result.feasible:
         return {"layout": f"none ({result.reason})", "serving": "", "concurrency": "", "tokens/s/GPU": "", "TTFT ms": "",
                 "TPOT ms": ""}
-    layout = f"TP {result.tp} x {result.replicas}" if result.serving == "aggregated" else \
+    layout = f"{result.layouts.iloc[0]['layout']} x {result.replicas}" if result.serving == "aggregated" else \
         (f"{result.prefill_workers}x TP {result.prefill_tp} prefill + {result.decode_workers}x TP {result.tp} decode"
          + (f", x {result.replicas}" if result.replicas > 1 else ""))
     return {"layout": layout, "serving": result.serving, "concurrency": result.concurrency * result.replicas,

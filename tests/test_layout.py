@@ -269,20 +269,22 @@ def test_budget_search_ranks_attention_dp_layouts_at_their_exhaustive_best():
     import jaxpareto as jp
     from jaxpareto.search.parallel import ParallelLayout, data_parallel_layouts
 
-    assert data_parallel_layouts(8, (4, 8)) == [ParallelLayout(4, 8, 2), ParallelLayout(4, 1, 2)]
+    assert data_parallel_layouts(8, (4, 8)) == [ParallelLayout(4, 1, 8, 2), ParallelLayout(4, 1, 1, 2)]
     scenario = dict(gpu="h200-sxm", model="deepseek-v3", think_time_s=2.0, context_tokens=32768, hit_rate=0.9,
                     osl=1000, profile="measured", prefill_model="shared", engine="sglang", expert_routing="uniform")
     best = jp.optimize(**scenario, concurrency=(1, 96), gpu_budget=8, tp=(2, 4, 8), serving="aggregated",
                        constraints={"tpot_ms": ("<=", 80)}, expert_imbalance=1.2)
     table = best.layouts
-    ranked = table[table["dp_attention"].notna()]
+    ranked = table[table["dp_attention"].gt(1)]
     assert sorted(ranked["layout"]) == ["DP 2 x TP 2, EP 1", "DP 2 x TP 2, EP 4", "DP 2 x TP 4, EP 1",
                                         "DP 2 x TP 4, EP 8", "DP 4 x TP 2, EP 1", "DP 4 x TP 2, EP 8"]
-    assert (8 % (table["tp"] * table["dp_attention"].fillna(1)) == 0).all() and (table["gpus_used"] <= 8).all()
+    gpus = table["tp"] * table["dp_attention"].fillna(1) * table["pp"].fillna(1)
+    assert (8 % gpus == 0).all() and (table["gpus_used"] <= 8).all()
+    assert sorted(table.loc[table["pp"].gt(1), "layout"]) == ["TP 2 x PP 2", "TP 2 x PP 4", "TP 4 x PP 2"]
     assert ranked["feasible"].sum() >= 3
     for _, row in ranked.iterrows():
         ds = jp.sweep(**scenario, tp=int(row.tp), dp_attention=int(row.dp_attention), ep=int(row.ep),
-                      concurrency=list(range(1, 97)), expert_imbalance=1.2).squeeze()
+                      pp=int(row.pp), concurrency=list(range(1, 97)), expert_imbalance=1.2).squeeze()
         ok = (ds.feasible & ds.converged & (ds.concurrency <= ds.concurrency_max) & (ds.tpot_ms <= 80)).values
         assert ok.any() == row.feasible, row
         if row.feasible:
@@ -291,7 +293,8 @@ def test_budget_search_ranks_attention_dp_layouts_at_their_exhaustive_best():
     top = table.iloc[0]
     assert best.value == pytest.approx(table.loc[table["feasible"], "output_tokens_per_s_per_gpu"].max())
     if pd_notna(top["dp_attention"]):
-        assert (best.dp_attention, best.ep, best.gpus_used) == (int(top["dp_attention"]), int(top["ep"]), 8)
+        assert (best.pp, best.dp_attention, best.ep, best.gpus_used) == \
+            (int(top["pp"]), int(top["dp_attention"]), int(top["ep"]), 8)
     with pytest.raises(jp.JaxparetoError, match="expert_imbalance.*MoE model"):
         jp.optimize(gpu="h100-sxm", model="llama-3.1-70b", gpu_budget=8, serving="aggregated", expert_imbalance=1.2)
     with pytest.raises(jp.JaxparetoError, match="dp_prefill.*GPU budget"):
@@ -306,7 +309,7 @@ def pd_notna(value) -> bool:
 
 # --- pipeline parallelism (pp) -------------------------------------------------------------------
 
-def _pipeline(model_name, tp, stages, routing="seed", chunk=8192.0, tokens=20000.0, latency_us=0.0):
+def _pipeline(model_name, tp, stages, routing="seed", chunk=8192.0, tokens=20000.0, latency_us=0.0, overhead_ms=0.0):
     from jaxpareto.definitions.hardware import effective_tflops
     from jaxpareto.physics.costs import tp_costs
     from jaxpareto.physics.layout import pipeline_costs
@@ -316,8 +319,8 @@ def _pipeline(model_name, tp, stages, routing="seed", chunk=8192.0, tokens=20000
     costs = tp_costs(hw, model, jnp.float64(tp), jnp.float64(tokens), jnp.float64(32768.0), jnp.float64(32768.0),
                      jnp.float64(chunk), _f64(Efficiency()), options)
     layout = _layout(1, 1)._replace(stages=jnp.float64(stages))
-    piped = pipeline_costs(costs, hw, model, jnp.float64(tp), layout, jnp.float64(latency_us), jnp.float64(chunk),
-                           jnp.float64(tokens), routing)
+    piped = pipeline_costs(costs, hw, model, jnp.float64(tp), layout, jnp.float64(latency_us),
+                           jnp.float64(overhead_ms), jnp.float64(chunk), jnp.float64(tokens), routing)
     hop = float(model.hidden_size) * 2 / (450.0 * 1e9) * 1e3  # one token's activations over NVLink [ms]
     return costs, piped, hop, effective_tflops
 
@@ -326,16 +329,16 @@ def _pipeline(model_name, tp, stages, routing="seed", chunk=8192.0, tokens=20000
 @pytest.mark.parametrize("model_name", ["llama-3.1-70b", "qwen3-235b-a22b"])
 def test_a_pipelined_token_is_the_tp_groups_step_at_a_micro_batch(model_name, routing):
     """S stages, S micro-batches of b / S: a token's time is the TP group's step at b / S (the
-    weights read S times at 1/S each) plus S - 1 hops of b / S activations; the experts a
-    micro-batch touches, under either routing."""
+    weights read S times at 1/S each) plus S - 1 hops of b / S activations and S - 1 more steps'
+    fixed overhead; the experts a micro-batch touches, under either routing."""
     from jaxpareto.physics.decode import decode_step
 
     for stages in (2, 4):
-        costs, piped, hop, _ = _pipeline(model_name, 2, stages, routing, latency_us=5.0)
+        costs, piped, hop, _ = _pipeline(model_name, 2, stages, routing, latency_us=5.0, overhead_ms=2.0)
         for batch in (1.0, 6.0, 64.0, 1000.0):
             got = decode_step(piped.costs.decode, jnp.float64(batch), routing)
             want = decode_step(costs.decode, jnp.float64(batch / stages), routing)
-            extra = (stages - 1) * (5.0 / 1000 + batch / stages * hop)
+            extra = (stages - 1) * (5.0 / 1000 + 2.0 + batch / stages * hop)  # hops, one step's overhead each
             assert float(got.tpot_ms) == pytest.approx(float(want.tpot_ms) + extra, rel=1e-12)
             assert float(got.t_weight_ms) == pytest.approx(float(want.t_weight_ms), rel=1e-12)
 

@@ -349,7 +349,7 @@ def test_gpu_budget_fills_whole_replicas_and_ranks_the_layouts(tmp_path, capsys)
     assert best.layouts["feasible"].tolist() == sorted(best.layouts["feasible"], reverse=True)  # infeasible ones last
     ranked = best.layouts.loc[best.layouts["feasible"], "output_tokens_per_s_per_gpu"]
     assert ranked.is_monotonic_decreasing
-    layouts = best.layouts[best.layouts["serving"] == "aggregated"]
+    layouts = best.layouts[(best.layouts["serving"] == "aggregated") & best.layouts["pp"].isna()]  # one TP group
     assert set(layouts["tp"]) == {1, 2, 4, 8}
     assert (layouts["replicas"] * layouts["tp"] == layouts["gpus_used"]).all()
     assert not layouts.set_index("tp").loc[1, "feasible"]  # 70B bf16 does not fit one H100
@@ -378,7 +378,7 @@ def test_gpu_budget_ranks_replica_counts_over_the_budget():
     scenario = dict(SCENARIO, model="llama-3.1-8b")
     best = jp.optimize(**scenario, objective="turns_per_s", constraints=SLO, concurrency=(1, 64), gpu_budget=8,
                        serving="aggregated")
-    for _, row in best.layouts[best.layouts["feasible"]].iterrows():
+    for _, row in best.layouts[best.layouts["feasible"] & best.layouts["pp"].isna()].iterrows():  # TP groups
         one = jp.optimize(**scenario, objective="turns_per_s", constraints=SLO, concurrency=(1, 64), tp=(int(row.tp),))
         assert row["turns_per_s"] == pytest.approx(one.value * row["replicas"], rel=1e-5)
     assert best.value == pytest.approx(best.layouts["turns_per_s"].max(), rel=1e-12)

@@ -128,8 +128,9 @@ def _budget(args: argparse.Namespace, kwargs: dict) -> int:
     shown = [c for c in dict.fromkeys(shown) if c in table]
     print()
     print(_wrapped(f"best layouts of {args.gpu_budget} GPUs per serving mode ({args.sense} {args.objective}). A layout "
-                   "is one replica, TP G, D attention-DP ranks of TP G with the experts over E GPUs (DP D x TP G, "
-                   "EP E; EP 1: each expert split over them), or P prefill workers and D decode workers "
+                   "is one replica, TP G, S pipeline stages of TP G (TP G x PP S), D attention-DP ranks of TP G "
+                   "with the experts over E GPUs (DP D x TP G, EP E; EP 1: each expert split over them), or P "
+                   "prefill workers and D decode workers "
                    "(PxTPg P + DxTPg D), repeated "
                    "`replicas` times; C/replica is sessions per replica, sessions (and requests/s, batch, "
                    "concurrency_max in --csv) are over the budget:"))
@@ -157,7 +158,10 @@ def _budget(args: argparse.Namespace, kwargs: dict) -> int:
             (f"{_plural(result.prefill_workers, 'prefill worker')} of TP {result.prefill_tp} + "
              f"{_plural(result.decode_workers, 'decode worker')} of TP {result.tp}")
         if result.dp_attention is not None:
-            where = f"{result.dp_attention} attention-DP ranks of TP {result.tp}, EP {result.ep}"
+            where = f"{result.dp_attention} attention-DP ranks of TP {result.tp}, EP {result.ep}" \
+                if result.dp_attention > 1 else f"TP {result.tp}"
+            if result.pp > 1:
+                where += f", {result.pp} pipeline stages"
         print(_wrapped(f"best: {result.serving}, {where}, x {_plural(result.replicas, 'replica')} ({result.gpus_used} "
                        f"GPUs), concurrency {result.concurrency} per replica: {result.objective} {result.value:,.4g}"))
     else:

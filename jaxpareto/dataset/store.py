@@ -199,7 +199,9 @@ def _run_local(path: Path, problem: GridProblem, todo: list[int], origins, bar, 
             pending.append((index, block, futures))
             if len(pending) > 1:  # at most two blocks in flight: memory stays bounded
                 settle(pending.pop(0))
-            if interrupted:
+            if interrupted:  # the blocks computed so far are kept
+                for entry in pending:
+                    settle(entry)
                 raise KeyboardInterrupt
         for entry in pending:
             settle(entry)
@@ -207,18 +209,23 @@ def _run_local(path: Path, problem: GridProblem, todo: list[int], origins, bar, 
 
 @contextlib.contextmanager
 def _ctrl_c_never_lost():
-    """Ctrl-C during a stored sweep always stops it. Python's handler raises KeyboardInterrupt
-    wherever the main thread is, and one raised inside a garbage-collector callback (JAX
-    registers one) is printed and dropped, so the sweep would run on. From the store's creation
-    to the last block, the handler also leaves a mark, which the block loop checks after every
-    block and the sweep once more at its end, and the dropped KeyboardInterrupt is not printed
+    """Ctrl-C during a stored sweep stops it cleanly. From the store's creation to the last
+    block, the first Ctrl-C leaves a mark (and says so on stderr) that the block loop checks
+    after every block and the sweep once more at its end, so the sweep stops between blocks with
+    every write finished; a second Ctrl-C raises KeyboardInterrupt at once. Raising on the first
+    would land wherever the main thread is: inside a garbage-collector callback (JAX registers
+    one) Python prints and drops it, and inside a zarr call it abandons writes that the
+    interpreter's exit then reports. A KeyboardInterrupt dropped that way is not printed
     (``sys.unraisablehook``: the mark stands for it). A handler the program set itself, or an
     ignored SIGINT, is left alone."""
     seen: list[bool] = []
 
     def handler(signum, frame):
+        if seen:  # the second Ctrl-C: stop now
+            raise KeyboardInterrupt
         seen.append(True)
-        raise KeyboardInterrupt
+        print("jaxpareto: stopping after the block in progress (Ctrl-C again to stop at once)", file=sys.stderr,
+              flush=True)
 
     previous = sys.unraisablehook
 

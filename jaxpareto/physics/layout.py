@@ -235,8 +235,8 @@ class PipelineCosts(NamedTuple):
 
 
 def pipeline_costs(costs: TpCosts, hw: HardwareParams, model: ModelParams, tp: jax.Array, layout: ReplicaLayout,
-                   latency_us: jax.Array, chunk_tokens: jax.Array, prefill_tokens: jax.Array,
-                   routing: str = "seed") -> PipelineCosts:
+                   latency_us: jax.Array, step_overhead_ms: jax.Array, chunk_tokens: jax.Array,
+                   prefill_tokens: jax.Array, routing: str = "seed") -> PipelineCosts:
     """Pipeline parallelism over S = ``pp`` stages (module docstring, "Pipeline parallelism").
 
     The engine keeps S micro-batches in flight, one per stage (vLLM's virtual engines, SGLang's
@@ -245,7 +245,9 @@ def pipeline_costs(costs: TpCosts, hw: HardwareParams, model: ModelParams, tp: j
     A token's TPOT is one cycle: S stage steps of a micro-batch, which is the TP group's step at
     batch b / S (weights read S times at 1/S each: PP does not shorten a token, it multiplies
     the batch a TPOT admits), plus S - 1 hops of the micro-batch's activations between stages
-    (latency + b / S x hidden x 2 B / link, the link among the replica's GPUs). Prefill: a
+    (latency + b / S x hidden x 2 B / link, the link among the replica's GPUs), plus the engine's
+    fixed time per step once per micro-batch (the scheduler prepares and samples each one; the
+    per-layer terms are per layer either way). Prefill: a
     prompt's chunks stream through the stages, one per micro-batch (SGLang's chunked pipeline
     parallelism for long prompts), so a cycle carries up to S chunks at 1/S of a token's compute
     per stage, and a prompt alone takes (chunks + S - 1) stage steps: its own chunks at the
@@ -255,6 +257,7 @@ def pipeline_costs(costs: TpCosts, hw: HardwareParams, model: ModelParams, tp: j
         costs: the rank's `TpCosts` on its TP group (with `layout_costs`' terms).
         hw: one GPU. model: the rank's model (`rank_model`). tp: G. layout: ``stages`` S.
         latency_us: one hop's fixed latency [µs] (`Efficiency.allreduce_latency_us`).
+        step_overhead_ms: the engine's fixed time per step (`Efficiency.decode_overhead_ms`) [ms].
         chunk_tokens: P, the engine's chunk per step. prefill_tokens: the turn's mean prefill.
         routing: "seed" or "uniform" (static): the experts a micro-batch of b / S touches, as
             K' per token of b: K / S (seed), E (1 - (1 - K / E)^(1 / S)) (uniform).
@@ -278,7 +281,7 @@ def pipeline_costs(costs: TpCosts, hw: HardwareParams, model: ModelParams, tp: j
     decode = decode._replace(
         kv_ms=decode.kv_ms / stages, compute_ms=decode.compute_ms / stages,
         allreduce_ms=decode.allreduce_ms / stages + hops / stages * hop_ms,
-        fixed_ms=decode.fixed_ms + hops * latency_us / 1000.0, experts_per_token=per_token)
+        fixed_ms=decode.fixed_ms + hops * (latency_us / 1000.0 + step_overhead_ms), experts_per_token=per_token)
     single = jnp.minimum(prefill_tokens, chunk_tokens) * costs.prefill_ms_per_token
     prefill = costs.prefill_ms_per_token / stages + hops / stages * hop_ms
     fixed = costs.ttft_fixed_ms + hops * latency_us / 1000.0

@@ -322,8 +322,8 @@ def evaluate_point(
                                    efficiency.allreduce_latency_us, effective_tflops(hw, model.compute_bits),
                                    options.expert_routing)
         costs = layout_costs(costs, exchange, efficiency.eta_prefill)
-        pipeline = pipeline_costs(costs, hw, model, tp, layout, efficiency.allreduce_latency_us, chunk_tokens, tokens,
-                                  options.expert_routing)
+        pipeline = pipeline_costs(costs, hw, model, tp, layout, efficiency.allreduce_latency_us,
+                                  efficiency.decode_overhead_ms, chunk_tokens, tokens, options.expert_routing)
         costs, chunk_tokens, fill_ms = pipeline.costs, pipeline.chunk_tokens, pipeline.fill_ms
     prefill_ms_per_token, coefficients, ttft_fixed_ms = costs.prefill_ms_per_token, costs.decode, costs.ttft_fixed_ms
     think_ms = think_time_s * MS_PER_S

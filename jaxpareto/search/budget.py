@@ -28,21 +28,24 @@ PER_REPLICA = ("turns_per_s", "request_throughput", "request_goodput", "batch_ef
                "concurrency_max")
 # A layout row's columns beyond ``tp``: a disaggregated replica's pools, an attention-DP one's ranks
 POOL_COLUMNS = ("prefill_tp", "prefill_workers", "decode_workers")
-RANK_COLUMNS = ("ep", "dp_attention")
+RANK_COLUMNS = ("pp", "ep", "dp_attention")
 
 
 def _ranked(row) -> bool:
-    """The row is an attention-DP layout (`jaxpareto.search.parallel`)."""
+    """The row is a pipeline or attention-DP layout (`jaxpareto.search.parallel`)."""
     return pd.notna(row.get("dp_attention", np.nan))
 
 
 def layout_name(row) -> str:
-    """One replica of a layout row in words: "TP 4" (aggregated), "DP 8 x TP 1, EP 8" (8
-    attention-DP ranks of TP 1, the experts over 8 GPUs; "EP 1": each expert split over them) or
-    "2xTP2 P + 1xTP4 D" (2 prefill workers of TP 2 and 1 decode worker of TP 4); the row's
-    ``replicas`` repeat it."""
+    """One replica of a layout row in words: "TP 4" (aggregated), "TP 4 x PP 2" (2 pipeline
+    stages of TP 4), "DP 8 x TP 1, EP 8" (8 attention-DP ranks of TP 1, the experts over 8 GPUs;
+    "EP 1": each expert split over them) or "2xTP2 P + 1xTP4 D" (2 prefill workers of TP 2 and 1
+    decode worker of TP 4); the row's ``replicas`` repeat it."""
     if _ranked(row):
-        return f"DP {int(row['dp_attention'])} x TP {int(row['tp'])}, EP {int(row['ep'])}"
+        stages = f" x PP {int(row['pp'])}" if int(row["pp"]) > 1 else ""
+        if int(row["dp_attention"]) == 1:
+            return f"TP {int(row['tp'])}{stages}"
+        return f"DP {int(row['dp_attention'])} x TP {int(row['tp'])}{stages}, EP {int(row['ep'])}"
     if row["serving"] == "aggregated":
         return f"TP {int(row['tp'])}"
     return (f"{int(row['prefill_workers'])}xTP{int(row['prefill_tp'])} P + "
@@ -84,8 +87,8 @@ def best_layout(budget: int, layouts: list[int], search: Callable[[int], Optimiz
         ``gpus_used``, ``concurrency`` per replica, ``sessions`` over the budget, the objective
         and the metrics (`PER_REPLICA` ones over the budget; so are the result's ``value`` and
         ``metrics``), ``binding`` and ``reason``, and for disaggregated layouts
-        ``prefill_tp``, ``prefill_workers`` and ``decode_workers``, for attention-DP ones ``ep``
-        and ``dp_attention``.
+        ``prefill_tp``, ``prefill_workers`` and ``decode_workers``, for pipeline and attention-DP
+        ones ``pp``, ``ep`` and ``dp_attention``.
     """
     rows, results = [], {}
     for tp in layouts:

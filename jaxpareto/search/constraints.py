@@ -101,8 +101,9 @@ class OptimizeResult:
             without a budget, or when infeasible).
         prefill_tp, prefill_workers, decode_workers: a disaggregated replica's prefill pool and
             its decode workers (of ``tp`` GPUs each); None for an aggregated one.
-        dp_attention, ep: an attention-DP replica's ranks (of ``tp`` GPUs each) and its expert
-            parallelism (`jaxpareto.search.parallel`); None for a replica of one TP group.
+        pp, dp_attention, ep: a pipeline or attention-DP replica's stages, ranks (of ``tp``
+            GPUs each) and expert parallelism (`jaxpareto.search.parallel`); None for a replica of
+            one TP group.
         layouts: with a GPU budget, every layout's best as a DataFrame, best first
             (`jaxpareto.search.budget.best_layout`).
     """
@@ -123,6 +124,7 @@ class OptimizeResult:
     prefill_tp: int | None = None
     prefill_workers: int | None = None
     decode_workers: int | None = None
+    pp: int | None = None
     dp_attention: int | None = None
     ep: int | None = None
     layouts: object = dataclasses.field(default=None, compare=False, repr=False)

@@ -47,7 +47,7 @@ from jaxpareto.search.constraints import (HARDWARE_VARIABLES, NUMERIC_OUTPUTS, C
 from jaxpareto.search.budget import PER_REPLICA, best_layout, budget_layouts
 from jaxpareto.search.disaggregated import disaggregated_layouts
 from jaxpareto.search.layouts import search_layouts
-from jaxpareto.search.parallel import data_parallel_layouts
+from jaxpareto.search.parallel import data_parallel_layouts, pipeline_layouts
 from jaxpareto.search.problem import Problem
 from jaxpareto.search.servable import require_servable
 from jaxpareto.search.whatif import least_hardware
@@ -132,8 +132,10 @@ def optimize(
             ``prefill_workers`` and ``decode_workers``. Under aggregated serving a MoE model
             also competes in attention-DP layouts: D >= 2 ranks of TP G with the experts over
             all G D GPUs (``ep`` = G D) or split over them (``ep`` = 1), G D dividing the
-            budget (`jaxpareto.search.parallel`); the result then carries ``dp_attention`` and
-            ``ep``, and ``expert_imbalance`` and ``dp_prefill`` apply to those layouts.
+            budget, and every model in pipelines of ``pp`` >= 2 stages of TP G, G pp dividing
+            the budget (`jaxpareto.search.parallel`); the result then carries ``pp``,
+            ``dp_attention`` and ``ep``, and ``expert_imbalance`` and ``dp_prefill`` apply to the
+            attention-DP layouts.
         **settings: the keywords of `jaxpareto.dataset.plan.plan_sweep` (``workload=``,
             ``efficiency=``, ``options=``, flat scalars such as osl or eta_prefill, ``dtype``,
             and ``solver``, the closed-loop solver of the exact evaluations: "damped" (default),
@@ -200,14 +202,17 @@ def optimize(
                               **{k: v for k, v in pools.items() if mode == "conditional" or k != "local_prefill_tokens"})
             other_rows += search_layouts(plan, disaggregated_layouts(gpu_budget, tp_choices), cons, objective, sense,
                                          gpu_budget, lo, hi)
-        parallel = data_parallel_layouts(gpu_budget, tp_choices) if "aggregated" in serving else []
-        if parallel:
+        ranked = data_parallel_layouts(gpu_budget, tp_choices) if "aggregated" in serving else []
+        staged = pipeline_layouts(gpu_budget, tp_choices) if "aggregated" in serving else []
+        moe = False
+        if ranked or staged:
             plan = plan_sweep(gpu=gpu, model=model, think_time_s=think_time_s, context_tokens=context_tokens,
-                              hit_rate=hit_rate, tp=tp_choices.tolist(), concurrency=[lo], ep=[1], dp_attention=[2],
-                              **settings, **layout_settings)
-            if plan.models[0].is_moe:
-                other_rows += search_layouts(plan, parallel, cons, objective, sense, gpu_budget, lo, hi)
-        if layout_settings and not (parallel and plan.models[0].is_moe):
+                              hit_rate=hit_rate, tp=tp_choices.tolist(), concurrency=[lo], pp=[1], ep=[1],
+                              dp_attention=[1], **settings, **layout_settings)
+            moe = plan.models[0].is_moe
+            other_rows += search_layouts(plan, (ranked if moe else []) + staged, cons, objective, sense, gpu_budget,
+                                         lo, hi)
+        if layout_settings and not (ranked and moe):
             raise JaxparetoError(next(iter(layout_settings)), "is a setting of the attention-DP layouts: a MoE model "
                                                               "with a budget of at least two TP groups has them")
 
