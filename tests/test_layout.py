@@ -170,16 +170,16 @@ def test_layout_axes_at_their_defaults_change_nothing():
               context_tokens=[8192, 32768], hit_rate=[0.0, 0.9], think_time_s=2.0, profile="measured",
               prefill_model="shared", engine="sglang")
     base = jp.sweep(**kw)
-    aligned = jp.sweep(**kw, pp=1, ep=1, dp_attention=1, dp_prefill="aligned").squeeze(["pp", "ep", "dp_attention"],
-                                                                                        drop=True)
-    lockstep = jp.sweep(**kw, ep=1, dp_attention=1).squeeze(["pp", "ep", "dp_attention"], drop=True)
+    layout = ["pp", "ep", "dp_attention", "gpu_budget"]
+    aligned = jp.sweep(**kw, pp=1, ep=1, dp_attention=1, dp_prefill="aligned").squeeze(layout, drop=True)
+    lockstep = jp.sweep(**kw, ep=1, dp_attention=1, gpu_budget=8).squeeze(layout, drop=True)
     for name in ("ttft_ms", "tpot_ms", "output_tokens_per_s_per_gpu", "concurrency_max", "infeasible_reason"):
         assert base[name].identical(aligned[name]), name  # bit for bit
         assert float(abs(lockstep[name] / base[name] - 1).max()) < 1e-5, name  # 1 - (1 - ρ') rounds
     assert "expert_imbalance" not in base.attrs and "dp_prefill" not in base.attrs
     assert aligned.attrs["expert_imbalance"] == 1.0 and aligned.attrs["dp_prefill"] == "aligned"
-    assert list(jp.sweep(**kw, dp_attention=[1, 2]).dims)[:7] == ["gpu", "model", "engine", "tp", "pp", "ep",
-                                                                  "dp_attention"]
+    assert list(jp.sweep(**kw, dp_attention=[1, 2]).dims)[:8] == ["gpu", "model", "engine", "tp", "pp", "ep",
+                                                                  "dp_attention", "gpu_budget"]
 
 
 def test_layouts_the_experts_or_gpus_cannot_take_are_infeasible_with_a_reason():
@@ -377,3 +377,22 @@ def test_pipeline_memory_and_limits_against_hand_counts():
     assert float(pp2.tpot_ms) > float(tp4.tpot_ms)
     assert float(pp2.output_tokens_per_s_per_gpu) == pytest.approx(
         float(pp2.turns_per_s) * Workload().osl / 4, rel=1e-12)
+
+
+def test_a_gpu_budget_in_a_sweep_flags_replicas_that_do_not_fill_it():
+    """gpu_budget = 8: TP 4 x PP 2 and DP 2 x TP 2 fill it with whole replicas, TP 3 x PP 1 of a
+    dense model (heads first) and TP 2 x PP 3 do not; 0 is no budget."""
+    import jaxpareto as jp
+    from jaxpareto.physics.limits import HEADS_DO_NOT_SPLIT, REPLICA_DOES_NOT_DIVIDE_BUDGET
+
+    ds = jp.sweep(gpu="h100-sxm", model="llama-3.1-70b", tp=[2, 3, 4], pp=[1, 2, 3], gpu_budget=[0, 8],
+                  concurrency=8).squeeze()
+    reason = ds.infeasible_reason
+    assert (reason.sel(tp=3) == HEADS_DO_NOT_SPLIT).all()
+    assert int(reason.sel(tp=4, pp=2, gpu_budget=8)) == 0 and int(reason.sel(tp=2, pp=1, gpu_budget=8)) == 0
+    assert int(reason.sel(tp=2, pp=3, gpu_budget=8)) == REPLICA_DOES_NOT_DIVIDE_BUDGET
+    assert int(reason.sel(tp=4, pp=3, gpu_budget=8)) == REPLICA_DOES_NOT_DIVIDE_BUDGET
+    assert (reason.sel(gpu_budget=0, tp=[2, 4]) == 0).all()
+    both = ds.sel(tp=4, pp=2)  # the budget changes nothing else: per GPU and per replica figures
+    assert float(both.output_tokens_per_s_per_gpu.sel(gpu_budget=8)) == \
+        float(both.output_tokens_per_s_per_gpu.sel(gpu_budget=0))

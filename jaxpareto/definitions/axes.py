@@ -109,6 +109,8 @@ LAYOUT_AXES: tuple[Axis, ...] = (
          "(1: every expert split over the replica's GPUs)", integer=True, low=1, high=MAX_INTEGER, default=1),
     Axis("dp_attention", "ranks", "attention data-parallel ranks per replica, each a TP group of tp GPUs "
          "holding its own sessions' KV", integer=True, low=1, high=MAX_INTEGER, default=1),
+    Axis("gpu_budget", "GPUs", "GPUs the replicas fill, budget / (tp x pp x dp_attention) of them (0: no budget)",
+         integer=True, low=0, high=MAX_INTEGER, default=0),
 )
 # Disaggregated serving's pools (serving="disaggregated" or "conditional"), after tp, which is
 # then the decode workers' TP (`jaxpareto.physics.disaggregation`).

@@ -58,7 +58,8 @@ OUTPUTS: dict[str, VariableInfo] = {
                                            "heads, 2 context + OSL beyond the model's maximum, 3 weights exceed "
                                            "GPU memory, 4 no session fits in KV memory, 5 "
                                            "open-loop load beyond capacity, 6 a prefill worker cannot hold a turn, "
-                                           "7 the layout does not split the model: ep over the experts or the GPUs, pp over the layers)"),
+                                           "7 the layout does not split the model: ep over the experts or the GPUs, pp over the layers, "
+                                           "8 a replica's GPUs do not divide the GPU budget)"),
     "converged": VariableInfo("1", "closed-loop fixed point converged to tol"),
     "iterations": VariableInfo("1", "damped fixed-point updates performed"),
 }
@@ -72,10 +73,11 @@ PERCENTILE_VARIABLES = tuple(name for name in OUTPUTS if name.startswith(("p50_"
 DECODE_BOUND_FLAGS = {"flag_values": [-1, 0, 1], "flag_meanings": "infeasible memory compute"}
 DECODE_BOUND_LABELS = {-1: "infeasible", 0: "memory", 1: "compute"}
 # ... and of infeasible_reason (-1: a block of a store not computed yet).
-INFEASIBLE_REASON_FLAGS = {"flag_values": [-1, 0, 1, 2, 3, 4, 5, 6, 7],
+INFEASIBLE_REASON_FLAGS = {"flag_values": [-1, 0, 1, 2, 3, 4, 5, 6, 7, 8],
                            "flag_meanings": "not_computed feasible tp_does_not_split_heads context_beyond_model_maximum "
                                             "weights_exceed_memory no_session_fits_kv_memory load_beyond_capacity "
-                                            "prefill_worker_cannot_hold_a_turn layout_does_not_split_model"}
+                                            "prefill_worker_cannot_hold_a_turn layout_does_not_split_model "
+                                            "replica_does_not_divide_budget"}
 INFEASIBLE_REASON_LABELS = dict(zip(INFEASIBLE_REASON_FLAGS["flag_values"],
                                     INFEASIBLE_REASON_FLAGS["flag_meanings"].split()))
 #: Categorical outputs: their CF flag attributes, labels and the fill of a store's uncomputed cells.

@@ -119,11 +119,13 @@ class ReplicaLayout(NamedTuple):
         expert_ranks: ``ep``, GPU groups the routed experts are spread over whole; 1: every
             expert split over all N = G x D GPUs of a stage.
         stages: ``pp``, pipeline stages, each on its own N GPUs with a share of the layers.
+        budget: ``gpu_budget``, GPUs the replicas fill (0: none).
     """
 
     ranks: jax.Array
     expert_ranks: jax.Array
     stages: jax.Array = 1.0
+    budget: jax.Array = 0.0
 
 
 def point_layout(point) -> ReplicaLayout | None:
@@ -133,7 +135,14 @@ def point_layout(point) -> ReplicaLayout | None:
         return None
     ranks = point["dp_attention"]
     one = 1.0 + 0.0 * ranks
-    return ReplicaLayout(ranks, point["ep"] if "ep" in point else one, point["pp"] if "pp" in point else one)
+    return ReplicaLayout(ranks, point["ep"] if "ep" in point else one, point["pp"] if "pp" in point else one,
+                         point["gpu_budget"] if "gpu_budget" in point else 0.0 * ranks)
+
+
+def fills_budget(tp: jax.Array, layout: ReplicaLayout) -> jax.Array:
+    """Whether the replica's G x pp x D GPUs divide the GPU budget into whole replicas (no
+    budget: True)."""
+    return (layout.budget == 0) | (jnp.mod(layout.budget, replica_gpus(tp, layout.ranks) * layout.stages) == 0)
 
 
 def layout_splits(model: ModelParams, tp: jax.Array, layout: ReplicaLayout) -> jax.Array:

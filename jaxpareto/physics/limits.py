@@ -30,11 +30,14 @@ PREFILL_WORKER_TOO_SMALL = 6
 # neither the replica's GPUs nor the experts, or more pipeline stages than layers
 # (`jaxpareto.physics.layout.layout_splits`), checked after the heads
 LAYOUT_DOES_NOT_SPLIT = 7
+# ... and a replica whose GPUs do not divide the sweep's GPU budget into whole replicas
+REPLICA_DOES_NOT_DIVIDE_BUDGET = 8
 REASONS = {FEASIBLE: "feasible", HEADS_DO_NOT_SPLIT: "tp_does_not_split_heads",
            CONTEXT_TOO_LONG: "context_beyond_model_maximum", WEIGHTS_EXCEED_MEMORY: "weights_exceed_memory",
            NO_SESSION_FITS: "no_session_fits_kv_memory", LOAD_BEYOND_CAPACITY: "load_beyond_capacity",
            PREFILL_WORKER_TOO_SMALL: "prefill_worker_cannot_hold_a_turn",
-           LAYOUT_DOES_NOT_SPLIT: "layout_does_not_split_model"}
+           LAYOUT_DOES_NOT_SPLIT: "layout_does_not_split_model",
+           REPLICA_DOES_NOT_DIVIDE_BUDGET: "replica_does_not_divide_budget"}
 
 
 def _divides(divisor: jax.Array, value: jax.Array) -> jax.Array:

@@ -27,10 +27,10 @@ from jaxpareto.physics.decode import DecodeCoefficients, DecodeStep, decode_step
 from jaxpareto.physics.disaggregated_point import evaluate_disaggregated
 from jaxpareto.physics.engine import shared_turn, synchronised_turn
 from jaxpareto.physics.intensity import operational_intensity
-from jaxpareto.physics.layout import expert_exchange, layout_costs, layout_splits, pipeline_costs, point_layout, \
-    rank_model
-from jaxpareto.physics.limits import LAYOUT_DOES_NOT_SPLIT, LOAD_BEYOND_CAPACITY, context_fits, heads_split, \
-    infeasible_reason
+from jaxpareto.physics.layout import expert_exchange, fills_budget, layout_costs, layout_splits, pipeline_costs, \
+    point_layout, rank_model
+from jaxpareto.physics.limits import LAYOUT_DOES_NOT_SPLIT, LOAD_BEYOND_CAPACITY, REPLICA_DOES_NOT_DIVIDE_BUDGET, \
+    context_fits, heads_split, infeasible_reason
 from jaxpareto.physics.memory import _INT32_MAX, memory_budget, session_gb
 from jaxpareto.physics.outputs import DECODE_COMPUTE, DECODE_MEMORY, DECODE_NONE, PointOutputs
 from jaxpareto.physics.percentiles import PERCENTILES, TurnSpread, latency_percentiles
@@ -304,6 +304,7 @@ def evaluate_point(
         admitted = memory.concurrency_eff
     reason = infeasible_reason(heads_ok, context_ok, memory.available_gb > 0, session_fits)
     if layout is not None:  # after the heads, before the context and memory
+        reason = jnp.where(heads_ok & ~fills_budget(tp, layout), REPLICA_DOES_NOT_DIVIDE_BUDGET, reason)
         reason = jnp.where(heads_ok & ~layout_splits(whole_model, tp, layout), LAYOUT_DOES_NOT_SPLIT,
                            reason).astype(jnp.int8)
     ok = reason == 0
