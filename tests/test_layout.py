@@ -171,13 +171,11 @@ def test_layout_axes_at_their_defaults_change_nothing():
               prefill_model="shared", engine="sglang")
     base = jp.sweep(**kw)
     layout = ["pp", "ep", "dp_attention", "gpu_budget"]
-    aligned = jp.sweep(**kw, pp=1, ep=1, dp_attention=1, dp_prefill="aligned").squeeze(layout, drop=True)
-    lockstep = jp.sweep(**kw, ep=1, dp_attention=1, gpu_budget=8).squeeze(layout, drop=True)
+    ones = jp.sweep(**kw, pp=1, ep=1, dp_attention=1, gpu_budget=8).squeeze(layout, drop=True)
     for name in ("ttft_ms", "tpot_ms", "output_tokens_per_s_per_gpu", "concurrency_max", "infeasible_reason"):
-        assert base[name].identical(aligned[name]), name  # bit for bit
-        assert float(abs(lockstep[name] / base[name] - 1).max()) < 1e-5, name  # 1 - (1 - ρ') rounds
+        assert float(abs(ones[name] / base[name] - 1).max()) < 2e-6, name  # float32 rounding of x / 1 + 0 ...
     assert "expert_imbalance" not in base.attrs and "dp_prefill" not in base.attrs
-    assert aligned.attrs["expert_imbalance"] == 1.0 and aligned.attrs["dp_prefill"] == "aligned"
+    assert ones.attrs["expert_imbalance"] == 1.0 and ones.attrs["dp_prefill"] == "independent"
     assert list(jp.sweep(**kw, dp_attention=[1, 2]).dims)[:8] == ["gpu", "model", "engine", "tp", "pp", "ep",
                                                                   "dp_attention", "gpu_budget"]
 
@@ -283,8 +281,9 @@ def test_budget_search_ranks_attention_dp_layouts_at_their_exhaustive_best():
     assert sorted(table.loc[table["pp"].gt(1), "layout"]) == ["TP 2 x PP 2", "TP 2 x PP 4", "TP 4 x PP 2"]
     assert ranked["feasible"].sum() >= 3
     for _, row in ranked.iterrows():
+        skew = {"expert_imbalance": 1.2} if row.ep > 1 else {}  # whole experts only
         ds = jp.sweep(**scenario, tp=int(row.tp), dp_attention=int(row.dp_attention), ep=int(row.ep),
-                      pp=int(row.pp), concurrency=list(range(1, 97)), expert_imbalance=1.2).squeeze()
+                      pp=int(row.pp), concurrency=list(range(1, 97)), **skew).squeeze()
         ok = (ds.feasible & ds.converged & (ds.concurrency <= ds.concurrency_max) & (ds.tpot_ms <= 80)).values
         assert ok.any() == row.feasible, row
         if row.feasible:
@@ -328,17 +327,18 @@ def _pipeline(model_name, tp, stages, routing="seed", chunk=8192.0, tokens=20000
 @pytest.mark.parametrize("routing", ["seed", "uniform"])
 @pytest.mark.parametrize("model_name", ["llama-3.1-70b", "qwen3-235b-a22b"])
 def test_a_pipelined_token_is_the_tp_groups_step_at_a_micro_batch(model_name, routing):
-    """S stages, S micro-batches of b / S: a token's time is the TP group's step at b / S (the
-    weights read S times at 1/S each) plus S - 1 hops of b / S activations and S - 1 more steps'
-    fixed overhead; the experts a micro-batch touches, under either routing."""
+    """S stages, S micro-batches of b / S: a token's time is the TP group's step at b / S, at least
+    one session (the weights read S times at 1/S each), plus S - 1 hops of b / S activations and
+    S - 1 more steps' fixed overhead; the experts a micro-batch touches, under either routing."""
     from jaxpareto.physics.decode import decode_step
 
     for stages in (2, 4):
         costs, piped, hop, _ = _pipeline(model_name, 2, stages, routing, latency_us=5.0, overhead_ms=2.0)
         for batch in (1.0, 6.0, 64.0, 1000.0):
             got = decode_step(piped.costs.decode, jnp.float64(batch), routing)
-            want = decode_step(costs.decode, jnp.float64(batch / stages), routing)
-            extra = (stages - 1) * (5.0 / 1000 + 2.0 + batch / stages * hop)  # hops, one step's overhead each
+            want = decode_step(costs.decode, jnp.float64(max(batch / stages, 1.0)), routing)  # the bubble below S
+            # hops of a micro-batch (one session at least) and one step's overhead each
+            extra = (stages - 1) * (5.0 / 1000 + 2.0 + max(batch / stages, 1.0) * hop)
             assert float(got.tpot_ms) == pytest.approx(float(want.tpot_ms) + extra, rel=1e-12)
             assert float(got.t_weight_ms) == pytest.approx(float(want.t_weight_ms), rel=1e-12)
 
@@ -393,6 +393,43 @@ def test_a_gpu_budget_in_a_sweep_flags_replicas_that_do_not_fill_it():
     assert int(reason.sel(tp=2, pp=3, gpu_budget=8)) == REPLICA_DOES_NOT_DIVIDE_BUDGET
     assert int(reason.sel(tp=4, pp=3, gpu_budget=8)) == REPLICA_DOES_NOT_DIVIDE_BUDGET
     assert (reason.sel(gpu_budget=0, tp=[2, 4]) == 0).all()
+    from jaxpareto.dataset.pareto import default_dims
+
+    assert default_dims(ds.dims) == ("tp", "concurrency", "pp")  # a front per budget, over the layouts
+    front = jp.pareto_front(jp.sweep(gpu="h100-sxm", model="llama-3.1-70b", tp=[2, 4], pp=[1, 2], gpu_budget=[0, 8],
+                                     concurrency=[1, 8, 64]))
+    assert front.sel(gpu_budget=0).sum() >= 1 and front.sel(gpu_budget=8).sum() >= 1
     both = ds.sel(tp=4, pp=2)  # the budget changes nothing else: per GPU and per replica figures
     assert float(both.output_tokens_per_s_per_gpu.sel(gpu_budget=8)) == \
         float(both.output_tokens_per_s_per_gpu.sel(gpu_budget=0))
+
+
+def test_layout_review_findings_stay_fixed():
+    """Fewer sessions than ranks is a replica with idle ranks, not an infeasible one; a pipeline
+    with fewer sessions than stages decodes no faster than its TP group (the bubble); what a grid
+    would ignore or
+    cannot solve is refused; optimize takes no layout axis but a budget; a budget of one GPU."""
+    import jaxpareto as jp
+
+    ds = jp.sweep(gpu="h200-sxm", model="deepseek-v3", tp=1, dp_attention=8, ep=8, concurrency=[1, 4, 8],
+                  context_tokens=8192, hit_rate=0.5).squeeze()
+    assert ds.feasible.all() and ds.concurrency_eff.values.tolist() == [1, 4, 8]
+    piped = jp.sweep(gpu="h200-sxm", model=["deepseek-v3", "llama-3.1-70b"], tp=8, pp=[1, 2, 4, 8],
+                     concurrency=[1, 4], context_tokens=8192).squeeze()
+    lone = piped.tpot_ms.sel(concurrency=1).transpose("model", "pp").values  # one session: the bubble
+    assert (lone[:, 1:] >= lone[:, :1] * (1 - 1e-6)).all()  # never below pp = 1's
+    # four sessions fill two micro-batches: the second stage's GPUs add bandwidth for the KV (and
+    # each micro-batch loads only its own tokens' experts), so the token is faster on 16 GPUs
+    assert float(piped.tpot_ms.sel(concurrency=4, pp=2, model="deepseek-v3")) < \
+        float(piped.tpot_ms.sel(concurrency=4, pp=1, model="deepseek-v3"))
+    kw = dict(gpu="h100-sxm", model="llama-3.1-70b", tp=4, concurrency=8)
+    with pytest.raises(jp.JaxparetoError, match="expert_imbalance.*MoE model"):
+        jp.plan_sweep(**kw, pp=[1, 2], expert_imbalance=1.2)
+    with pytest.raises(jp.JaxparetoError, match="dp_prefill.*dp_attention > 1"):
+        jp.plan_sweep(**kw, gpu_budget=8, dp_prefill="aligned")
+    with pytest.raises(jp.JaxparetoError, match="solver.*pp > 1"):
+        jp.plan_sweep(**kw, pp=[1, 2], solver="exact")
+    with pytest.raises(jp.JaxparetoError, match="dp_attention: is a layout axis of sweeps"):
+        jp.optimize(gpu="h200-sxm", model="deepseek-v3", tp=[8], dp_attention=8)
+    one = jp.optimize(gpu="h200-sxm", model="llama-3.1-8b", gpu_budget=1, concurrency=(1, 16))
+    assert one.feasible and one.tp == 1 and set(one.layouts["serving"]) == {"aggregated"}

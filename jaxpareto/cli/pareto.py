@@ -76,7 +76,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--y", help=f"y objective (default: the sweep's report, else {DEFAULT_Y})")
     p.add_argument("--minimize", action="append", metavar="NAME", help="minimise this objective (repeatable)")
     p.add_argument("--dims", help=f"comma-separated front dimensions (default {','.join(DEFAULT_DIMS)}, and a "
-                                  "disaggregated store's prefill_tp,prefill_workers,decode_workers)")
+                                  "layout store's pp,ep,dp_attention or a disaggregated store's "
+                                  "prefill_tp,prefill_workers,decode_workers)")
     p.add_argument("--sel", action="append", metavar="AXIS=VALUE", help="cell to print (repeatable)")
     p.add_argument("--csv", help="write the frontier of every cell to this CSV file")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --csv file")

@@ -72,8 +72,9 @@ def _validity(ds: xr.Dataset, x: xr.DataArray, y: xr.DataArray) -> xr.DataArray:
 def default_dims(dims: Sequence[str]) -> tuple[str, ...]:
     """The Pareto front's default dimensions for a dataset's ``dims``: TP and the load axis, and
     a disaggregated sweep's prefill pool (``prefill_tp``, ``prefill_workers``, ``decode_workers``)
-    or a layout sweep's ``ep`` and ``dp_attention``: the front over every layout."""
-    pools = tuple(a.name for a in (*LAYOUT_AXES, *DISAGGREGATION_AXES) if a.name in dims)
+    or a layout sweep's ``pp``, ``ep`` and ``dp_attention``: the front over every layout (a
+    ``gpu_budget`` is the scenario's, not a choice: one front per budget)."""
+    pools = tuple(a.name for a in (*LAYOUT_AXES, *DISAGGREGATION_AXES) if a.name in dims and a.name != "gpu_budget")
     return tuple(load_axis(dims) if d == "concurrency" else d for d in DEFAULT_DIMS) + pools
 
 

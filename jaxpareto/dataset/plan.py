@@ -290,6 +290,8 @@ def plan_sweep(
                         "engine": calibrated_engines},
         table=axis_table(options.open_loop, options.disaggregated, layout),
     )
+    if layout:
+        _check_layout_settings(options, solver, workload, definitions, axes)
     extra = dict(attrs or {})
     if calibration is not None and not isinstance(calibration, Mapping):
         extra.setdefault("calibration", str(calibration))
@@ -401,6 +403,27 @@ def _layout_given(options: ModelOptions, values: Mapping, workload: Workload) ->
         raise JaxparetoError("dp_prefill", "is used with attention data parallelism: give dp_attention with it; "
                                            f"leave it at {ModelOptions().dp_prefill!r}")
     return bool(given)
+
+
+def _check_layout_settings(options: ModelOptions, solver: Solver, workload: Workload, definitions: Mapping,
+                           axes: Mapping) -> None:
+    """Refuse what a layout grid would ignore or cannot solve.
+
+    Raises:
+        JaxparetoError: ``expert_imbalance`` without a MoE model and an ``ep`` > 1 (whole experts
+            on GPUs), ``dp_prefill`` without a ``dp_attention`` > 1, or the exact solver with a
+            ``pp`` > 1 (the pipeline's bubble is not linear in B).
+    """
+    if workload.expert_imbalance != 1.0 and not (any(m.is_moe for m in definitions["model"])
+                                                  and (np.asarray(axes["ep"]) > 1).any()):
+        raise JaxparetoError("expert_imbalance", "is the busiest GPU's share of whole experts: it needs a MoE model "
+                                                 "and an ep > 1 in the grid; leave it at 1.0")
+    if options.dp_prefill != ModelOptions().dp_prefill and not (np.asarray(axes["dp_attention"]) > 1).any():
+        raise JaxparetoError("dp_prefill", "is when attention-DP ranks prefill: it needs a dp_attention > 1 in the "
+                                           f"grid; leave it at {ModelOptions().dp_prefill!r}")
+    if solver.name == "exact" and (np.asarray(axes["pp"]) > 1).any():
+        raise JaxparetoError("solver", "'exact' solves R(B) piece by linear piece; a pipeline's bubble (pp > 1) "
+                                       "adds a piece it does not have; use 'damped'", SOLVERS)
 
 
 # Settings that only some equations use: (field, the option that uses it, the values that do).

@@ -256,7 +256,10 @@ def _dask_task(path: str, problem: GridProblem, index: int, origin: tuple[int, .
     return int(block["feasible"].size)
 
 
-def _run_dask(path: Path, problem: GridProblem, todo: list[int], origins, bar, client) -> None:
+def _run_dask(path: Path, problem: GridProblem, todo: list[int], origins, bar, client, interrupted: list) -> None:
+    """The blocks in ``todo`` as dask tasks; after ``interrupted`` (`_ctrl_c_never_lost`'s mark)
+    the tasks left are cancelled (one already running on a worker finishes there and marks its
+    block done, as every task writes its block before its mark)."""
     from distributed import as_completed
 
     shared = client.scatter(problem, broadcast=True)
@@ -264,6 +267,9 @@ def _run_dask(path: Path, problem: GridProblem, todo: list[int], origins, bar, c
                              pure=False) for i in todo]
     for future in as_completed(futures):
         bar.update(future.result())
+        if interrupted:
+            client.cancel(futures)
+            raise KeyboardInterrupt
 
 
 def _progress(total: int, initial: int, enabled: bool | None):
@@ -320,7 +326,7 @@ def sweep_to_zarr(
             if client is None:
                 _run_local(path, problem, todo, origins, bar, interrupted)
             else:
-                _run_dask(path, problem, todo, origins, bar, client)
+                _run_dask(path, problem, todo, origins, bar, client, interrupted)
         if interrupted:  # a Ctrl-C that was dropped where nothing checked for it
             raise KeyboardInterrupt
     if not np.asarray(group[DONE_GROUP]["done"][:], dtype=bool).all():

@@ -216,6 +216,11 @@ class SweepSpec(_Table):
         if self.optimize is None:
             raise JaxparetoError("optimize", "the spec has no [optimize] table (objective, constraints, tp, concurrency)")
         opt = self.optimize
+        for axis in LAYOUT_AXES:
+            if getattr(self.grid, axis.name) is not None:
+                raise JaxparetoError(f"grid.{axis.name}", "is a layout axis of sweeps; [optimize] searches TP and "
+                                                          "concurrency per scenario (a GPU budget's layouts: jaxpareto "
+                                                          "optimize --gpu-budget)")
         tp = opt.tp
         if tp is None:
             tp = self._axis_values("tp") if self.grid.tp is not None else list(TP_CHOICES)
@@ -263,7 +268,10 @@ class SweepSpec(_Table):
         # given where they do not belong, the other load and the prefill pool's axes are refused
         grid = {name: self._axis_values(name) for name in (other, *(a.name for a in DISAGGREGATION_AXES))
                 if name not in axes and getattr(self.grid, name) is not None}
+        layout = {a.name for a in LAYOUT_AXES}
         for axis in axes:
+            if axis in layout and getattr(self.grid, axis) is None:  # its default; errors name what is given
+                continue
             grid[axis] = self._axis_values(axis)
             if grid[axis] is None:
                 raise JaxparetoError(f"grid.{axis}", "is required for a sweep")

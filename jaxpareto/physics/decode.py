@@ -38,6 +38,9 @@ class DecodeCoefficients(NamedTuple):
         fixed_ms: time every step adds whatever the batch (`Efficiency.decode_overhead_ms` and
             the all-reduce latencies) [ms]; 0 in the seed.
         allreduce_ms: tensor-parallel all-reduce transfer per token in the step [ms]; 0 in the seed.
+        batch_floor: the step costs at least a batch of this many (a pipeline of S stages: S,
+            each micro-batch one session at least; `jaxpareto.physics.layout.pipeline_costs`); 0
+            elsewhere.
     """
 
     nonmoe_ms: jax.Array
@@ -50,6 +53,7 @@ class DecodeCoefficients(NamedTuple):
     eta_decode: jax.Array
     fixed_ms: jax.Array = 0.0
     allreduce_ms: jax.Array = 0.0
+    batch_floor: jax.Array = 0.0
 
 
 class DecodeStep(NamedTuple):
@@ -153,7 +157,9 @@ def experts_touched(batch: jax.Array, experts: jax.Array, experts_per_token: jax
 
 
 def decode_step(c: DecodeCoefficients, batch: jax.Array, routing: str = "seed") -> DecodeStep:
-    """Seed eq. 3 at effective batch B (continuous, >= 0); ``routing`` as in `experts_touched`."""
+    """Seed eq. 3 at effective batch B (continuous, >= 0); ``routing`` as in `experts_touched`.
+    A pipeline's step costs at least its ``batch_floor`` (B >= 0 is unchanged by a floor of 0)."""
+    batch = jnp.maximum(batch, c.batch_floor)
     t_weight_ms = c.nonmoe_ms + experts_touched(batch, c.experts, c.experts_per_token, routing) * c.expert_ms
     t_kv_ms = batch * c.kv_ms
     t_compute_ms = batch * c.compute_ms

@@ -164,7 +164,8 @@ def shared_turn(step: DecodeStep, batch: jax.Array, concurrency: jax.Array, pref
             per_step = jnp.minimum(chunk_tokens, tokens * (1.0 + wait_scale * work / (1.0 - work)))
         tf = t(per_step)
         throughput = rho * per_step / tf / tokens  # X [turns per ms]
-        mixed = seen if lockstep_ranks is None else 1.0 - (1.0 - seen) * jnp.power(1.0 - rho, lockstep_ranks - 1.0)
+        mixed = seen if lockstep_ranks is None else \
+            jnp.where(lockstep_ranks > 1, 1.0 - (1.0 - seen) * jnp.power(1.0 - rho, lockstep_ranks - 1.0), seen)
         tpot = t0 * tf / (mixed * t0 + (1.0 - mixed) * tf)
         if wait_scale is None:
             ttft = service / (1.0 - seen)

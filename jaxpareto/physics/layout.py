@@ -256,7 +256,12 @@ def pipeline_costs(costs: TpCosts, hw: HardwareParams, model: ModelParams, tp: j
     the batch a TPOT admits), plus S - 1 hops of the micro-batch's activations between stages
     (latency + b / S x hidden x 2 B / link, the link among the replica's GPUs), plus the engine's
     fixed time per step once per micro-batch (the scheduler prepares and samples each one; the
-    per-layer terms are per layer either way). Prefill: a
+    per-layer terms are per layer either way). With fewer than S sessions decoding, each
+    micro-batch holds one and the rest of the cycle is the pipeline's bubble: a token still
+    passes every stage at a micro-batch of one, so the cycle costs at least a batch of S (the
+    ``batch_floor``), and such a pipeline decodes no faster than its TP group; with full
+    micro-batches its extra GPUs add bandwidth for the sessions' KV, and each micro-batch of a
+    MoE model loads only its own tokens' experts. Prefill: a
     prompt's chunks stream through the stages, one per micro-batch (SGLang's chunked pipeline
     parallelism for long prompts), so a cycle carries up to S chunks at 1/S of a token's compute
     per stage, and a prompt alone takes (chunks + S - 1) stage steps: its own chunks at the
@@ -290,7 +295,8 @@ def pipeline_costs(costs: TpCosts, hw: HardwareParams, model: ModelParams, tp: j
     decode = decode._replace(
         kv_ms=decode.kv_ms / stages, compute_ms=decode.compute_ms / stages,
         allreduce_ms=decode.allreduce_ms / stages + hops / stages * hop_ms,
-        fixed_ms=decode.fixed_ms + hops * (latency_us / 1000.0 + step_overhead_ms), experts_per_token=per_token)
+        fixed_ms=decode.fixed_ms + hops * (latency_us / 1000.0 + step_overhead_ms), experts_per_token=per_token,
+        batch_floor=jnp.where(stages > 1, stages, 0.0))
     single = jnp.minimum(prefill_tokens, chunk_tokens) * costs.prefill_ms_per_token
     prefill = costs.prefill_ms_per_token / stages + hops / stages * hop_ms
     fixed = costs.ttft_fixed_ms + hops * latency_us / 1000.0

@@ -299,8 +299,9 @@ def evaluate_point(
     if not options.memory_caps_concurrency or open_loop:  # all admitted; memory bounds how many run
         session_fits = memory.concurrency_max >= 1
         admitted = concurrency
-    else:
-        session_fits = memory.concurrency_eff >= 1
+    else:  # a replica of D ranks needs one session in all, not one per rank
+        session_fits = memory.concurrency_eff >= 1 if ranks is None else \
+            (memory.concurrency_max >= 1) & (memory.concurrency_eff * ranks >= 1)
         admitted = memory.concurrency_eff
     reason = infeasible_reason(heads_ok, context_ok, memory.available_gb > 0, session_fits)
     if layout is not None:  # after the heads, before the context and memory

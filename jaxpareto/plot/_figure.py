@@ -68,7 +68,12 @@ def axes(ax, size, dpi):
 
 
 def titles(fig, ax, own: bool, main: str, sub: str) -> None:
-    """A bold figure title over a grey axes title on a figure of our own, else one axes title."""
+    """A bold figure title over a grey axes title on a figure of our own, else one axes title
+    (each line of the subtitle wrapped to the axes' width)."""
+    import textwrap
+
+    width = max(40, int(ax.get_position().width * fig.get_figwidth() * 72 / 5.4))  # ~5.4 pt per 9-pt char
+    sub = "\n".join(wrapped for line in sub.split("\n") for wrapped in textwrap.wrap(line, width) or [""])
     if own:
         fig.suptitle(main, fontsize=13, fontweight="bold")
         ax.set_title(sub, fontsize=9, color="0.3")

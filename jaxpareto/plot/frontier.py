@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from jaxpareto.dataset.pareto import DEFAULT_X, DEFAULT_Y, frontier_table, pareto_front
+from jaxpareto.dataset.pareto import DEFAULT_X, DEFAULT_Y, default_dims, frontier_table, pareto_front
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.plot._figure import DEFAULT_DPI, DEFAULT_SIZE, axes, describe, grids, log_if_decades, num, titles
 from jaxpareto.plot._select import check_cell, fixed, grid_values, match, pick, select_names
@@ -25,8 +25,28 @@ _X_LABEL = "interactivity: output tokens/s per user"
 _Y_LABEL = "throughput: output tokens/s per GPU"
 
 
+def layout_dims(ds: xr.Dataset) -> tuple[str, ...]:
+    """The dimensions a frontier spans besides TP and concurrency: a layout sweep's ``pp``,
+    ``ep`` and ``dp_attention``, a disaggregated sweep's pools (`default_dims`)."""
+    return tuple(d for d in default_dims(ds.dims) if d not in ("tp", "concurrency"))
+
+
+def _layout_label(row) -> str:
+    """A front point's configuration in a few characters: "TP4 C32", "TP1 DP8 EP8 C96", "TP2 PP4 C64",
+    "TP4 P2xTP2 D1 C64" (disaggregated)."""
+    parts = [f"TP{int(row['tp'])}"]
+    for name, tag in (("pp", "PP"), ("dp_attention", "DP"), ("ep", "EP")):
+        if name in row and int(row[name]) > 1:
+            parts.append(f"{tag}{int(row[name])}")
+    if "prefill_workers" in row:
+        prefill_tp = int(row["prefill_tp"]) or int(row["tp"])
+        parts.append(f"P{int(row['prefill_workers'])}xTP{prefill_tp} D{int(row['decode_workers'])}")
+    return " ".join(parts + [f"C{int(row['concurrency'])}"])
+
+
 def front_table(cell: xr.Dataset, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> pd.DataFrame:
-    """Frontier points of one cell over (tp, concurrency): exact ties dropped, sorted by x.
+    """Frontier points of one cell over (tp, concurrency) and any layout or pool axes: exact ties
+    dropped, sorted by x.
 
     From a reduced sweep, the stored front (the same points, ordered by x, ties in grid order).
     """
@@ -35,8 +55,9 @@ def front_table(cell: xr.Dataset, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> pd.
         table = pd.DataFrame({name: np.asarray(cell[f"front_{name}"].values)[:kept]
                               for name in ("tp", "concurrency", x, y)})
         return table[~table.duplicated(subset=[x, y], keep="first")].reset_index(drop=True)
-    front = pareto_front(cell, x=x, y=y, dims=("tp", "concurrency"))
-    return frontier_table(cell, front, x=x, y=y, dims=("tp", "concurrency"), metrics=(), drop_ties=True)
+    dims = ("tp", "concurrency", *layout_dims(cell))
+    front = pareto_front(cell, x=x, y=y, dims=dims)
+    return frontier_table(cell, front, x=x, y=y, dims=dims, metrics=(), drop_ties=True)
 
 
 def front_note(cell: xr.Dataset) -> str:
@@ -66,7 +87,7 @@ def _annotate(ax, table, x: str, y: str, color) -> None:
     for k, i in enumerate(keep):
         row = table.iloc[i]
         last = i == n - 1  # the right-most point: label to its left, inside the axes
-        ax.annotate(f"TP{int(row['tp'])} C{int(row['concurrency'])}", (row[x], row[y]),
+        ax.annotate(_layout_label(row), (row[x], row[y]),
                     xytext=(-6, -4) if last else (6, 6 if k % 2 == 0 else -12), textcoords="offset points",
                     ha="right" if last else "left", fontsize=7, color=color, zorder=20,
                     bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.75})
@@ -147,9 +168,10 @@ def plot_frontier(
             ``size`` or ``dpi`` for a new figure.
     """
     require(ds, "frontier")
-    check_cell(ds, cell, ("gpu", "model", "tp", "concurrency", "think_time_s"))
+    spanned = ("gpu", "model", "tp", "concurrency", "think_time_s", *layout_dims(ds))
+    check_cell(ds, cell, spanned)
     g, m = select_names(ds, gpu, model)
-    cell_values = fixed(ds, xvar(ds), ("gpu", "model", "tp", "concurrency", "think_time_s"), cell)
+    cell_values = fixed(ds, xvar(ds), spanned, cell)
     zs = grid_values(ds, "think_time_s") if think_times is None else \
         [match(ds, "think_time_s", z, "think_times") for z in np.atleast_1d(think_times)]
     if not zs:
@@ -183,6 +205,7 @@ def plot_frontier(
     ax.legend(title="think time between turns" + (f" (labels: TP, C at Z = {num(highlight)} s)"
                                                    if annotate else ""), fontsize=8, title_fontsize=8)
     titles(fig, ax, own, f"Pareto frontier: {m} on {g}",
-           f"best configurations over TP x concurrency C at {describe(ds, cell_values)}\n"
+           f"best configurations over {' x '.join(['TP', 'concurrency C', *layout_dims(ds)])} at "
+           f"{describe(ds, cell_values)}\n"
            "seed 000 Step 2 and section 4.1: the think time Z shifts the frontier")
     return fig

@@ -38,6 +38,8 @@ def search_layouts(plan: SweepPlan, layouts: Sequence, constraints: tuple[Constr
             `optimize`'s.
         budget: B GPUs. lo, hi: the concurrency range per replica.
     """
+    if not layouts:  # e.g. no disaggregated replica fits a budget of one GPU
+        return []
     outputs = tuple(sorted({objective, *(c.name for c in constraints), *REPORTED, "feasible", "infeasible_reason",
                             "converged"} & set(OUTPUTS)))
     concurrency = np.arange(lo, hi + 1)

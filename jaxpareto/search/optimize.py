@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from jaxpareto.dataset.plan import plan_sweep
-from jaxpareto.definitions.axes import AXIS_BY_NAME, CONCURRENCY_RANGE, SCENARIO_AXES, TP_CHOICES
+from jaxpareto.definitions.axes import AXIS_BY_NAME, CONCURRENCY_RANGE, LAYOUT_AXES, SCENARIO_AXES, TP_CHOICES
 from jaxpareto.definitions.checks import check_number
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.hardware import Hardware
@@ -158,6 +158,10 @@ def optimize(
         raise JaxparetoError("sense", f"unknown sense {sense!r}", ("max", "min"))
     check_method(method)
     refuse_open_loop(settings, "optimize")
+    for axis in LAYOUT_AXES:  # searched, not given: under a budget the layouts are the search's
+        if settings.get(axis.name) is not None:
+            raise JaxparetoError(axis.name, "is a layout axis of sweeps; optimize compares the pipeline and "
+                                            "attention-DP layouts of a GPU budget: give gpu_budget= instead")
     cons = parse_constraints(constraints)
     serving = serving_modes(settings.pop("serving", None), gpu_budget, settings,
                             {objective, *(c.name for c in cons)})
@@ -206,12 +210,14 @@ def optimize(
         staged = pipeline_layouts(gpu_budget, tp_choices) if "aggregated" in serving else []
         moe = False
         if ranked or staged:
+            moe = plan_sweep(gpu=gpu, model=model, tp=tp_choices.tolist(), concurrency=[lo], **settings
+                             ).models[0].is_moe
+            layouts = (ranked if moe else []) + staged
             plan = plan_sweep(gpu=gpu, model=model, think_time_s=think_time_s, context_tokens=context_tokens,
-                              hit_rate=hit_rate, tp=tp_choices.tolist(), concurrency=[lo], pp=[1], ep=[1],
-                              dp_attention=[1], **settings, **layout_settings)
-            moe = plan.models[0].is_moe
-            other_rows += search_layouts(plan, (ranked if moe else []) + staged, cons, objective, sense, gpu_budget,
-                                         lo, hi)
+                              hit_rate=hit_rate, tp=tp_choices.tolist(), concurrency=[lo],
+                              **{a: sorted({getattr(x, a) for x in layouts}) for a in ("pp", "ep", "dp_attention")},
+                              **settings, **layout_settings)  # the grid validates the layouts' values
+            other_rows += search_layouts(plan, layouts, cons, objective, sense, gpu_budget, lo, hi)
         if layout_settings and not (ranked and moe):
             raise JaxparetoError(next(iter(layout_settings)), "is a setting of the attention-DP layouts: a MoE model "
                                                               "with a budget of at least two TP groups has them")
