@@ -176,8 +176,8 @@ def test_layout_axes_at_their_defaults_change_nothing():
         assert float(abs(ones[name] / base[name] - 1).max()) < 2e-6, name  # float32 rounding of x / 1 + 0 ...
     assert "expert_imbalance" not in base.attrs and "dp_prefill" not in base.attrs
     assert ones.attrs["expert_imbalance"] == 1.0 and ones.attrs["dp_prefill"] == "independent"
-    assert list(jp.sweep(**kw, dp_attention=[1, 2]).dims)[:8] == ["gpu", "model", "engine", "tp", "pp", "ep",
-                                                                  "dp_attention", "gpu_budget"]
+    assert list(jp.plan_sweep(**kw, dp_attention=[1, 2]).dims)[:8] == ["gpu", "model", "engine", "tp", "pp", "ep",
+                                                                       "dp_attention", "gpu_budget"]
 
 
 def test_layouts_the_experts_or_gpus_cannot_take_are_infeasible_with_a_reason():
@@ -258,6 +258,7 @@ def test_deepseek_attention_dp_with_expert_parallelism_beats_tp8_at_high_concurr
         float(cold.sel(tp=1, dp_attention=8).output_tokens_per_s_per_gpu.max())
 
 
+@pytest.mark.slow
 def test_budget_search_ranks_attention_dp_layouts_at_their_exhaustive_best():
     """A MoE model's budget: each attention-DP layout's best concurrency is the brute-force best of
     a sweep of that layout, every layout fills the budget with whole replicas, and the optimum
