@@ -163,6 +163,7 @@ def test_the_ranks_lockstep_in_the_shared_engine():
     assert tpots == sorted(tpots) and tpots[-1] > 1.2 * tpots[0]
 
 
+@pytest.mark.slow
 def test_layout_axes_at_their_defaults_change_nothing():
     import jaxpareto as jp
 
@@ -225,6 +226,7 @@ def test_moe_memory_by_layout_against_a_hand_count():
     assert int(_evaluate("qwen3-235b-a22b", "h100-sxm", 8, 1, context).concurrency_max) == tp8  # r_kv = 8 / 4
 
 
+@pytest.mark.slow
 def test_expert_imbalance_slows_the_busiest_gpu():
     import jaxpareto as jp
 
