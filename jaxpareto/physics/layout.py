@@ -44,16 +44,16 @@ Between the ranks (``dp_attention`` > 1, MoE models), module functions below:
   for the busiest, which receives f times the mean: its expert matmuls (2 K P_expert per token)
   and its share of the exchange take f times as long, and, below saturation, it reads the
   experts of f times as many routed tokens (K f per token, at most E). DeepSeek-V3 balances by
-  bias-adjusted routing and redundant experts (report, sections 2.1.2 and 3.4); measured
-  per-layer imbalance of unbalanced MoE serving is 1.2-2x (EPLB's motivation).
+  bias-adjusted routing and redundant experts (report, sections 2.1.2 and 3.4; its expert-parallel
+  load balancer, EPLB, exists for this): f is an input, not a prediction.
 
 Pipeline parallelism (``pp`` = S stages, `pipeline_costs`): each stage's GPUs hold 1/S of the
 layers, their weights and their KV (`jaxpareto.physics.memory.memory_budget`'s ``stages``); S
 micro-batches stream through the stages, so a token takes a whole cycle (the TP group's step at
-b / S, plus the hops between stages) and a cycle carries S prefill chunks.
+b / S, at least one session, plus the hops between stages) and a cycle carries S prefill
+chunks.
 
-Not modelled yet: attention DP or PP under disaggregated serving; pipeline bubbles when fewer
-sessions than stages are decoding (the micro-batch of b / S < 1 is taken as a fraction).
+Not modelled yet: attention DP or PP under disaggregated serving.
 """
 
 from __future__ import annotations

@@ -278,7 +278,8 @@ def evaluate_point(
         raise ValueError(f"solver {solver.name!r} not in {SOLVERS}, or 'exact' with {options} (not piecewise linear)")
     open_loop = options.open_loop
     hw, model, tp = point.gpu, point.model, point.tp
-    # attention data parallelism: one of D alike ranks stands for the replica (physics/layout.py)
+    # a parallel layout (physics/layout.py): one of D alike attention-DP ranks stands for the
+    # replica, over its pipeline stages
     layout = point_layout(point)
     ranks = None if layout is None else layout.ranks
     whole_model = model
