@@ -109,6 +109,7 @@ def test_cli_checks_out_before_the_fit(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_calibration_file_carries_the_model_it_was_fitted_with(tmp_path, capsys):
     # a sweep adopts it, and refuses another; validate adopts it too
     shared = tmp_path / "shared.toml"

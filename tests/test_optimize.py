@@ -207,6 +207,7 @@ def test_what_if_two_variables_and_joint_scenarios():
     assert not unreachable.feasible and "ttft_ms <= 10" in unreachable.reason
 
 
+@pytest.mark.slow
 def test_optimize_and_what_if_take_the_engine_axis():
     """The engine is a scenario axis like the others: a list of engines batches the optimiser,
     and the what-if's memory term leaves KV only the engine's share of memory."""

@@ -79,6 +79,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_is_identical(in_memory, tmp_path):
     path = tmp_path / "killed.zarr"
     grid = {**GRID, "chunk_points": 200}  # many small blocks, so the kill lands mid-run

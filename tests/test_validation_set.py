@@ -145,6 +145,7 @@ def test_a_load_beyond_the_model_is_flagged_not_scored(rows):
     assert summary.loc[("all", "all"), "rows"] == len(rows) - 1
 
 
+@pytest.mark.slow
 def test_gradient_wrt_eta_decode_matches_central_difference(rows):
     f = prediction_fn(rows)
     measured = rows["value"].to_numpy()
