@@ -266,6 +266,7 @@ def test_budget_search_ranks_attention_dp_layouts_at_their_exhaustive_best():
     a sweep of that layout, every layout fills the budget with whole replicas, and the optimum
     carries its ranks and expert parallelism."""
     import numpy as np
+    import pandas as pd
 
     import jaxpareto as jp
     from jaxpareto.search.parallel import ParallelLayout, data_parallel_layouts
@@ -294,19 +295,13 @@ def test_budget_search_ranks_attention_dp_layouts_at_their_exhaustive_best():
             assert row.concurrency == brute
     top = table.iloc[0]
     assert best.value == pytest.approx(table.loc[table["feasible"], "output_tokens_per_s_per_gpu"].max())
-    if pd_notna(top["dp_attention"]):
+    if pd.notna(top["dp_attention"]):
         assert (best.pp, best.dp_attention, best.ep, best.gpus_used) == \
             (int(top["pp"]), int(top["dp_attention"]), int(top["ep"]), 8)
     with pytest.raises(jp.JaxparetoError, match="expert_imbalance.*MoE model"):
         jp.optimize(gpu="h100-sxm", model="llama-3.1-70b", gpu_budget=8, serving="aggregated", expert_imbalance=1.2)
     with pytest.raises(jp.JaxparetoError, match="dp_prefill.*GPU budget"):
         jp.optimize(gpu="h200-sxm", model="deepseek-v3", dp_prefill="aligned")
-
-
-def pd_notna(value) -> bool:
-    import pandas as pd
-
-    return bool(pd.notna(value))
 
 
 # --- pipeline parallelism (pp) -------------------------------------------------------------------

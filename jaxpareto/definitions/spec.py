@@ -268,9 +268,9 @@ class SweepSpec(_Table):
         # given where they do not belong, the other load and the prefill pool's axes are refused
         grid = {name: self._axis_values(name) for name in (other, *(a.name for a in DISAGGREGATION_AXES))
                 if name not in axes and getattr(self.grid, name) is not None}
-        layout = {a.name for a in LAYOUT_AXES}
+        layout_names = {a.name for a in LAYOUT_AXES}
         for axis in axes:
-            if axis in layout and getattr(self.grid, axis) is None:  # its default; errors name what is given
+            if axis in layout_names and getattr(self.grid, axis) is None:  # its default; errors name what is given
                 continue
             grid[axis] = self._axis_values(axis)
             if grid[axis] is None:

@@ -209,15 +209,15 @@ def optimize(
         ranked = data_parallel_layouts(gpu_budget, tp_choices) if "aggregated" in serving else []
         staged = pipeline_layouts(gpu_budget, tp_choices) if "aggregated" in serving else []
         moe = False
-        if ranked or staged:
-            moe = plan_sweep(gpu=gpu, model=model, tp=tp_choices.tolist(), concurrency=[lo], **settings
-                             ).models[0].is_moe
-            layouts = (ranked if moe else []) + staged
+        if ranked or staged:  # the grid validates the layouts' values; a dense model has no ranked ones
             plan = plan_sweep(gpu=gpu, model=model, think_time_s=think_time_s, context_tokens=context_tokens,
                               hit_rate=hit_rate, tp=tp_choices.tolist(), concurrency=[lo],
-                              **{a: sorted({getattr(x, a) for x in layouts}) for a in ("pp", "ep", "dp_attention")},
-                              **settings, **layout_settings)  # the grid validates the layouts' values
-            other_rows += search_layouts(plan, layouts, cons, objective, sense, gpu_budget, lo, hi)
+                              **{a: sorted({getattr(x, a) for x in ranked + staged}) for a in ("pp", "ep",
+                                                                                                "dp_attention")},
+                              **settings, **layout_settings)
+            moe = plan.models[0].is_moe
+            other_rows += search_layouts(plan, (ranked if moe else []) + staged, cons, objective, sense, gpu_budget,
+                                         lo, hi)
         if layout_settings and not (ranked and moe):
             raise JaxparetoError(next(iter(layout_settings)), "is a setting of the attention-DP layouts: a MoE model "
                                                               "with a budget of at least two TP groups has them")
