@@ -22,32 +22,34 @@ GPU, MODEL, CONTEXT, OSL = "h100-sxm", "llama-3.1-8b", 2048, 128
 OPEN = dict(arrivals="poisson", context_tokens=CONTEXT, osl=OSL, dtype="float64")
 
 
-@pytest.fixture(scope="module")
-def engine_step():
-    return model_step(GPU, MODEL, CONTEXT)
-
-
-@pytest.mark.parametrize(("load", "spread"), [(0.6, 0.5)])
-def test_percentiles_agree_with_a_simulated_server(engine_step, load, spread):
-    """Means of TTFT and TPOT, and their P99, against 20,000 simulated requests at a moderate load
-    (scripts/open_loop_agreement.py reports the whole range, 30 % to 90 % of capacity)."""
-    settings = dict(prefill_model="shared", isl_cv=spread, osl_cv=spread)
-    ds = jp.sweep(GPU, MODEL, tp=1, request_rate=np.linspace(0.25, 40.0, 160), **OPEN, **settings).squeeze()
+@pytest.mark.parametrize(("context", "spread", "load"), [
+    (CONTEXT, 0.5, 0.6),
+    pytest.param(CONTEXT, 0.0, 0.8, marks=pytest.mark.slow),
+    pytest.param(16384, 0.0, 0.6, marks=pytest.mark.slow),
+])
+def test_percentiles_agree_with_a_simulated_server(context, spread, load):
+    """Means of TTFT and TPOT within 10 % and their P99 within 20 % of 20,000 simulated requests
+    (the open-loop goals; scripts/open_loop_agreement.py reports 30 % to 90 % of capacity for
+    prompts of a quarter, one and two chunks)."""
+    settings = dict(prefill_model="shared", isl_cv=spread, osl_cv=spread, context_tokens=context)
+    ds = jp.sweep(GPU, MODEL, tp=1, request_rate=np.geomspace(0.02, 40.0, 400), **{**OPEN, **settings}).squeeze()
     capacity = float(ds.request_rate.where(ds.feasible, drop=True).max())
     model = ds.sel(request_rate=load * capacity, method="nearest")
     rate = float(model.request_rate)
-    sim = simulate(engine_step, rate, 20_000, CONTEXT, OSL, 8192.0, spread, spread, seed=1,
+    sim = simulate(model_step(GPU, MODEL, context), rate, 20_000, context, OSL, 8192.0, spread, spread, seed=1,
                    slots=int(model.concurrency_max))
     assert float(model.tpot_ms) == pytest.approx(sim.tpot_ms.mean(), rel=0.10)
-    assert float(model.ttft_ms) == pytest.approx(sim.ttft_ms.mean(), rel=0.20)
+    assert float(model.ttft_ms) == pytest.approx(sim.ttft_ms.mean(), rel=0.10)
     assert float(model.p99_ttft_ms) == pytest.approx(np.percentile(sim.ttft_ms, 99), rel=0.20)
     assert float(model.p99_tpot_ms) == pytest.approx(np.percentile(sim.tpot_ms, 99), rel=0.20)
     assert float(model.p50_e2el_ms) == pytest.approx(np.percentile(sim.e2el_ms, 50), rel=0.10)
-    assert float(model.batch_eff) == pytest.approx(sim.mean_batch, rel=0.10)
+    decoding = rate / 1000.0 * (sim.e2el_ms - sim.ttft_ms).mean()  # Little's law over the simulated decodes
+    assert float(model.batch_eff) == pytest.approx(decoding, rel=0.10)
 
 
 def test_poisson_limit_is_the_isolated_prefill():
-    """At a vanishing rate nothing queues: TTFT and TPOT are the closed loop's with one session."""
+    """At a vanishing rate nothing queues: TTFT is the closed loop's with one session, and TPOT
+    eq. 3's for a batch of one, the request itself."""
     alone = jp.sweep(GPU, MODEL, tp=1, concurrency=1, context_tokens=CONTEXT, osl=OSL, dtype="float64").squeeze()
     trickle = jp.sweep(GPU, MODEL, tp=1, request_rate=1e-4, **OPEN).squeeze()
     assert float(trickle.ttft_ms) == pytest.approx(float(alone.ttft_ms), rel=1e-4)
@@ -60,7 +62,7 @@ def decode_alone_tpot():
         hw, model, eff = resolve_gpu(GPU).to_params(), resolve_model(MODEL).to_params(), jp.Efficiency()
         coefficients = decode_coefficients(hw, model, 1, float(CONTEXT), effective_tflops(hw, model.compute_bits),
                                            eff.eta_decode, eff.elementwise_overhead)
-        return decode_step(coefficients, 0.0).tpot_ms
+        return decode_step(coefficients, 1.0).tpot_ms
 
 
 @pytest.mark.parametrize(("isl_cv", "solver"), [(0.0, "damped"), (1.0, "exact")])

@@ -61,12 +61,16 @@ class EngineTurn(NamedTuple):
         ttft_ms: prefill time including the wait for prefill capacity [ms].
         tpot_ms: mean time between output tokens, both kinds of steps [ms].
         prefill_load: ρ, the share of time spent in full-chunk steps, in [0, 1).
-        service_ms: S, the prefill's time alone [ms] (with ``wait_scale``, plus the wait for the
+        service_ms: S, the prefill's time alone [ms] (in the open loop, plus the wait for the
             step in progress).
         decode_step_ms, mixed_step_ms: T_0 and T_f, a step without and with prefill [ms].
         seen_load: ρ', the share of time in prefill steps that the turn sees.
         mixed_share: the share of time the turn decodes in steps as long as a prefill step: ρ',
             or with attention-DP ranks in lockstep 1 - (1 - ρ')(1 - ρ)^(D - 1).
+        marginal_ms: the time one more prefill adds to the steps [ms] (the open loop,
+            `jaxpareto.physics.open_engine`; 0 in the closed loop).
+        dispersion: F_c, the index of dispersion of the prefills landing in a turn's decode
+            steps (the open loop; 1 in the closed loop).
     """
 
     ttft_ms: jax.Array
@@ -77,6 +81,8 @@ class EngineTurn(NamedTuple):
     mixed_step_ms: jax.Array = 0.0
     seen_load: jax.Array = 0.0
     mixed_share: jax.Array = 0.0
+    marginal_ms: jax.Array = 0.0
+    dispersion: jax.Array = 1.0
 
 
 def step_ms(step: DecodeStep, eta_decode: jax.Array, elementwise_overhead: jax.Array,
@@ -96,13 +102,20 @@ def step_ms(step: DecodeStep, eta_decode: jax.Array, elementwise_overhead: jax.A
     return jnp.maximum(memory_ms, compute_ms) + step.t_fixed_ms
 
 
+def lockstep_share(seen: jax.Array, load: jax.Array, lockstep_ranks=None) -> jax.Array:
+    """The share of time a turn decodes in prefill-length steps: ρ' alone, or with D attention-DP
+    ranks in lockstep 1 - (1 - ρ')(1 - ρ)^(D - 1) (`shared_turn`, ``lockstep_ranks``)."""
+    if lockstep_ranks is None:
+        return seen
+    return jnp.where(lockstep_ranks > 1, 1.0 - (1.0 - seen) * jnp.power(1.0 - load, lockstep_ranks - 1.0), seen)
+
+
 _LOAD_BRACKET = 40.0  # s = -ln(1 - ρ) in [0, 40]: ρ up to 1 - 4e-18
 
 
 def shared_turn(step: DecodeStep, batch: jax.Array, concurrency: jax.Array, prefill_tokens: jax.Array,
                 osl: jax.Array, chunk_tokens: jax.Array, prefill_ms_per_token: jax.Array, eta_decode: jax.Array,
-                elementwise_overhead: jax.Array, extra_weight_ms=None, wait_scale=None,
-                decode_batch: bool = False, lockstep_ranks=None) -> EngineTurn:
+                elementwise_overhead: jax.Array, extra_weight_ms=None, lockstep_ranks=None) -> EngineTurn:
     """TTFT and TPOT of a turn in the shared engine at batch B (module docstring).
 
     Args:
@@ -116,17 +129,6 @@ def shared_turn(step: DecodeStep, batch: jax.Array, concurrency: jax.Array, pref
         eta_decode, elementwise_overhead: of eq. 3.
         extra_weight_ms: p -> weights a step's p prefill tokens load beyond the decode batch's
             [ms] (the measured profile's prefill roofline); None: none.
-        wait_scale: None: the processor-sharing wait S ρ' / (1 - ρ') (the closed loop); else
-            that wait times this factor, (1 + c_S²) / 2 for first-come first-served prefills
-            under Poisson arrivals (`jaxpareto.physics.queueing`; pass ``concurrency`` inf there,
-            as arrivals see the time-average load). There a step carries the prefill at the
-            head of the queue and those waiting behind it, L_q / ρ_w = (1 + c_S²) ρ_w / (2 (1 -
-            ρ_w)) of them with ρ_w the share of time spent computing prefill tokens (M/G/1), so
-            a prefill's own steps take T_f, not T(B, L_prefill); and a request arriving while no
-            prefill runs first waits for the decode step in progress, T_0 / 2 on average (the
-            mean residual of a fixed step).
-        decode_batch: B counts the requests decoding only, X OSL TPOT = B (the open loop;
-            static), instead of every session in its turn, X R = B.
         lockstep_ranks: None (one TP group), or D, attention data-parallel ranks of which this
             is one, alike and stepping together: every MoE layer exchanges tokens among all
             D, so a rank's decode step lasts as long as any rank's prefill step, and a turn
@@ -156,25 +158,13 @@ def shared_turn(step: DecodeStep, batch: jax.Array, concurrency: jax.Array, pref
         seen = rho * others
         # tokens a prefill step carries: one prefill's, growing to a full chunk as prefills queue
         # up (1 / (1 - ρ) of them are in the system while one is, for processor sharing)
-        if wait_scale is None:
-            per_step = jnp.minimum(chunk_tokens, tokens / (1.0 - seen))
-        else:  # FCFS: the prefill at the head and those queued behind it
-            single = jnp.minimum(tokens, chunk_tokens)
-            work = seen * single * prefill_ms_per_token / t(single)  # share of time computing prefill
-            per_step = jnp.minimum(chunk_tokens, tokens * (1.0 + wait_scale * work / (1.0 - work)))
+        per_step = jnp.minimum(chunk_tokens, tokens / (1.0 - seen))
         tf = t(per_step)
         throughput = rho * per_step / tf / tokens  # X [turns per ms]
-        mixed = seen if lockstep_ranks is None else \
-            jnp.where(lockstep_ranks > 1, 1.0 - (1.0 - seen) * jnp.power(1.0 - rho, lockstep_ranks - 1.0), seen)
+        mixed = lockstep_share(seen, rho, lockstep_ranks)
         tpot = t0 * tf / (mixed * t0 + (1.0 - mixed) * tf)
-        if wait_scale is None:
-            ttft = service / (1.0 - seen)
-        else:
-            alone = jnp.maximum(tokens / chunk_tokens, 1.0) * tf + (1.0 - seen) * 0.5 * t0
-            ttft = alone + wait_scale * service * seen / (1.0 - seen)
-        in_batch = osl * tpot if decode_batch else ttft + osl * tpot
-        return throughput * in_batch - batch, EngineTurn(ttft, tpot, rho, service if wait_scale is None else alone,
-                                                         t0, tf, seen, mixed)
+        ttft = service / (1.0 - seen)
+        return throughput * (ttft + osl * tpot) - batch, EngineTurn(ttft, tpot, rho, service, t0, tf, seen, mixed)
 
     zero = 0.0 * batch
     root = increasing_root(lambda s: turn_at(s)[0], zero, zero + _LOAD_BRACKET)

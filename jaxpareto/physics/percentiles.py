@@ -152,6 +152,11 @@ class TurnSpread(NamedTuple):
         batch: B. batch_variance: the variance of the batch a step sees.
         step_slope_ms: a decode step's added time per extra request in the batch [ms].
         turn_rate_per_ms: turns starting per ms.
+        tpot_cap_ms: the longest TPOT the server allows (the open loop's KV slots all busy:
+            `jaxpareto.physics.point.saturated_tpot_ms`); the quantiles stop there.
+        prefill_dispersion: F_c, the index of dispersion of the prefills landing in a request's
+            decode steps (1: Poisson; the open loop's clusters,
+            `jaxpareto.physics.open_engine`).
     """
 
     ttft_ms: jax.Array
@@ -167,6 +172,8 @@ class TurnSpread(NamedTuple):
     batch_variance: jax.Array
     step_slope_ms: jax.Array
     turn_rate_per_ms: jax.Array
+    prefill_dispersion: jax.Array = 1.0
+    tpot_cap_ms: jax.Array = float("inf")
 
 
 class LatencyPercentiles(NamedTuple):
@@ -199,15 +206,24 @@ def latency_percentiles(spread: TurnSpread, with_wait: bool = True) -> LatencyPe
     decode_ms = spread.osl * spread.tpot_ms
     per_prefill_ms = service * jnp.maximum(spread.mixed_step_ms - spread.decode_step_ms, 0.0) \
         / jnp.maximum(spread.mixed_step_ms, 1e-30)
-    chunk_variance = spread.turn_rate_per_ms * decode_ms * (1.0 + mix.scv) * per_prefill_ms ** 2
-    tpot_sd = jnp.sqrt(_AVERAGED_BATCH_VARIANCE * step_sd ** 2 + chunk_variance / jnp.maximum(spread.osl, 1.0) ** 2)
-    tpot_cv = tpot_sd / spread.tpot_ms
-    tpot = tuple(lognormal_quantile(spread.tpot_ms, tpot_cv, p) for p in PERCENTILES)
-
-    # an ITL is one step: the share of steps with a prefill chunk is time share / T_f over the mean
+    # the share of a request's steps that carry a prefill cannot pass 1: the count's variance has
+    # the binomial factor 1 - c_f of that share (0 when every step carries one)
     steps_f = spread.mixed_time_share / spread.mixed_step_ms
     steps_0 = (1.0 - spread.mixed_time_share) / spread.decode_step_ms
     share_f = steps_f / (steps_f + steps_0)
+    chunk_variance = spread.turn_rate_per_ms * decode_ms * (1.0 + mix.scv) * per_prefill_ms ** 2 * \
+        spread.prefill_dispersion * (1.0 - share_f)
+    # clusters of prefills bring their requests with them: the two parts move together, with the
+    # correlation 1 - 1 / F of a count whose excess variance is the clusters' (0 when Poisson)
+    batch_sd = jnp.sqrt(_AVERAGED_BATCH_VARIANCE) * step_sd
+    chunk_sd = jnp.sqrt(chunk_variance) / jnp.maximum(spread.osl, 1.0)
+    together = 1.0 - 1.0 / jnp.maximum(spread.prefill_dispersion, 1.0)
+    tpot_sd = jnp.sqrt(batch_sd ** 2 + chunk_sd ** 2 + 2.0 * together * batch_sd * chunk_sd)
+    tpot_cv = tpot_sd / spread.tpot_ms
+    tpot = tuple(jnp.minimum(lognormal_quantile(spread.tpot_ms, tpot_cv, p), jnp.maximum(spread.tpot_cap_ms, spread.tpot_ms))
+                 for p in PERCENTILES)
+
+    # an ITL is one step: the share of steps with a prefill chunk is time share / T_f over the mean
     itl_w = jnp.stack([1.0 - share_f, share_f])
     itl_m = jnp.stack([spread.decode_step_ms, spread.mixed_step_ms])
     itl = normal_mix_quantiles(itl_w, itl_m, jnp.stack([step_sd, step_sd]))

@@ -32,12 +32,13 @@ from jaxpareto.physics.layout import expert_exchange, fills_budget, layout_costs
 from jaxpareto.physics.limits import LAYOUT_DOES_NOT_SPLIT, LOAD_BEYOND_CAPACITY, REPLICA_DOES_NOT_DIVIDE_BUDGET, \
     context_fits, heads_split, infeasible_reason
 from jaxpareto.physics.memory import _INT32_MAX, memory_budget, session_gb
+from jaxpareto.physics.open_engine import poisson_turn, saturated_tpot_ms
 from jaxpareto.physics.outputs import DECODE_COMPUTE, DECODE_MEMORY, DECODE_NONE, PointOutputs
 from jaxpareto.physics.percentiles import PERCENTILES, TurnSpread, latency_percentiles
 from jaxpareto.physics.prefill import PrefillWork, prefill_work
 from jaxpareto.physics.roots import INNER_ROOT_EPS
-from jaxpareto.physics.queueing import PrefillMix, fcfs_wait_scale, mg1_wait_ms, paused_sessions, prefill_mix, \
-    slot_wait_ms
+from jaxpareto.physics.queueing import PrefillMix, batch_fano_factor, fcfs_wait_scale, mg1_wait_ms, paused_sessions, \
+    prefill_mix, slot_wait_ms
 
 
 
@@ -95,7 +96,10 @@ class TurnState(NamedTuple):
     Besides the latencies: ``mix`` (the prefill hit/miss mix), ``queue_wait_ms`` and
     ``queue_busy`` (the open loop's mean wait for prefill and the prefill queue's ρ; 0 in the
     closed loop), ``decode_step_ms`` and ``mixed_step_ms`` (T_0 and T_f, steps without and with
-    a prefill chunk) and ``mixed_share`` (the share of time in the latter), for the percentiles.
+    a prefill chunk), ``mixed_share`` (the share of time in the latter) and
+    ``prefill_dispersion`` (F_c, the index of dispersion of the prefills landing in a request's
+    decode steps; 1 in the closed loop) and ``seen_batch`` (the batch of ``step``), for the
+    percentiles and the open loop's batch swings.
     """
 
     latency_ms: jax.Array
@@ -113,6 +117,8 @@ class TurnState(NamedTuple):
     decode_step_ms: jax.Array
     mixed_step_ms: jax.Array
     mixed_share: jax.Array
+    prefill_dispersion: jax.Array
+    seen_batch: jax.Array
 
 
 def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = ModelOptions()) -> TurnState:
@@ -155,7 +161,10 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         work = PrefillWork(turn.prefill_tokens, turn.hit_rate, zero, zero)
         lifetime = zero + jnp.inf
         isolated_ttft = turn.ttft_ms
-    step = decode_step(turn.decode, batch_run, options.expert_routing)
+    # under Poisson arrivals a request decodes beside the B others a random time sees, B + 1 in
+    # all (docs/model.md, "Open-loop load")
+    seen = batch_run + 1.0 if open_loop else batch_run
+    step = decode_step(turn.decode, seen, options.expert_routing)
     mix = prefill_mix(work.tokens, turn.hit_tokens, work.hit_rate_eff, turn.isl_cv)
     zero = 0.0 * batch
     if options.prefill_model == "shared":
@@ -165,19 +174,21 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
             engine = synchronised_turn(step, half, batch_run, work.tokens, turn.osl, turn.chunk_tokens,
                                        turn.prefill_ms_per_token, turn.decode.eta_decode,
                                        turn.decode.elementwise_overhead, extra)
+        elif open_loop:  # requests arrive at λ: the bulk-service steps (`jaxpareto.physics.open_engine`)
+            engine = poisson_turn(step, turn.rate_per_ms, work.tokens, turn.osl, turn.chunk_tokens,
+                                  turn.prefill_ms_per_token, turn.decode.eta_decode, turn.decode.elementwise_overhead,
+                                  fcfs_wait_scale(mix.scv), extra, turn.lockstep_ranks)
         else:
-            engine = shared_turn(step, batch_run, zero + jnp.inf if open_loop else concurrency, work.tokens,
-                                 turn.osl, turn.chunk_tokens, turn.prefill_ms_per_token, turn.decode.eta_decode,
-                                 turn.decode.elementwise_overhead, extra,
-                                 fcfs_wait_scale(mix.scv) if open_loop else None, decode_batch=open_loop,
-                                 lockstep_ranks=turn.lockstep_ranks)
+            engine = shared_turn(step, batch_run, concurrency, work.tokens, turn.osl, turn.chunk_tokens,
+                                 turn.prefill_ms_per_token, turn.decode.eta_decode, turn.decode.elementwise_overhead,
+                                 extra, lockstep_ranks=turn.lockstep_ranks)
         ttft = engine.ttft_ms + turn.ttft_overhead_ms + work.delay_ms
         tpot, load = engine.tpot_ms, engine.prefill_load
-        steps = (engine.decode_step_ms, engine.mixed_step_ms, engine.mixed_share)
+        steps = (engine.decode_step_ms, engine.mixed_step_ms, engine.mixed_share, engine.dispersion)
         queue_wait, queue_busy = (engine.ttft_ms - engine.service_ms, engine.seen_load) if open_loop else (zero, zero)
     else:
         ttft, tpot, load = isolated_ttft, step.tpot_ms, zero
-        steps = (tpot, tpot, zero)
+        steps = (tpot, tpot, zero, zero + 1.0)
         queue_wait, queue_busy = zero, zero
         if open_loop:  # one prefill at a time at the GPUs' full speed: an M/G/1 queue
             queue_wait, queue_busy = mg1_wait_ms(turn.rate_per_ms, isolated_ttft, mix.scv)
@@ -187,15 +198,26 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         wait = (ttft + tpot * turn.osl) * (jnp.maximum(batch / turn.slots, 1.0) - 1.0)
         ttft = ttft + wait
     return TurnState(ttft + tpot * turn.osl, wait, ttft, tpot, step, batch_run, work, lifetime, load, mix,
-                     queue_wait, queue_busy, *steps)
+                     queue_wait, queue_busy, *steps, seen)
 
 
-def _with_slot_wait(state: TurnState, slots: jax.Array, rate_per_ms: jax.Array, osl_cv: jax.Array) -> TurnState:
+def tpot_slope_ms(state: TurnState, step_slope_ms: jax.Array) -> jax.Array:
+    """dTPOT / dB at a fixed arrival rate [ms per request]: the decode step's slope through the
+    harmonic mix of `jaxpareto.physics.engine` (mixed steps and their share held), s (1 - m) (TPOT / T_0)²."""
+    ratio = state.tpot_ms / state.decode_step_ms
+    return step_slope_ms * (1.0 - state.mixed_share) * ratio * ratio
+
+
+def _with_slot_wait(state: TurnState, slots: jax.Array, rate_per_ms: jax.Array, osl: jax.Array, osl_cv: jax.Array,
+                    tpot_slope: jax.Array, fano: jax.Array) -> TurnState:
     """The open-loop turn with the wait for a KV slot added to TTFT (in ``memory_wait_ms``): a
-    request holds its slot for its prefill and decode, whose spread is the output's."""
+    request holds its slot for its prefill and decode, whose spread is the output's, and its
+    TPOT grows by ``tpot_slope`` per request more in the batch, up to the M slots (`slot_wait_ms`)."""
     hold = state.latency_ms - state.queue_wait_ms - state.memory_wait_ms
     decode = state.latency_ms - state.ttft_ms
-    wait, waits = slot_wait_ms(slots, rate_per_ms, hold, (decode * osl_cv / hold) ** 2)
+    hold_full = hold + osl * tpot_slope * jnp.maximum(slots - state.seen_batch, 0.0)
+    wait, waits = slot_wait_ms(slots, rate_per_ms, hold, (decode * osl_cv / hold) ** 2, hold_full, fano,
+                               state.prefill_dispersion)
     busy = 1.0 - (1.0 - state.queue_busy) * (1.0 - waits)
     return state._replace(ttft_ms=state.ttft_ms + wait, latency_ms=state.latency_ms + wait,
                           memory_wait_ms=state.memory_wait_ms + wait, queue_wait_ms=state.queue_wait_ms + wait,
@@ -220,16 +242,21 @@ def latency_function(options: ModelOptions):
     return functools.partial(turn_decode_ms if options.open_loop else turn_latency_ms, options=options)
 
 
-def turn_latency_lines(turn: TurnLatency) -> tuple[jax.Array, jax.Array]:
+def turn_latency_lines(turn: TurnLatency, open_loop: bool = False) -> tuple[jax.Array, jax.Array]:
     """(intercepts, slopes) of R(B) on each linear piece of TPOT (for the exact solver); of
-    OSL x TPOT(B) under the open loop (``rate_per_ms`` > 0)."""
+    OSL x TPOT(B + 1) under the open loop (static ``open_loop``; `turn_state`)."""
     tpot = tpot_lines(turn.decode)
-    ttft = turn.ttft_ms
-    ttft = jnp.where(turn.rate_per_ms > 0, 0.0, ttft)  # the open loop solves OSL x TPOT(B) alone
+    ttft = 0.0 if open_loop else turn.ttft_ms  # the open loop solves OSL x TPOT alone
     intercepts = jnp.stack([ttft + turn.osl * tpot.a_unsat, ttft + turn.osl * tpot.a_sat,
                             ttft + turn.osl * tpot.a_compute])
     slopes = jnp.stack([turn.osl * tpot.b_unsat, turn.osl * tpot.b_sat, turn.osl * tpot.b_compute])
+    if open_loop:  # the step is at B + 1: each line moves up by its slope
+        intercepts = intercepts + slopes
     return intercepts, slopes
+
+
+# one function per loop, the same object every time (the solver keys on it)
+_LATENCY_LINES = {loop: functools.partial(turn_latency_lines, open_loop=loop) for loop in (False, True)}
 
 
 def evaluate_point(
@@ -358,10 +385,24 @@ def evaluate_point(
     batch_cap = slots - paused if options.memory_caps_concurrency else slots
     solution = solve_closed_loop(latency_function(options),
                                  LoopInputs(turn, concurrency_eff, think_ms, rate_per_ms, batch_cap),
-                                 solver, turn_latency_lines, open_loop)
+                                 solver, _LATENCY_LINES[open_loop], open_loop)
     state = turn_state(turn, solution.batch, options)
-    if open_loop:  # a request waits for a KV slot before its prefill (Erlang C; `jaxpareto.physics.queueing`)
-        state = _with_slot_wait(state, batch_cap, rate_per_ms, workload.osl_cv)
+    saturated_tpot = jnp.inf
+    if open_loop or percentiles:  # a step's added time per request more in the batch
+        step_slope = decode_step(coefficients, state.seen_batch + 1.0, options.expert_routing).tpot_ms - \
+            state.step.tpot_ms
+    if open_loop:  # a request waits for a KV slot before its prefill (`jaxpareto.physics.queueing`)
+        tpot_slope = tpot_slope_ms(state, step_slope)
+        full = decode_step(coefficients, batch_cap, options.expert_routing)
+        if options.prefill_model == "shared":  # the slots' replacements prefill in the decode steps
+            saturated_tpot = saturated_tpot_ms(full, batch_cap, state.prefill.tokens, workload.osl, chunk_tokens,
+                                               prefill_ms_per_token, coefficients.eta_decode,
+                                               coefficients.elementwise_overhead,
+                                               prefill_expert_ms(coefficients, batch_cap, options) if measured else None)
+        else:
+            saturated_tpot = full.tpot_ms
+        fano = batch_fano_factor(state.prefill_dispersion, rate_per_ms, workload.osl * tpot_slope)
+        state = _with_slot_wait(state, batch_cap, rate_per_ms, workload.osl, workload.osl_cv, tpot_slope, fano)
     step, latency = state.step, state.latency_ms
     if open_loop:  # beyond capacity: no fixed point below the cap, or a queue's ρ >= 1
         stable = solution.converged & jnp.isfinite(latency) & (state.queue_busy < 1.0)
@@ -369,7 +410,7 @@ def evaluate_point(
         ok = reason == 0
         turns_per_s = rate_per_ms * MS_PER_S
         sessions = rate_per_ms * latency + paused  # Little's law: in their turn, and paused
-        batch_variance = solution.batch  # M/G/inf: the requests decoding are Poisson
+        batch_variance = solution.batch * fano
     else:
         turns_per_s = concurrency_eff / ((latency + think_ms) / MS_PER_S)
         sessions = admitted
@@ -383,10 +424,10 @@ def evaluate_point(
         return jnp.where(ok, value, jnp.nan)
 
     if percentiles:
-        one_more = decode_step(coefficients, state.batch_run + 1.0, options.expert_routing)
         spread = TurnSpread(state.ttft_ms, state.queue_wait_ms, state.queue_busy, state.mix, state.tpot_ms,
                             workload.osl, workload.osl_cv, state.decode_step_ms, state.mixed_step_ms,
-                            state.mixed_share, batch_variance, one_more.tpot_ms - step.tpot_ms, turns_per_s / MS_PER_S)
+                            state.mixed_share, batch_variance, step_slope, turns_per_s / MS_PER_S,
+                            state.prefill_dispersion, saturated_tpot)
         safe = jax.tree_util.tree_map(lambda v: jnp.where(ok, v, 1.0), spread)  # no NaN into the bisections
         found = latency_percentiles(safe, with_wait=open_loop)
         percentile_outputs = {f"p{p}_{name}": masked(values[i]) for name, values in found._asdict().items()

@@ -4,11 +4,12 @@
 Under ``arrivals="poisson"`` requests (turns) arrive as a Poisson process of rate λ whatever the
 server does, as ``vllm bench serve --request-rate`` and MLPerf's server scenario generate them.
 
-- **The batch.** By Little's law the mean number of requests in their turn is B = λ R(B) (seed
-  002 section 7.4), a fixed point in B solved like the closed loop's (`jaxpareto.physics.closed_loop`).
-  Agent sessions arrive at λ / N and run N turns with a pause Z between consecutive ones, so
-  P = λ Z (N - 1) / N sessions are paused at any time (Little's law again), holding or competing
-  for KV memory as in the closed loop.
+- **The batch.** By Little's law the mean number of requests decoding is B = λ OSL TPOT (seed
+  002 section 7.4), a fixed point in B solved like the closed loop's (`jaxpareto.physics.closed_loop`),
+  with TPOT at the batch B + 1 a request sees (itself and the others). Agent sessions arrive at
+  λ / N and run N turns with a pause Z between consecutive ones, so P = λ Z (N - 1) / N sessions
+  are paused at any time (Little's law again), holding or competing for KV memory as in the
+  closed loop.
 - **The prefill queue.** Prefills wait for the prefill capacity first-come first-served (vLLM's
   and SGLang's default scheduling policy), an M/G/1 queue: with S the prefill time alone,
   ρ = λ E[S] the share of time prefill runs and c_S² the squared coefficient of variation of
@@ -18,16 +19,12 @@ server does, as ``vllm bench serve --request-rate`` and MLPerf's server scenario
       W = ρ E[S] (1 + c_S²) / (2 (1 - ρ)).
 
   Under the shared engine the prefill server is the chunked-prefill engine, whose ρ and S come
-  from `jaxpareto.physics.engine`; there the closed loop's processor-sharing wait
-  E[S] ρ / (1 - ρ) is this formula at c_S² = 1, so the two agree for exponential prefill sizes.
-- **The wait for a KV slot.** A request holds its KV from its prefill to its last token; with M
-  slots (the sessions KV memory holds, less the paused ones under the seed's memory model) and
-  a = λ x that holding time of them busy on average, a request finding every slot busy waits
-  for one: an M/G/M queue, whose mean wait is Erlang's C formula for M/M/M (Kleinrock vol. 1,
-  section 3.5), C(M, a) T_hold / (M - a), times (1 + c_T²) / 2 for the holding time's spread
-  (the M/G/c approximation of Lee and Longton, 1959). This is the queue of a server run near
-  its KV capacity, as MLPerf's server scenario runs: with a thousand slots 97 % busy, requests
-  wait hundreds of ms for one though prefill itself is idle most of the time.
+  from its bulk-service steps (`jaxpareto.physics.open_engine`).
+- **The wait for a KV slot** (`slot_wait_ms`). A request holds its KV from its prefill to its
+  last token; with M slots (the sessions KV memory holds, less the paused ones under the seed's
+  memory model), a request finding every slot busy waits for one. The number holding one is
+  over-dispersed (`batch_fano_factor`), so slots run out while the mean is well below M: this
+  is the queue of a server run near its KV capacity.
 - **Stability.** A point whose fixed point does not exist (λ beyond what the decode batch or
   KV memory sustains) or whose prefill load reaches ρ = 1 is flagged ``load_beyond_capacity``
   and carries NaN, never a number.
@@ -39,7 +36,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax.scipy.special import gammaincc, gammaln
+from jax.scipy.special import betainc, gammaincc, gammaln
 
 
 def fcfs_wait_scale(service_scv: jax.Array) -> jax.Array:
@@ -131,17 +128,75 @@ def mgc_wait_ms(servers: jax.Array, seen: jax.Array, offered: jax.Array, service
     return jnp.where(stable, jnp.where(seen > 0, wait, 0.0), jnp.inf)
 
 
-def slot_wait_ms(slots: jax.Array, rate_per_ms: jax.Array, hold_ms: jax.Array, hold_scv: jax.Array
-                 ) -> tuple[jax.Array, jax.Array]:
-    """(W, P(wait)): the mean wait for one of ``slots`` KV slots [ms] (inf when λ T_hold >= M).
+_POISSON_FANO = 1.0 + 1e-4  # an occupancy this close to Poisson is taken as Poisson (M/M/M)
+
+
+def batch_fano_factor(cluster_dispersion: jax.Array, rate_per_ms: jax.Array, hold_slope_ms: jax.Array) -> jax.Array:
+    """F = Var(n) / E[n] of the requests in their turn under Poisson arrivals: F_c / (1 - p).
+
+    An M/G/∞ count is Poisson (F = 1); a serving engine's is over-dispersed by two feedbacks:
+
+    - **Prefill clusters** (``cluster_dispersion``, F_c = 1 / (1 - κ)²): every prefill landing
+      in a request's decode steps lengthens them and brings further arrivals into them
+      (`jaxpareto.physics.open_engine`).
+    - **Slower steps with more requests.** With T_hold(n) = α + β n the occupancy of the
+      birth-death chain of arrivals at λ and departures at n / T_hold(n) is a negative binomial
+      of variance over mean 1 / (1 - p), p = λ β (``hold_slope_ms`` = β): its weights are
+      λ^n Π T_hold(k) / k, a processor-sharing queue of state-dependent speed, whose occupancy
+      is insensitive to the distribution of the work (Kelly, Reversibility and Stochastic
+      Networks, 1979, section 3.3). p is clipped below 1 (beyond capacity anyway).
+    """
+    swing = jnp.clip(rate_per_ms * hold_slope_ms, 0.0, 0.999)
+    return cluster_dispersion / (1.0 - swing)
+
+
+def slot_wait_ms(slots: jax.Array, rate_per_ms: jax.Array, hold_ms: jax.Array, hold_scv: jax.Array,
+                 hold_full_ms: jax.Array | None = None, fano: jax.Array = 1.0,
+                 arrival_dispersion: jax.Array = 1.0) -> tuple[jax.Array, jax.Array]:
+    """(W, P(wait)): the mean wait for one of ``slots`` KV slots [ms] (inf when beyond capacity).
+
+    The n requests holding a slot are served together, one token each per engine step. Below M
+    slots their number has mean λ T_hold (Little's law) and variance F times that
+    (`batch_fano_factor`), taken as a negative binomial of those two moments (F = 1: Poisson).
+    At n >= M every slot is busy, arrivals queue first-come first-served and leave at
+    M / T_hold(M) (``hold_full_ms``: the decode slowed by the full batch), a geometric tail of
+    ratio σ = λ T_hold(M) / M. Then
+
+        P(wait) = P(n >= M),   W = P(wait) T_hold(M) / (M - λ T_hold(M)) x (F_a + c_T²) / 2,
+
+    the conditional wait of Kingman's heavy-traffic form for many servers, with the index of
+    dispersion F_a of the work arriving (``arrival_dispersion``: clusters of prefills, 1 for
+    Poisson) and the squared coefficient of variation c_T² of the holding time (Whitt,
+    "Approximations for the GI/G/m queue", Production and Operations Management 2, 1993; at
+    F_a = 1 the Lee-Longton M/G/m factor). At F = F_a = 1 and a flat T_hold the chain is M/M/M
+    and P(wait) Erlang's C formula (`erlang_c`). The over-dispersion is why slots run out near
+    capacity while the mean batch is still well below them.
 
     Args:
         slots: M, the sessions KV memory holds for running requests.
         rate_per_ms: λ. hold_ms: T_hold, a request's time holding its KV [ms].
         hold_scv: c_T², the squared coefficient of variation of T_hold.
+        hold_full_ms: T_hold(M) [ms] (None: ``hold_ms``).
+        fano: F >= 1, the occupancy's variance over its mean.
+        arrival_dispersion: F_a >= 1.
     """
-    offered = rate_per_ms * hold_ms
-    return mgc_wait_ms(slots, offered, offered, hold_ms, hold_scv), erlang_c(slots, offered)
+    mean = rate_per_ms * hold_ms
+    hold_full = hold_ms if hold_full_ms is None else jnp.maximum(hold_full_ms, hold_ms)  # T_hold(M)
+    ratio = rate_per_ms * hold_full / slots  # σ
+    stable = ratio < 1.0
+    over = fano > _POISSON_FANO
+    # the negative binomial of mean n̄ and variance F n̄: q = 1 - 1 / F, r = n̄ / (F - 1)
+    q = jnp.where(over, 1.0 - 1.0 / jnp.where(over, fano, 2.0), 0.5)
+    r = jnp.maximum(mean, 1e-9) / jnp.where(over, fano - 1.0, 1.0)
+    below = betainc(r, slots, 1.0 - q)  # P(n <= M - 1)
+    at_full = jnp.exp(gammaln(slots + r) - gammaln(r) - gammaln(slots + 1.0) + slots * jnp.log(q) + r * jnp.log1p(-q))
+    safe_ratio = jnp.where(stable, ratio, 0.5)
+    tail = at_full / (1.0 - safe_ratio)  # P(n = M) + the queue beyond, unnormalised
+    waits = jnp.where(over, tail / (below + tail), erlang_c(slots, mean))
+    waits = jnp.where(stable, jnp.clip(waits, 0.0, 1.0), 1.0)
+    wait = waits * hold_full / jnp.where(stable, slots * (1.0 - safe_ratio), 1.0) * \
+        0.5 * (arrival_dispersion + hold_scv)
+    return jnp.where(stable, wait, jnp.inf), waits
 
 
 def paused_sessions(rate_per_ms: jax.Array, think_time_ms: jax.Array, turns_per_session: jax.Array) -> jax.Array:
