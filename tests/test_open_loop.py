@@ -225,3 +225,20 @@ def test_validation_server_rows_in_the_open_loop():
     np.testing.assert_allclose(arrived.predicted.to_numpy()[others], closed.predicted.to_numpy()[others], rtol=1e-9)
     ttft = closed["metric"].eq("ttft_ms").to_numpy() & server
     assert np.all(arrived.predicted.to_numpy()[ttft] > closed.predicted.to_numpy()[ttft])  # the queue
+
+
+def test_open_loop_review_findings_stay_fixed():
+    """float32 agrees with float64 at low rates (the chain's tail is exact, not a rounding
+    remainder); short prompts, several to a step, wait at the load of full steps, not at the
+    share of time in any prefill step; prompts that do not divide the chunk are flagged where the
+    chain's ⌊P / L⌋ prompts a step cannot keep up."""
+    low = dict(tp=1, request_rate=[1e-4, 1e-3, 1e-2], arrivals="poisson", prefill_model="shared",
+               context_tokens=CONTEXT, osl=OSL)
+    single = jp.sweep(GPU, MODEL, **low).ttft_ms.values.ravel()
+    double = jp.sweep(GPU, MODEL, dtype="float64", **low).ttft_ms.values.ravel()
+    np.testing.assert_allclose(single, double, rtol=1e-4)
+    short = dict(tp=1, arrivals="poisson", prefill_model="shared", prefill_chunk_tokens=512, dtype="float64")
+    many = jp.sweep(GPU, MODEL, request_rate=[100.0, 200.0], context_tokens=100, osl=1, **short).squeeze()
+    assert np.all(many.ttft_ms.values < 2.0 * float(many.ttft_ms[0]))  # the step-bound wait stays small
+    odd = jp.sweep(GPU, MODEL, request_rate=[90.0, 110.0], context_tokens=300, osl=16, **short).squeeze()
+    assert not odd.feasible.values.any() and (odd.infeasible_reason.values == LOAD_BEYOND_CAPACITY).all()

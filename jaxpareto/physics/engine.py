@@ -60,11 +60,13 @@ class EngineTurn(NamedTuple):
     Attributes:
         ttft_ms: prefill time including the wait for prefill capacity [ms].
         tpot_ms: mean time between output tokens, both kinds of steps [ms].
-        prefill_load: ρ, the share of time spent in full-chunk steps, in [0, 1).
+        prefill_load: ρ, the share of time spent in full-chunk steps, in [0, 1) (1 beyond
+            capacity in the open loop).
         service_ms: S, the prefill's time alone [ms] (in the open loop, plus the wait for the
             step in progress).
         decode_step_ms, mixed_step_ms: T_0 and T_f, a step without and with prefill [ms].
-        seen_load: ρ', the share of time in prefill steps that the turn sees.
+        seen_load: ρ', the share of time in prefill steps that the turn sees (the open loop: the
+            prefill queue's load, `jaxpareto.physics.open_engine`).
         mixed_share: the share of time the turn decodes in steps as long as a prefill step: ρ',
             or with attention-DP ranks in lockstep 1 - (1 - ρ')(1 - ρ)^(D - 1).
         marginal_ms: the time one more prefill adds to the steps [ms] (the open loop,

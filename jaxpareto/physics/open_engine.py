@@ -9,9 +9,10 @@ from it directly:
   Stat. Soc. B 16, 1954, the chunk as the bulk). For prompts under one chunk the prompts j
   waiting at a step are a Markov chain: the step serves s_j = min(j, ⌊P / L⌋) of them, lasts
   T_j = T(B, s_j L) (`jaxpareto.physics.engine.step_ms`), and j' = j - s_j + Poisson(λ T_j):
-  long steps beget long steps. Its stationary law π (power iteration from Poisson(λ T_0)) gives
-  the mean step T̄ = Σ π_j T_j, the share of time in prefill steps m = Σ_{j>=1} π_j T_j / T̄ and
-  their mean length T_f. A prompt of a chunk or more fills its steps: m = λ (L / P) T(B, P).
+  long steps beget long steps. Its law π 129 steps after an empty queue (stationary well before
+  capacity) gives the mean step T̄ = Σ π_j T_j, the share of time in prefill steps
+  m = Σ_{j>=1} π_j T_j / T̄ and their mean length T_f. A prompt of a chunk or more fills its
+  steps: m = λ (L / P) T(B, P).
 - **TPOT** is the mean step, T̄ = 1 / (m / T_f + (1 - m) / T_0), one token per step (with
   attention-DP ranks in lockstep, m as in `jaxpareto.physics.engine.lockstep_share`).
 - **Clusters of prefills.** A request decodes for OSL steps, not for a fixed time, and every
@@ -27,10 +28,12 @@ from it directly:
   (F_c - 1) / 2 x μ / OSL.
 - **TTFT** is the prefill's own steps, max(L / P, 1) T_f, plus, arriving while no prefill runs,
   the decode step in progress (T_0 / 2 on average), plus the first-come first-served wait for
-  the prefill steps ahead: the M/G/1 (Pollaczek-Khinchine) wait S m / (1 - m) x (1 + c_S²) / 2
-  with S the prefill's time alone (`jaxpareto.physics.queueing`).
-- **Capacity.** Prefill at full chunks serves P / T(B, P) tokens per ms; at λ L beyond that the
-  prefill queue grows without bound and the load is 1 (flagged by the caller).
+  the prefill steps ahead: the M/G/1 (Pollaczek-Khinchine) wait S ρ / (1 - ρ) x (1 + c_S²) / 2
+  with S the prefill's time alone (`jaxpareto.physics.queueing`) and ρ the load at full steps
+  (below m when several prompts under one chunk share a step).
+- **Capacity.** Prefill at full steps serves P / T(B, P) tokens per ms (⌊P / L⌋ prompts per
+  T(B, ⌊P / L⌋ L) under one chunk); beyond that the prefill queue grows without bound and the
+  point is flagged by the caller.
 """
 
 from __future__ import annotations
@@ -39,13 +42,13 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax.scipy.special import gammaln
+from jax.scipy.special import gammainc, gammaln
 
 from jaxpareto.physics.decode import DecodeStep
 from jaxpareto.physics.engine import EngineTurn, lockstep_share, step_ms
 
 _CHAIN_STATES = 16  # prompts waiting at a step: 0 .. 15 (the last: 15 or more)
-_CHAIN_ITERATIONS = 12  # power iterations of the chain from its Poisson start
+_CHAIN_SQUARINGS = 7  # the chain's law 1 + 2^7 steps after an empty queue
 _LOG_FLOOR, _PROBABILITY_FLOOR = -60.0, 1e-25  # below: 0 (keeps float32 clear of denormals)
 
 
@@ -56,7 +59,8 @@ class PrefillSteps(NamedTuple):
         mean_step_ms: T̄, the mean step [ms]. decode_step_ms: T_0, a step without prefill [ms].
         mixed_step_ms: T_f, the mean step with prefill [ms]. mixed_share: m, the share of time
             in steps with prefill. per_step_tokens: p, the prefill tokens such a step carries.
-        load: λ L T(B, P) / P, the prefill load at full chunks (>= 1: beyond capacity).
+        load: the prefill load at full steps, λ L T(B, P) / P, or for prompts under one chunk
+            λ T(B, s L) / s with s = ⌊P / L⌋ the prompts a step takes (>= 1: beyond capacity).
     """
 
     mean_step_ms: jax.Array
@@ -70,12 +74,15 @@ class PrefillSteps(NamedTuple):
 def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: jax.Array) -> PrefillSteps:
     """The bulk-service chain of the module docstring at arrival rate λ.
 
+    The chain's rows are Poisson probabilities with the last state holding the exact tail
+    (regularised incomplete gamma, so float32 rounding does not pile up there); its law after
+    2^k steps from an empty queue comes from k squarings of the transition matrix.
+
     Args:
         t: p -> T(B, p) [ms], a step carrying p prefill tokens.
         rate_per_ms: λ [requests per ms]. tokens: L_prefill [tokens] (> 0). chunk_tokens: P.
     """
     t0, t_full = t(0.0), t(chunk_tokens)
-    load = rate_per_ms * tokens * t_full / chunk_tokens
     # prompts under one chunk: the chain of prompts waiting at a step
     counts = jnp.arange(_CHAIN_STATES, dtype=jnp.result_type(tokens, float))
     per_chunk = jnp.maximum(jnp.floor(chunk_tokens / tokens), 1.0)
@@ -83,23 +90,28 @@ def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: ja
     step_tokens = jnp.minimum(served * tokens, chunk_tokens)
     durations = jax.vmap(t)(step_tokens)
     arrivals = rate_per_ms * durations
-    new = counts[None, :] - (counts - served)[:, None]  # arrivals that take the chain from j to k
+    carried = counts - served
+    new = counts[None, :] - carried[:, None]  # arrivals that take the chain from j to k
     logs = new * jnp.log(jnp.maximum(arrivals, 1e-30))[:, None] - arrivals[:, None] - gammaln(jnp.maximum(new, 0.0) + 1.0)
     # probabilities below e^-60 are dropped: float32 denormals would slow the CPU a hundredfold
     moves = jnp.where((new >= 0) & (logs > _LOG_FLOOR), jnp.exp(jnp.maximum(logs, _LOG_FLOOR)), 0.0)
-    rest = jnp.maximum(1.0 - moves.sum(axis=1), 0.0)  # the last state holds the rest
-    moves = jnp.concatenate([moves[:, :-1], moves[:, -1:] + rest[:, None]], axis=1)
-    law = moves[0]  # Poisson(λ T_0): one step after an empty queue
-    for _ in range(_CHAIN_ITERATIONS):
-        law = law @ moves
-        law = jnp.where(law > _PROBABILITY_FLOOR, law, 0.0)
-    busy = jnp.maximum(1.0 - law[0], 1e-30)
-    chain_mean = jnp.sum(law * durations)
+    last = counts[-1] - carried  # the last state: at least this many arrivals
+    tail = jnp.where(last >= 1.0, gammainc(jnp.maximum(last, 1.0), jnp.maximum(arrivals, 1e-30)), 1.0)
+    moves = jnp.concatenate([moves[:, :-1], tail[:, None]], axis=1)
+    power = moves
+    for _ in range(_CHAIN_SQUARINGS):
+        power = power @ power
+        power = jnp.where(power > _PROBABILITY_FLOOR, power, 0.0)
+    law = moves[0] @ power  # 1 + 2^k steps after an empty queue
+    law = law / jnp.sum(law)
+    busy = jnp.maximum(jnp.sum(law[1:]), 1e-30)
+    chain_time = jnp.sum(law * durations)
     chain_mixed = jnp.sum(law[1:] * durations[1:]) / busy
-    chain_share = busy * chain_mixed / chain_mean
+    chain_share = busy * chain_mixed / chain_time
     chain_tokens = jnp.sum(law[1:] * step_tokens[1:]) / busy
-    # a chunk or more: full-chunk steps, L / P of them per prompt
+    # a chunk or more: full-chunk steps, L / P of them per prompt; under one: ⌊P / L⌋ prompts a step
     whole = tokens >= chunk_tokens
+    load = jnp.where(whole, rate_per_ms * tokens * t_full / chunk_tokens, rate_per_ms * durations[-1] / per_chunk)
     share = jnp.where(whole, jnp.clip(load, 0.0, 1.0), chain_share)
     mixed = jnp.where(whole, t_full, chain_mixed)
     mean = 1.0 / (share / mixed + (1.0 - share) / t0)
@@ -121,8 +133,8 @@ def poisson_turn(step: DecodeStep, rate_per_ms: jax.Array, prefill_tokens: jax.A
         extra_weight_ms, lockstep_ranks: as in `jaxpareto.physics.engine.shared_turn`.
 
     Returns:
-        `EngineTurn`, with ``prefill_load`` m (1 where the prefill load at full chunks is >= 1:
-        beyond capacity), ``marginal_ms`` μ and ``dispersion`` F_c.
+        `EngineTurn`, with ``prefill_load`` m and ``seen_load`` the queue's ρ (both 1 where the
+        load at full steps is >= 1: beyond capacity), ``marginal_ms`` μ and ``dispersion`` F_c.
     """
     def t(p):
         extra = 0.0 if extra_weight_ms is None else extra_weight_ms(p)
@@ -148,12 +160,15 @@ def poisson_turn(step: DecodeStep, rate_per_ms: jax.Array, prefill_tokens: jax.A
     dispersion = 1.0 / (1.0 - jnp.clip(rate_per_ms * marginal, 0.0, 0.999)) ** 2
     tpot = tpot + 0.5 * (dispersion - 1.0) * marginal / jnp.maximum(osl, 1.0)
 
+    # the prefill's own steps, the decode step in progress when none runs, and the M/G/1 wait at
+    # the load of full steps (several prompts under one chunk share a step)
+    busy = jnp.where(stable, jnp.clip(steps.load, 0.0, 1.0), 0.5)
     alone = own_steps * tf + (1.0 - safe) * 0.5 * t0
-    ttft = alone + wait_scale * service * safe / (1.0 - safe)
+    ttft = alone + wait_scale * service * busy / (1.0 - busy)
     # beyond the prefill capacity the queue grows without bound: no finite latency (the batch's
     # fixed-point iteration stops there and the caller flags the point)
     ttft, tpot = jnp.where(stable, ttft, jnp.inf), jnp.where(stable, tpot, jnp.inf)
-    return EngineTurn(ttft, tpot, share, alone, t0, tf, share, mixed, marginal, dispersion)
+    return EngineTurn(ttft, tpot, share, alone, t0, tf, jnp.where(stable, busy, 1.0), mixed, marginal, dispersion)
 
 
 def saturated_tpot_ms(full: DecodeStep, slots: jax.Array, prefill_tokens: jax.Array, osl: jax.Array,
