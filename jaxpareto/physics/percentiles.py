@@ -11,14 +11,16 @@ The means come from the model; the spread around them from three stated approxim
   exponential (Cramér-Lundberg) and matching its mean is the usual two-moment approximation
   (Tijms, A First Course in Stochastic Models, 2003). TTFT = S + W with S and W independent. Under the closed loop the
   mean TTFT (with whatever waits it holds) is spread by the lengths only.
-- **The batch a request sees.** Requests in their turn are Poisson with mean B under Poisson
-  arrivals (the M/G/∞ occupancy, Takács 1962) and binomial(C, ρ) in the closed loop; a decode
-  step's time moves with the batch by the slope of eq. 3. A request's TPOT averages the batch
-  over its turn (variance x 2/3, the mean of the triangular autocovariance over one service
-  time), and, under the shared engine, over the prefill chunks that land in its decode steps
-  (a compound Poisson count: each other turn's prefill adds S (T_f - T_0) / T_f to its decode
-  time). An ITL is one step: a decode step T_0 or, for the share of steps that carry a
-  prefill chunk, a mixed step T_f, each spread by the batch.
+- **The batch a request sees.** Requests in their turn have mean B and variance F B under
+  Poisson arrivals (the M/G/∞ occupancy of Takács 1962, F = 1, over-dispersed by the engine's
+  feedbacks: `jaxpareto.physics.queueing.batch_fano_factor`) and are binomial(C, ρ) in the
+  closed loop; a decode step's time moves with the batch by the slope of eq. 3. A request's
+  TPOT averages the batch over its turn (variance x 2/3, the mean of the triangular
+  autocovariance over one service time), and, under the shared engine, over the prefill chunks
+  that land in its decode steps (a compound Poisson count: each other turn's prefill adds
+  S (T_f - T_0) / T_f to its decode time; in the open loop clustered, and correlated with the
+  batch, as `TurnSpread` says). An ITL is one step: a decode step T_0 or, for the share of
+  steps that carry a prefill chunk, a mixed step T_f, each spread by the batch.
 
 TPOT is taken lognormal with the mean and spread above; E2E latency = TTFT + decode time, each
 hit/miss kind's prefill plus the decode time summed as one lognormal of matched moments
