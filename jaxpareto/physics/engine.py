@@ -69,8 +69,6 @@ class EngineTurn(NamedTuple):
             prefill queue's load, `jaxpareto.physics.open_engine`).
         mixed_share: the share of time the turn decodes in steps as long as a prefill step: ρ',
             or with attention-DP ranks in lockstep 1 - (1 - ρ')(1 - ρ)^(D - 1).
-        marginal_ms: the time one more prefill adds to the steps [ms] (the open loop,
-            `jaxpareto.physics.open_engine`; 0 in the closed loop).
         dispersion: F_c, the index of dispersion of the prefills landing in a turn's decode
             steps (the open loop; 1 in the closed loop).
     """
@@ -83,7 +81,6 @@ class EngineTurn(NamedTuple):
     mixed_step_ms: jax.Array = 0.0
     seen_load: jax.Array = 0.0
     mixed_share: jax.Array = 0.0
-    marginal_ms: jax.Array = 0.0
     dispersion: jax.Array = 1.0
 
 
@@ -102,6 +99,17 @@ def step_ms(step: DecodeStep, eta_decode: jax.Array, elementwise_overhead: jax.A
     memory_ms = (step.t_weight_ms + extra_weight_ms + step.t_kv_ms) * elementwise_overhead / eta_decode
     compute_ms = step.t_compute_ms / eta_decode + prefill_tokens * prefill_ms_per_token
     return jnp.maximum(memory_ms, compute_ms) + step.t_fixed_ms
+
+
+def step_time(step: DecodeStep, eta_decode: jax.Array, elementwise_overhead: jax.Array,
+              prefill_ms_per_token: jax.Array, extra_weight_ms=None):
+    """p -> T(B, p) [ms]: `step_ms` at this step with p prefill tokens, their extra weights
+    (``extra_weight_ms``: p -> ms, or None) included."""
+    def t(p):
+        extra = 0.0 if extra_weight_ms is None else extra_weight_ms(p)
+        return step_ms(step, eta_decode, elementwise_overhead, p, prefill_ms_per_token, extra)
+
+    return t
 
 
 def lockstep_share(seen: jax.Array, load: jax.Array, lockstep_ranks=None) -> jax.Array:
@@ -143,10 +151,7 @@ def shared_turn(step: DecodeStep, batch: jax.Array, concurrency: jax.Array, pref
         `EngineTurn`. ρ is the root of X R - B, increasing in s = -ln(1 - ρ), found by
         `jaxpareto.physics.roots.increasing_root` (implicit derivative).
     """
-    def t(p):
-        extra = 0.0 if extra_weight_ms is None else extra_weight_ms(p)
-        return step_ms(step, eta_decode, elementwise_overhead, p, prefill_ms_per_token, extra)
-
+    t = step_time(step, eta_decode, elementwise_overhead, prefill_ms_per_token, extra_weight_ms)
     t0 = t(0.0)
     tokens = jnp.maximum(prefill_tokens, 1e-6)  # a turn with nothing to prefill still waits one step
     service = jnp.maximum(tokens / chunk_tokens, 1.0) * t(jnp.minimum(tokens, chunk_tokens))

@@ -45,7 +45,7 @@ import jax.numpy as jnp
 from jax.scipy.special import gammainc, gammaln
 
 from jaxpareto.physics.decode import DecodeStep
-from jaxpareto.physics.engine import EngineTurn, lockstep_share, step_ms
+from jaxpareto.physics.engine import EngineTurn, lockstep_share, step_time
 
 _CHAIN_STATES = 16  # prompts waiting at a step: 0 .. 15 (the last: 15 or more)
 _CHAIN_SQUARINGS = 7  # the chain's law 1 + 2^7 steps after an empty queue
@@ -134,12 +134,9 @@ def poisson_turn(step: DecodeStep, rate_per_ms: jax.Array, prefill_tokens: jax.A
 
     Returns:
         `EngineTurn`, with ``prefill_load`` m and ``seen_load`` the queue's ρ (both 1 where the
-        load at full steps is >= 1: beyond capacity), ``marginal_ms`` μ and ``dispersion`` F_c.
+        load at full steps is >= 1: beyond capacity) and ``dispersion`` F_c.
     """
-    def t(p):
-        extra = 0.0 if extra_weight_ms is None else extra_weight_ms(p)
-        return step_ms(step, eta_decode, elementwise_overhead, p, prefill_ms_per_token, extra)
-
+    t = step_time(step, eta_decode, elementwise_overhead, prefill_ms_per_token, extra_weight_ms)
     tokens = jnp.maximum(prefill_tokens, 1e-6)  # a turn with nothing to prefill still waits one step
     steps = prefill_steps(t, rate_per_ms, tokens, chunk_tokens)
     t0, tf, share = steps.decode_step_ms, steps.mixed_step_ms, steps.mixed_share
@@ -168,7 +165,7 @@ def poisson_turn(step: DecodeStep, rate_per_ms: jax.Array, prefill_tokens: jax.A
     # beyond the prefill capacity the queue grows without bound: no finite latency (the batch's
     # fixed-point iteration stops there and the caller flags the point)
     ttft, tpot = jnp.where(stable, ttft, jnp.inf), jnp.where(stable, tpot, jnp.inf)
-    return EngineTurn(ttft, tpot, share, alone, t0, tf, jnp.where(stable, busy, 1.0), mixed, marginal, dispersion)
+    return EngineTurn(ttft, tpot, share, alone, t0, tf, jnp.where(stable, busy, 1.0), mixed, dispersion)
 
 
 def saturated_tpot_ms(full: DecodeStep, slots: jax.Array, prefill_tokens: jax.Array, osl: jax.Array,
@@ -190,10 +187,7 @@ def saturated_tpot_ms(full: DecodeStep, slots: jax.Array, prefill_tokens: jax.Ar
         osl: output tokens. chunk_tokens: P. prefill_ms_per_token: c_p [ms].
         eta_decode, elementwise_overhead, extra_weight_ms: as in `poisson_turn`.
     """
-    def t(p):
-        extra = 0.0 if extra_weight_ms is None else extra_weight_ms(p)
-        return step_ms(full, eta_decode, elementwise_overhead, p, prefill_ms_per_token, extra)
-
+    t = step_time(full, eta_decode, elementwise_overhead, prefill_ms_per_token, extra_weight_ms)
     window_tokens = jnp.maximum(slots - 1.0, 0.0) * prefill_tokens
     steps_out = jnp.maximum(osl, 1.0)
     per_step = jnp.clip(window_tokens / steps_out, jnp.minimum(prefill_tokens, chunk_tokens), chunk_tokens)

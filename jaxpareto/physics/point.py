@@ -387,20 +387,11 @@ def evaluate_point(
                                  LoopInputs(turn, concurrency_eff, think_ms, rate_per_ms, batch_cap),
                                  solver, _LATENCY_LINES[open_loop], open_loop)
     state = turn_state(turn, solution.batch, options)
-    saturated_tpot = jnp.inf
     if open_loop or percentiles:  # a step's added time per request more in the batch
         step_slope = decode_step(coefficients, state.seen_batch + 1.0, options.expert_routing).tpot_ms - \
             state.step.tpot_ms
     if open_loop:  # a request waits for a KV slot before its prefill (`jaxpareto.physics.queueing`)
         tpot_slope = tpot_slope_ms(state, step_slope)
-        full = decode_step(coefficients, batch_cap, options.expert_routing)
-        if options.prefill_model == "shared":  # the slots' replacements prefill in the decode steps
-            saturated_tpot = saturated_tpot_ms(full, batch_cap, state.prefill.tokens, workload.osl, chunk_tokens,
-                                               prefill_ms_per_token, coefficients.eta_decode,
-                                               coefficients.elementwise_overhead,
-                                               prefill_expert_ms(coefficients, batch_cap, options) if measured else None)
-        else:
-            saturated_tpot = full.tpot_ms
         fano = batch_fano_factor(state.prefill_dispersion, rate_per_ms, workload.osl * tpot_slope)
         state = _with_slot_wait(state, batch_cap, rate_per_ms, workload.osl, workload.osl_cv, tpot_slope, fano)
     step, latency = state.step, state.latency_ms
@@ -424,6 +415,15 @@ def evaluate_point(
         return jnp.where(ok, value, jnp.nan)
 
     if percentiles:
+        saturated_tpot = jnp.inf  # the open loop's TPOT with every KV slot busy caps its quantiles
+        if open_loop:
+            full = decode_step(coefficients, batch_cap, options.expert_routing)
+            saturated_tpot = full.tpot_ms
+            if options.prefill_model == "shared":  # the slots' replacements prefill in the decode steps
+                saturated_tpot = saturated_tpot_ms(
+                    full, batch_cap, state.prefill.tokens, workload.osl, chunk_tokens, prefill_ms_per_token,
+                    coefficients.eta_decode, coefficients.elementwise_overhead,
+                    prefill_expert_ms(coefficients, batch_cap, options) if measured else None)
         spread = TurnSpread(state.ttft_ms, state.queue_wait_ms, state.queue_busy, state.mix, state.tpot_ms,
                             workload.osl, workload.osl_cv, state.decode_step_ms, state.mixed_step_ms,
                             state.mixed_share, batch_variance, step_slope, turns_per_s / MS_PER_S,
