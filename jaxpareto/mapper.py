@@ -39,7 +39,11 @@ from jaxpareto.definitions.settings import DEFAULT_CHUNK_POINTS, Efficiency, Sol
 from jaxpareto.definitions.schema import PERCENTILE_VARIABLES
 from jaxpareto.physics.point import PointOutputs, evaluate_point
 
-SUB_BATCH = 1 << 15  # points vmapped at once inside a block: the solver's state stays in cache
+# points vmapped at once inside a block: the solver's state stays in cache, and a vmapped
+# while-loop runs as many steps as its slowest point, so smaller batches confine a slow point's
+# cost to its own (1024: the seed's sweep 1.8x faster than 32,768 on 2 cores, the joint solve's
+# with lognormal pauses 3x; benchmarks/bench_models.py)
+SUB_BATCH = 1 << 10
 _LANES = 64
 OUTPUT_NAMES = PointOutputs._fields
 

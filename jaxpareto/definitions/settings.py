@@ -19,7 +19,7 @@ from typing import NamedTuple
 from jaxpareto.definitions.checks import check_number
 from jaxpareto.definitions.errors import JaxparetoError
 
-SOLVERS = ("damped", "exact")
+SOLVERS = ("damped", "exact", "nested")
 DTYPES = ("float32", "float64")
 DEFAULT_CHUNK_POINTS = 1 << 18  # points per compute block and zarr chunk (1 MB per float32 output)
 
@@ -212,8 +212,12 @@ class Solver(_Validated):
         damping: weight of the new iterate in (0, 1] (seed 0.4).
         tol: relative residual |B_target - B| <= tol x B that stops the iteration.
         max_iter: damped updates before giving up (point flagged unconverged).
-        name: "damped" (the seed's iteration, the reference) or "exact" (closed form per linear
-            piece of R(B); needs a piecewise-linear R(B)). Static: it selects code.
+        name: "damped" (the seed's iteration, the reference; where R(B) holds inner roots, the
+            shared engine's load or the LRU time of lognormal pauses, Newton's method on B and
+            them together, `jaxpareto.physics.joint`, which finds the same fixed point), "nested"
+            (the damped iteration with those inner roots solved afresh at every step: the joint
+            solve's reference, about ten times slower) or "exact" (closed form per linear piece
+            of R(B); needs a piecewise-linear R(B)). Static: it selects code.
     """
 
     damping: float = setting(0.4, low=0, low_inclusive=False, high=1)

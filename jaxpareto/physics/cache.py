@@ -35,9 +35,9 @@ import jax.numpy as jnp
 from jax.scipy.special import ndtr
 
 from jaxpareto.definitions.options import PAUSE_DISTRIBUTIONS
-from jaxpareto.physics.roots import increasing_root
+from jaxpareto.physics.roots import InnerRoot, inner_root
 
-_LOG_BRACKET = 30.0  # the lognormal T_c / Z in [e^-30, e^30]
+LOG_BRACKET = 30.0  # the lognormal T_c / Z in [e^-30, e^30]
 
 
 def _safe_mean(think_time_s):
@@ -88,20 +88,30 @@ def cache_survival(think_time_s: jax.Array, ttl_s: jax.Array, distribution: str,
     return pause_cdf(ttl_s, think_time_s, distribution, sigma)
 
 
+def _log_odds(p: jax.Array) -> jax.Array:
+    """ln(p / (1 - p)) for p in [0, 1], finite: p is kept a rounding step inside (0, 1)."""
+    info = jnp.finfo(jnp.result_type(p))
+    p = jnp.clip(p, info.tiny, 1.0 - info.epsneg)
+    return jnp.log(p) - jnp.log1p(-p)
+
+
 class LruSurvival(NamedTuple):
     """Outcome of the characteristic-time approximation for one point (scalars).
 
     Attributes:
         survival: P(Z < T_c), the share of returning sessions that find their cache.
         lifetime_s: T_c [s]; inf when every paused session's cache fits.
+        root: lognormal pauses: ln(T_c / Z) and its residual (`lru_survival`); None otherwise.
     """
 
     survival: jax.Array
     lifetime_s: jax.Array
+    root: InnerRoot | None = None
 
 
 def lru_survival(free_slots: jax.Array, paused_sessions: jax.Array, think_time_s: jax.Array,
-                 distribution: str, sigma: jax.Array) -> LruSurvival:
+                 distribution: str, sigma: jax.Array, log_lifetime_given: jax.Array | None = None,
+                 polish: bool = False) -> LruSurvival:
     """``cache_model="lru"``: the Che approximation's T_c and survival (module docstring).
 
     Args:
@@ -110,6 +120,8 @@ def lru_survival(free_slots: jax.Array, paused_sessions: jax.Array, think_time_s
         think_time_s: mean pause Z [s].
         distribution: one of `PAUSE_DISTRIBUTIONS` (static).
         sigma: lognormal log-spread σ.
+        log_lifetime_given, polish: lognormal pauses: ln(T_c / Z) given by the joint solve
+            instead of solved here (`jaxpareto.physics.roots.inner_root`).
 
     Returns:
         `LruSurvival`; exact when everything fits (survival 1, T_c inf) or nothing does
@@ -121,15 +133,17 @@ def lru_survival(free_slots: jax.Array, paused_sessions: jax.Array, think_time_s
     # the share of paused sessions whose cache is kept, double-where'd away from 0/0 and 1
     share = jnp.where(fits, 0.5, free_slots / jnp.where(fits, 1.0, paused_sessions))
     z = _safe_mean(think_time_s)
+    root = None
     if distribution == "exponential":
         lifetime = -z * jnp.log1p(-share)
     elif distribution == "deterministic":
         lifetime = share * z
     else:
-        def excess(u):  # increasing in u = ln(T / Z)
-            return paused_age_cdf(z * jnp.exp(u), z, distribution, sigma) - share
+        def excess(u):  # increasing in u = ln(T / Z); in log-odds, near linear in both tails
+            return _log_odds(paused_age_cdf(z * jnp.exp(u), z, distribution, sigma)) - _log_odds(share)
 
         zero = 0.0 * z
-        lifetime = z * jnp.exp(increasing_root(excess, zero - _LOG_BRACKET, zero + _LOG_BRACKET))
+        root = inner_root(excess, zero - LOG_BRACKET, zero + LOG_BRACKET, log_lifetime_given, polish)
+        lifetime = z * jnp.exp(root.value)
     survival = pause_cdf(lifetime, z, distribution, sigma)
-    return LruSurvival(jnp.where(fits, 1.0, survival), jnp.where(fits, jnp.inf, lifetime))
+    return LruSurvival(jnp.where(fits, 1.0, survival), jnp.where(fits, jnp.inf, lifetime), root)

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxpareto.definitions.settings import Solver
+from jaxpareto.physics.joint import JointSystem, solve_joint
 
 
 class FixedPoint(NamedTuple):
@@ -188,13 +189,24 @@ class LoopInputs(NamedTuple):
     batch_cap: jax.Array = float("inf")
 
 
-def solve_closed_loop(latency_ms, inputs: LoopInputs, solver: Solver, lines=None, open_loop: bool = False
-                      ) -> FixedPoint:
+class LoopSolution(NamedTuple):
+    """`solve_closed_loop`'s outcome: the `FixedPoint` and R(B)'s inner roots at it (shape (k,);
+    the joint solve's, else empty), as constants (their derivatives come from polishing them,
+    `jaxpareto.physics.roots.polished_root`)."""
+
+    fixed_point: FixedPoint
+    inner: jax.Array
+
+
+def solve_closed_loop(latency_ms, inputs: LoopInputs, solver: Solver, lines=None, open_loop: bool = False,
+                      joint: JointSystem | None = None) -> LoopSolution:
     """The closed-loop batch B, differentiable by implicit differentiation.
 
     The root of g(B) = C_eff x ρ(R(B)) - B is found by ``solver.name`` ("damped": the seed's
-    iteration; "exact": `solve_effective_batch_exact` on the linear pieces ``lines(latency)``
-    of R), and its derivative with respect to everything g depends on (concurrency, think
+    iteration, or, where R(B) holds inner roots and ``joint`` is given, Newton's method on B and
+    them together, `jaxpareto.physics.joint`; "nested": the damped iteration with the inner roots
+    solved at every step; "exact": `solve_effective_batch_exact` on the linear pieces
+    ``lines(latency)`` of R), and its derivative with respect to everything g depends on (concurrency, think
     time, context, hit rate, efficiency factors, hardware and model numbers) is
     dB = -(∂g/∂θ · dθ) / (∂g/∂B) at the root (a `jax.custom_jvp`, so reverse mode works too):
     the iteration is never unrolled, and the forward pass costs nothing extra.
@@ -207,18 +219,22 @@ def solve_closed_loop(latency_ms, inputs: LoopInputs, solver: Solver, lines=None
     Args:
         latency_ms: R(latency, B) [ms], a module-level function (static).
         inputs: `LoopInputs`.
-        solver: `Solver`: its ``name`` (static), "damped" or "exact", and the damped
+        solver: `Solver`: its ``name`` (static), "damped", "nested" or "exact", and the damped
             iteration's damping, tol and max_iter.
         lines: for "exact", a function of ``inputs.latency`` giving (intercepts, slopes) of
             R(B)'s linear pieces (static).
         open_loop: solve the open loop's B = λ R(B) from B = 0 instead (static;
             `jaxpareto.physics.queueing`), with ``inputs.rate_per_ms`` and ``inputs.batch_cap``.
+        joint: R(B) with its inner roots as unknowns (`jaxpareto.physics.joint.JointSystem`,
+            static), for the closed loop's "damped" solver; None: R(B) has none.
 
     Returns:
-        `FixedPoint`; only ``batch`` carries derivatives.
+        `LoopSolution`; only the batch carries derivatives.
     """
-    batch, converged, iterations, residual = _closed_loop(latency_ms, solver.name, lines, open_loop, inputs, solver)
-    return FixedPoint(batch, converged > 0.5, jnp.round(iterations).astype(jnp.int32), residual)
+    batch, converged, iterations, residual, inner = _closed_loop(latency_ms, solver.name, lines, open_loop, joint,
+                                                                 inputs, solver)
+    return LoopSolution(FixedPoint(batch, converged > 0.5, jnp.round(iterations).astype(jnp.int32), residual),
+                        jax.lax.stop_gradient(inner))
 
 
 def _target(latency_ms, open_loop, b, inputs: LoopInputs):
@@ -230,32 +246,36 @@ def _residual(latency_ms, open_loop, b, inputs: LoopInputs):
     return _target(latency_ms, open_loop, b, inputs) - b
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2, 3))
-def _closed_loop(latency_ms, solver_name, lines, open_loop, inputs: LoopInputs, solver: Solver):
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2, 3, 4))
+def _closed_loop(latency_ms, solver_name, lines, open_loop, joint, inputs: LoopInputs, solver: Solver):
     def r(b):
         return latency_ms(inputs.latency, b)
 
-    if open_loop and solver_name == "damped":
+    inner = jnp.zeros((0,), jnp.result_type(inputs.think_time_ms))
+    if joint is not None and not open_loop and solver_name == "damped":
+        found = solve_joint(joint, inputs.latency, inputs.concurrency_eff, inputs.think_time_ms, solver)
+        inner = found.inner
+    elif open_loop and solver_name != "exact":
         found = damped_iteration(lambda b: _target(latency_ms, True, b, inputs),
                                  jnp.zeros_like(inputs.rate_per_ms), solver, inputs.batch_cap)
     elif open_loop:
         found = solve_open_loop_exact(r, *lines(inputs.latency), inputs.rate_per_ms, inputs.batch_cap)
-    elif solver_name == "damped":
+    elif solver_name != "exact":
         found = solve_effective_batch(r, inputs.concurrency_eff, inputs.think_time_ms, solver)
     else:
         found = solve_effective_batch_exact(r, *lines(inputs.latency), inputs.concurrency_eff, inputs.think_time_ms)
     as_float = lambda v: v.astype(found.batch.dtype)  # noqa: E731  (one output dtype for the JVP)
-    return found.batch, as_float(found.converged), as_float(found.iterations), found.residual
+    return found.batch, as_float(found.converged), as_float(found.iterations), found.residual, inner
 
 
 @_closed_loop.defjvp
-def _closed_loop_jvp(latency_ms, solver_name, lines, open_loop, primals, tangents):
+def _closed_loop_jvp(latency_ms, solver_name, lines, open_loop, joint, primals, tangents):
     inputs, solver = primals
     d_inputs, _ = tangents
-    out = _closed_loop(latency_ms, solver_name, lines, open_loop, inputs, solver)
+    out = _closed_loop(latency_ms, solver_name, lines, open_loop, joint, inputs, solver)
     batch = out[0]
     # implicit function theorem at the root: g(B*(θ), θ) = 0
     dg_db = jax.jvp(lambda b: _residual(latency_ms, open_loop, b, inputs), (batch,), (jnp.ones_like(batch),))[1]
     dg_dtheta = jax.jvp(lambda i: _residual(latency_ms, open_loop, batch, i), (inputs,), (d_inputs,))[1]
     zero = jnp.zeros_like(batch)
-    return out, (-dg_dtheta / dg_db, zero, zero, zero)
+    return out, (-dg_dtheta / dg_db, zero, zero, zero, jnp.zeros_like(out[4]))

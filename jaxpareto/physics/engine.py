@@ -51,7 +51,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxpareto.physics.decode import DecodeStep
-from jaxpareto.physics.roots import increasing_root
+from jaxpareto.physics.roots import InnerRoot, inner_root
 
 
 class EngineTurn(NamedTuple):
@@ -71,6 +71,8 @@ class EngineTurn(NamedTuple):
             or with attention-DP ranks in lockstep 1 - (1 - ρ')(1 - ρ)^(D - 1).
         dispersion: F_c, the index of dispersion of the prefills landing in a turn's decode
             steps (the open loop; 1 in the closed loop).
+        load_root: the closed loop's s = -ln(1 - ρ) and its relative residual (X R - B) / B
+            (`shared_turn`); None elsewhere.
     """
 
     ttft_ms: jax.Array
@@ -82,6 +84,7 @@ class EngineTurn(NamedTuple):
     seen_load: jax.Array = 0.0
     mixed_share: jax.Array = 0.0
     dispersion: jax.Array = 1.0
+    load_root: InnerRoot | None = None
 
 
 def step_ms(step: DecodeStep, eta_decode: jax.Array, elementwise_overhead: jax.Array,
@@ -120,12 +123,13 @@ def lockstep_share(seen: jax.Array, load: jax.Array, lockstep_ranks=None) -> jax
     return jnp.where(lockstep_ranks > 1, 1.0 - (1.0 - seen) * jnp.power(1.0 - load, lockstep_ranks - 1.0), seen)
 
 
-_LOAD_BRACKET = 40.0  # s = -ln(1 - ρ) in [0, 40]: ρ up to 1 - 4e-18
+LOAD_BRACKET = 40.0  # s = -ln(1 - ρ) in [0, 40]: ρ up to 1 - 4e-18
 
 
 def shared_turn(step: DecodeStep, batch: jax.Array, concurrency: jax.Array, prefill_tokens: jax.Array,
                 osl: jax.Array, chunk_tokens: jax.Array, prefill_ms_per_token: jax.Array, eta_decode: jax.Array,
-                elementwise_overhead: jax.Array, extra_weight_ms=None, lockstep_ranks=None) -> EngineTurn:
+                elementwise_overhead: jax.Array, extra_weight_ms=None, lockstep_ranks=None,
+                load_given: jax.Array | None = None, polish: bool = False) -> EngineTurn:
     """TTFT and TPOT of a turn in the shared engine at batch B (module docstring).
 
     Args:
@@ -146,10 +150,12 @@ def shared_turn(step: DecodeStep, batch: jax.Array, concurrency: jax.Array, pref
             (load ρ each, independent) prefills (SGLang's DP attention and DeepSeek-V3's
             deployment separate prefill from decode for this reason: DeepSeek-V3 technical
             report, section 3.4).
+        load_given, polish: s = -ln(1 - ρ) given by the joint solve instead of solved here
+            (`jaxpareto.physics.roots.inner_root`).
 
     Returns:
         `EngineTurn`. ρ is the root of X R - B, increasing in s = -ln(1 - ρ), found by
-        `jaxpareto.physics.roots.increasing_root` (implicit derivative).
+        `jaxpareto.physics.roots.increasing_root` (implicit derivative) unless given.
     """
     t = step_time(step, eta_decode, elementwise_overhead, prefill_ms_per_token, extra_weight_ms)
     t0 = t(0.0)
@@ -174,8 +180,8 @@ def shared_turn(step: DecodeStep, batch: jax.Array, concurrency: jax.Array, pref
         return throughput * (ttft + osl * tpot) - batch, EngineTurn(ttft, tpot, rho, service, t0, tf, seen, mixed)
 
     zero = 0.0 * batch
-    root = increasing_root(lambda s: turn_at(s)[0], zero, zero + _LOAD_BRACKET)
-    return turn_at(root)[1]
+    root = inner_root(lambda s: turn_at(s)[0], zero, zero + LOAD_BRACKET, load_given, polish)
+    return turn_at(root.value)[1]._replace(load_root=root._replace(residual=root.residual / batch))
 
 
 def synchronised_turn(step_full: DecodeStep, step_half: DecodeStep, batch: jax.Array, prefill_tokens: jax.Array,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 from typing import NamedTuple
 
 import jax
@@ -20,13 +21,14 @@ from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.definitions.schema import PERCENTILE_VARIABLES
 from jaxpareto.definitions.settings import SOLVERS, Efficiency, Solver, Workload
 from jaxpareto.definitions.units import MS_PER_S
-from jaxpareto.physics.cache import lru_survival
+from jaxpareto.physics.cache import LOG_BRACKET, lru_survival
 from jaxpareto.physics.closed_loop import LoopInputs, active_ratio, solve_closed_loop
 from jaxpareto.physics.costs import engine_efficiency, prefill_alone_ms, prefill_expert_ms, tp_costs, turn_tokens
 from jaxpareto.physics.decode import DecodeCoefficients, DecodeStep, decode_step, tpot_lines
 from jaxpareto.physics.disaggregated_point import evaluate_disaggregated
-from jaxpareto.physics.engine import shared_turn, synchronised_turn
+from jaxpareto.physics.engine import LOAD_BRACKET, shared_turn, synchronised_turn
 from jaxpareto.physics.intensity import operational_intensity
+from jaxpareto.physics.joint import JointSystem
 from jaxpareto.physics.layout import expert_exchange, fills_budget, layout_costs, layout_splits, pipeline_costs, \
     point_layout, rank_model
 from jaxpareto.physics.limits import LAYOUT_DOES_NOT_SPLIT, LOAD_BEYOND_CAPACITY, REPLICA_DOES_NOT_DIVIDE_BUDGET, \
@@ -99,7 +101,8 @@ class TurnState(NamedTuple):
     a prefill chunk), ``mixed_share`` (the share of time in the latter) and
     ``prefill_dispersion`` (F_c, the index of dispersion of the prefills landing in a request's
     decode steps; 1 in the closed loop) and ``seen_batch`` (the batch of ``step``), for the
-    percentiles and the open loop's batch swings.
+    percentiles and the open loop's batch swings; ``inner`` holds R(B)'s inner roots
+    (`InnerRoot`s in the order of `inner_unknowns`).
     """
 
     latency_ms: jax.Array
@@ -119,9 +122,26 @@ class TurnState(NamedTuple):
     mixed_share: jax.Array
     prefill_dispersion: jax.Array
     seen_batch: jax.Array
+    inner: tuple = ()
 
 
-def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = ModelOptions()) -> TurnState:
+def inner_unknowns(options: ModelOptions) -> tuple[tuple[str, float, float], ...]:
+    """The inner roots R(B) holds under ``options``, as (name, low, high) of their brackets, in
+    the order `turn_state` takes and returns them: the LRU characteristic time of lognormal
+    pauses, ln(T_c / Z), in the GPU's memory and with the host tier (`jaxpareto.physics.cache`),
+    and the shared engine's prefill load s = -ln(1 - ρ) (`jaxpareto.physics.engine`; closed
+    loop, staggered turns). Exponential and deterministic pauses, the seed's prefill and the
+    open loop have none."""
+    names = ()
+    if options.cache_model == "lru" and options.pause_distribution == "lognormal":
+        names += (("gpu_log_lifetime", -LOG_BRACKET, LOG_BRACKET), ("tier_log_lifetime", -LOG_BRACKET, LOG_BRACKET))
+    if options.prefill_model == "shared" and options.arrivals == "staggered":
+        names += (("prefill_load", 0.0, LOAD_BRACKET),)
+    return names
+
+
+def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = ModelOptions(), inner=None,
+               polish: bool = False) -> TurnState:
     """The turn at closed-loop batch B under the model ``options`` (static).
 
     Seed eq. 1, R(B) = TTFT + TPOT(B) x OSL, where
@@ -139,7 +159,12 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
       turn plus the P paused; prefills wait first-come first-served (M/G/1), in the shared
       engine at the load arrivals see (no arrival-theorem correction), else for the GPUs' full
       prefill speed, whose load λ S must stay below 1 (else TTFT is inf).
+
+    ``inner``: None (R(B)'s inner roots, `inner_unknowns`, solved here), or their values, from
+    the joint solve (`jaxpareto.physics.joint`), taken as given (their residuals returned in
+    ``inner``) or, with ``polish`` (static), as converged roots to differentiate.
     """
+    given = iter(itertools.repeat(None) if inner is None else inner)
     queue = options.cache_model == "lru" or options.profile == "measured"
     open_loop = options.open_loop
     concurrency = batch + turn.paused_sessions if open_loop else turn.concurrency
@@ -147,9 +172,12 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         batch_run = jnp.minimum(batch, turn.slots)
         idle = jnp.maximum(concurrency - batch_run, 0.0)
         free = turn.slots - batch_run
-        gpu = lru_survival(free, idle, turn.think_time_s, options.pause_distribution, turn.pause_sigma)
+        solved = options.pause_distribution == "lognormal"  # T_c is an inner root (else closed form)
+        gpu = lru_survival(free, idle, turn.think_time_s, options.pause_distribution, turn.pause_sigma,
+                           next(given) if solved else None, polish)
         with_tier = lru_survival(free + turn.tier_slots, idle, turn.think_time_s, options.pause_distribution,
-                                 turn.pause_sigma)
+                                 turn.pause_sigma, next(given) if solved else None, polish)
+        roots = () if gpu.root is None else (gpu.root, with_tier.root)
         work = prefill_work(turn.context_tokens, turn.hit_tokens, turn.hit_rate * gpu.survival,
                             turn.hit_rate * (with_tier.survival - gpu.survival), turn.tier_load_ms,
                             turn.prefill_ms_per_token)
@@ -161,6 +189,7 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         work = PrefillWork(turn.prefill_tokens, turn.hit_rate, zero, zero)
         lifetime = zero + jnp.inf
         isolated_ttft = turn.ttft_ms
+        roots = ()
     # under Poisson arrivals a request decodes beside the B others a random time sees, B + 1 in
     # all (docs/model.md, "Open-loop load")
     seen = batch_run + 1.0 if open_loop else batch_run
@@ -181,7 +210,8 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         else:
             engine = shared_turn(step, batch_run, concurrency, work.tokens, turn.osl, turn.chunk_tokens,
                                  turn.prefill_ms_per_token, turn.decode.eta_decode, turn.decode.elementwise_overhead,
-                                 extra, lockstep_ranks=turn.lockstep_ranks)
+                                 extra, lockstep_ranks=turn.lockstep_ranks, load_given=next(given), polish=polish)
+            roots += (engine.load_root,)
         ttft = engine.ttft_ms + turn.ttft_overhead_ms + work.delay_ms
         tpot, load = engine.tpot_ms, engine.prefill_load
         steps = (engine.decode_step_ms, engine.mixed_step_ms, engine.mixed_share, engine.dispersion)
@@ -198,7 +228,7 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         wait = (ttft + tpot * turn.osl) * (jnp.maximum(batch / turn.slots, 1.0) - 1.0)
         ttft = ttft + wait
     return TurnState(ttft + tpot * turn.osl, wait, ttft, tpot, step, batch_run, work, lifetime, load, mix,
-                     queue_wait, queue_busy, *steps, seen)
+                     queue_wait, queue_busy, *steps, seen, roots)
 
 
 def tpot_slope_ms(state: TurnState, step_slope_ms: jax.Array) -> jax.Array:
@@ -233,6 +263,29 @@ def turn_decode_ms(turn: TurnLatency, batch: jax.Array, options: ModelOptions = 
     """OSL x TPOT(B) [ms]: a turn's time in the decode batch, whose Little's law B = λ OSL TPOT(B)
     sets the open loop's decode batch (`turn_state`)."""
     return turn_state(turn, batch, options).tpot_ms * turn.osl
+
+
+def _turn_with_inner(turn: TurnLatency, batch: jax.Array, inner: jax.Array, options: ModelOptions):
+    """R(B) [ms] with its inner roots given (shape (k,)), and their residuals (k,)."""
+    state = turn_state(turn, batch, options, inner=tuple(inner[i] for i in range(inner.shape[0])))
+    return state.latency_ms, jnp.stack([root.residual for root in state.inner])
+
+
+def _inner_at(turn: TurnLatency, batch: jax.Array, options: ModelOptions) -> jax.Array:
+    """R(B)'s inner roots solved at B, shape (k,)."""
+    return jnp.stack([root.value for root in turn_state(turn, batch, options).inner])
+
+
+@functools.lru_cache(maxsize=None)
+def joint_system(options: ModelOptions) -> JointSystem | None:
+    """R(B) with its inner roots as unknowns, for the closed loop's joint solve
+    (`jaxpareto.physics.joint`); None where R(B) holds none (`inner_unknowns`). The same object
+    every time (the solver keys on it)."""
+    unknowns = inner_unknowns(options)
+    if not unknowns or options.open_loop:
+        return None
+    return JointSystem(functools.partial(_turn_with_inner, options=options), functools.partial(_inner_at, options=options),
+                       tuple(low for _, low, _ in unknowns), tuple(high for _, _, high in unknowns))
 
 
 @functools.lru_cache(maxsize=None)
@@ -383,10 +436,14 @@ def evaluate_point(
         solver = dataclasses.replace(solver, tol=jnp.maximum(solver.tol, floor))
     # the open loop's batch cannot pass the KV slots: the seed's memory holds the paused sessions too
     batch_cap = slots - paused if options.memory_caps_concurrency else slots
-    solution = solve_closed_loop(latency_function(options),
-                                 LoopInputs(turn, concurrency_eff, think_ms, rate_per_ms, batch_cap),
-                                 solver, _LATENCY_LINES[open_loop], open_loop)
-    state = turn_state(turn, solution.batch, options)
+    joint = joint_system(options)
+    solution, inner = solve_closed_loop(latency_function(options),
+                                        LoopInputs(turn, concurrency_eff, think_ms, rate_per_ms, batch_cap),
+                                        solver, _LATENCY_LINES[open_loop], open_loop, joint)
+    if joint is not None and solver.name == "damped":  # the inner roots the joint solve found, polished
+        state = turn_state(turn, solution.batch, options, tuple(inner[i] for i in range(inner.shape[0])), polish=True)
+    else:
+        state = turn_state(turn, solution.batch, options)
     if open_loop or percentiles:  # a step's added time per request more in the batch
         step_slope = decode_step(coefficients, state.seen_batch + 1.0, options.expert_routing).tpot_ms - \
             state.step.tpot_ms

@@ -9,6 +9,7 @@ differentiable.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -55,7 +56,36 @@ def increasing_root(f: Callable[[jax.Array], jax.Array], lo: jax.Array, hi: jax.
 
     a, b = jax.lax.fori_loop(0, bisections, bisect, (lo, hi))
     x, _, _ = jax.lax.fori_loop(0, newton_steps, newton, (0.5 * (a + b), a, b))
+    return polished_root(f, x, lo, hi)
+
+
+def polished_root(f: Callable[[jax.Array], jax.Array], x: jax.Array, lo: jax.Array, hi: jax.Array) -> jax.Array:
+    """A root ``x`` of f, held constant and corrected by one Newton step (at most 1e-3 of the
+    bracket [lo, hi]): the value is unchanged to within the solve's precision, and its derivative
+    is the implicit function's, dx = -∂f/∂θ / f'(x)."""
     root = jax.lax.stop_gradient(x)
     fx, slope = jax.jvp(f, (root,), (jnp.ones_like(root),))
     width = 1e-3 * (hi - lo)  # a flat tail must not throw the corrected value off
     return root - jnp.clip(fx / jnp.maximum(slope, 1e-30), -width, width)
+
+
+class InnerRoot(NamedTuple):
+    """An inner root of R(B) (scalars): its ``value`` and the residual f(value) there (0 when
+    solved here; the joint solve's residual when its value was given)."""
+
+    value: jax.Array
+    residual: jax.Array
+
+
+def inner_root(f: Callable[[jax.Array], jax.Array], lo: jax.Array, hi: jax.Array,
+               given: jax.Array | None = None, polish: bool = False) -> InnerRoot:
+    """The root of an increasing f in [lo, hi]: solved here (`increasing_root`) when ``given`` is
+    None, else ``given`` taken as it is (an unknown of the joint solve,
+    `jaxpareto.physics.joint`, which drives f(given) to 0) or, with ``polish`` (static), as a
+    converged root to differentiate (`polished_root`)."""
+    if given is None:
+        x = increasing_root(f, lo, hi)
+        return InnerRoot(x, 0.0 * x)
+    if polish:
+        return InnerRoot(polished_root(f, given, lo, hi), 0.0 * given)
+    return InnerRoot(given, f(given))

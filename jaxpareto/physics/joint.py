@@ -1,0 +1,209 @@
+"""The closed loop and R(B)'s inner roots solved together, by safeguarded Newton.
+
+With the shared engine (its prefill load) or the LRU model with lognormal pauses (the cache's
+characteristic time), R(B) holds inner roots (`jaxpareto.physics.point.inner_unknowns`). Solving
+them afresh at every damped step of B (the "nested" solver) costs some twenty evaluations of
+the turn per step. Here they are unknowns beside B, and Newton's method runs on the whole
+system z = (B, a_1 .. a_k):
+
+    G_0(z) = C_eff R(B, a) / (R(B, a) + Z) - B = 0     (seed eq. 4)
+    G_i(z) = f_i(B, a) = 0                             (the inner roots' equations)
+
+with the Jacobian from forward-mode differentiation (k + 1 columns) and z <- z - J^-1 G, a
+few iterations from the inner roots at B = 1 (Dennis and Schnabel, "Numerical Methods for
+Unconstrained Optimization and Nonlinear Equations", 1983, chapter 5).
+
+Safeguards, so that the root is the damped iteration's:
+
+- B stays in a bracket: the damped iteration from B = 1 climbs monotonically to the smallest
+  fixed point above 1 when B_target(1) >= 1 (its map is increasing), else falls to the largest
+  below 1, so the bracket is [1, C_eff] (G_0(C_eff) <= 0) or (0, 1], narrowed by the sign of
+  G_0 at every iterate;
+- a Newton step for B that leaves the bracket, or goes further from B than ``STEP_LIMIT``
+  times the undamped step B_target - B, is replaced by the undamped step (which never passes
+  the damped iteration's fixed point, the map being increasing), or, outside the bracket, by
+  its midpoint. The limit keeps Newton from jumping over a stable fixed point into the basin of
+  another where the map has several (the LRU model's collapse: a state with caches kept and one
+  with caches lost);
+- each inner unknown stays in its bracket.
+
+Stops when |G_0| <= tol x B and every |G_i| <= tol (the inner residuals are relative: see
+`inner_unknowns`), after at most ``MAX_ITERATIONS`` (or the solver's ``max_iter``) steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxpareto.definitions.settings import Solver
+
+MAX_ITERATIONS = 64  # Newton within a bracket: far more than it ever needs
+# a Newton step for B may go at most this many undamped steps B_target - B
+STEP_LIMIT = 8.0
+# inner residuals below which the sign of G_0 at an iterate is trusted to narrow B's bracket
+SURE_RESIDUAL = 1e-3
+# inner residuals within this many tol of 0 are solved (the rounding of steep equations)
+INNER_NOISE = 8.0
+EDGE = 1e-3  # a step past B's bracket by less than this share of it stops at its end
+
+
+class JointSystem(NamedTuple):
+    """R(B) and its inner roots as functions of the loop's latency inputs (static, hashable).
+
+    Attributes:
+        latency: (latency inputs, B, a) -> (R [ms], residuals f_i (k,)).
+        start: (latency inputs, B) -> the inner roots solved at B, shape (k,).
+        lows, highs: the inner unknowns' brackets (tuples of k floats).
+    """
+
+    latency: Callable
+    start: Callable
+    lows: tuple
+    highs: tuple
+
+
+def _solve_small(matrix: jax.Array, rhs: jax.Array) -> jax.Array:
+    """x with matrix x = rhs for a k x k matrix (k static, a few), by Gaussian elimination
+    unrolled without pivoting: the inner equations come in an order where each depends only on
+    those before it (`inner_unknowns`), a lower-triangular matrix with positive diagonal (each
+    f_i increases in a_i), for which this is forward substitution. A batched LAPACK call per
+    point would cost more than the model's evaluation."""
+    k = rhs.shape[0]
+    a = [[matrix[i, j] for j in range(k)] for i in range(k)]
+    b = [rhs[i] for i in range(k)]
+    for col in range(k):
+        for row in range(col + 1, k):
+            factor = a[row][col] / a[col][col]
+            a[row] = [a[row][j] - factor * a[col][j] for j in range(k)]
+            b[row] = b[row] - factor * b[col]
+    x = [None] * k
+    for row in reversed(range(k)):
+        x[row] = (b[row] - sum((a[row][j] * x[j] for j in range(row + 1, k)), 0.0)) / a[row][row]
+    return jnp.stack(x)
+
+
+class JointSolution(NamedTuple):
+    """The joint solve's outcome for one point (scalars, and the inner roots).
+
+    Attributes:
+        batch: B kept. converged: the stopping test holds there. iterations: Newton steps.
+        residual: |B_target - B| / B there. inner: the inner roots a, shape (k,).
+    """
+
+    batch: jax.Array
+    converged: jax.Array
+    iterations: jax.Array
+    residual: jax.Array
+    inner: jax.Array
+
+
+def solve_joint(system: JointSystem, latency_inputs, concurrency_eff: jax.Array, think_time_ms: jax.Array,
+                solver: Solver) -> JointSolution:
+    """The closed loop's B and the inner roots a, jointly (module docstring).
+
+    Args:
+        system: `JointSystem`.
+        latency_inputs: what R needs besides B and a.
+        concurrency_eff: C_eff [sessions] (scalar, >= 1). think_time_ms: Z [ms] (scalar, >= 0).
+        solver: its ``tol`` and ``max_iter`` (the damping is not used).
+
+    Returns:
+        `JointSolution`.
+    """
+    lows, highs = jnp.asarray(system.lows), jnp.asarray(system.highs)
+    one = jnp.ones_like(concurrency_eff)
+
+    def residuals(z):
+        latency, inner = system.latency(latency_inputs, z[0], z[1:])
+        target = concurrency_eff * latency / (latency + think_time_ms)  # C_eff ρ (seed eq. 4)
+        return jnp.concatenate([jnp.stack([target - z[0]]), inner])
+
+    def done(z, g, a_step):
+        # an inner root is solved when its Newton step is small against its size (they are
+        # logarithms of T_c and 1 - ρ), or its residual is within a few tol of 0: where its
+        # equation is steep, rounding keeps the steps from shrinking further
+        inner = (jnp.abs(a_step) <= solver.tol * jnp.maximum(jnp.abs(z[1:]), 1.0)) | \
+            (jnp.abs(g[1:]) <= INNER_NOISE * solver.tol)
+        return (jnp.abs(g[0]) <= solver.tol * z[0]) & inner.all()
+
+    z0 = jnp.concatenate([jnp.stack([one]), system.start(latency_inputs, one)])
+    g0 = residuals(z0)
+    upward = g0[0] >= 0.0
+    bracket0 = (jnp.where(upward, one, 0.0 * one), jnp.where(upward, jnp.maximum(concurrency_eff, one), one))
+    limit = jnp.minimum(solver.max_iter, MAX_ITERATIONS)
+
+    def keep_going(state):
+        z, g, _, _, _, i, finished = state
+        return ~finished & jnp.isfinite(g).all() & (i < limit)
+
+    def step(state):
+        z, g, (lo, hi), (a_lo, a_hi, tried), reach, i, _ = state
+        jacobian = jax.jacfwd(residuals)(z)
+        b, g_b, g_a = z[0], g[0], g[1:]
+        j_aa, j_ab, j_ba = jacobian[1:, 1:], jacobian[1:, 0], jacobian[0, 1:]
+        # eliminate the inner roots: their Newton step at fixed B and their change per unit B
+        a_fixed, a_per_b = _solve_small(j_aa, -g_a), _solve_small(j_aa, -j_ab)
+        a = z[1:]
+        # each f_i increases in a_i: at this B and a_j (its bracket is reset when they move) its sign
+        # narrows a_i's bracket, as in a safeguarded scalar Newton (Press et al., rtsafe)
+        a_lo = jnp.where(g_a < 0, jnp.maximum(a_lo, a), a_lo)
+        a_hi = jnp.where(g_a > 0, jnp.minimum(a_hi, a), a_hi)
+        within = lambda step: jnp.isfinite(step) & (a + step >= a_lo) & (a + step <= a_hi)  # noqa: E731
+        usable = within(a_fixed) & jnp.isfinite(a_per_b)
+        # where the coupled step fails, a_i's own Newton step (the others held) may not
+        own = -g_a / jnp.diagonal(j_aa)
+        a_fixed, a_per_b = jnp.where(usable, a_fixed, own), jnp.where(usable, a_per_b, 0.0)
+        usable = usable | within(own)
+        # else (a flat or far-off inner equation) bisect the bracket, or, while its end on the
+        # residual's side is still the outer one, go there (a root beyond it stays at that end,
+        # as the nested solve's does), and leave B's step uncorrected
+        end = jnp.where(g_a > 0, a_lo, a_hi)
+        outer = ~tried & jnp.where(g_a > 0, a_lo <= lows, a_hi >= highs)
+        tried = tried | (~usable & outer)
+        a_per_b = jnp.where(usable, a_per_b, 0.0)
+        h = g_b + j_ba @ jnp.where(usable, a_fixed, 0.0)  # G_0 with the inner roots solved at this B (to first order)
+        a_fixed = jnp.where(usable, a_fixed, jnp.where(outer, end, 0.5 * (a_lo + a_hi)) - a)
+        slope = jacobian[0, 0] + j_ba @ a_per_b  # its derivative in B
+        newton = b - h / slope
+        # the sign of G_0 narrows the bracket only where it is sure: the inner roots nearly
+        # solved (or beyond the outer bracket, where the nested solve leaves them too)
+        pinned = ((a <= lows) & (g_a > 0)) | ((a >= highs) & (g_a < 0))
+        sure = ((jnp.abs(g_a) <= SURE_RESIDUAL) | pinned).all() & jnp.isfinite(h)
+        lo = jnp.where(sure & (h > 0), jnp.maximum(lo, b), lo)
+        hi = jnp.where(sure & (h < 0), jnp.minimum(hi, b), hi)
+        undamped = b + h
+        # a step just past the bracket's end (rounding) stops at it
+        inside = lambda x: jnp.isfinite(x) & (x >= lo - EDGE * (hi - lo)) & (x <= hi + EDGE * (hi - lo))  # noqa: E731
+        # Newton's step must go where G_0 points (not back where the map is steeper than 1)
+        near = ((newton - b) * h > 0) & ((h < 0) | (newton - b <= reach * h))
+        take = inside(newton) & near
+        b_next = jnp.where(take, newton, jnp.where(inside(undamped), undamped, 0.5 * (lo + hi)))
+        # B moves only while the inner roots are roughly solved at its value; else they are
+        # solved first, at this B (their equations can change fast with B: the LRU's free slots
+        # run out at the memory's last session)
+        settled = sure
+        b_next = jnp.where(settled, jnp.clip(b_next, lo, hi), b)
+        inner = a + a_fixed + a_per_b * (b_next - b)  # the inner roots follow the B taken
+        inner = jnp.where(jnp.isfinite(inner), jnp.clip(inner, lows, highs), a)
+        finished = done(z, g, a_fixed) & (jnp.abs(h) <= solver.tol * b)
+        z_next = jnp.where(finished, z, jnp.concatenate([jnp.stack([b_next]), inner]))
+        # the reach doubles while Newton's step is refused for its length alone (a map whose
+        # slope is near 1, where the undamped steps crawl)
+        longer = jnp.where(take, STEP_LIMIT, jnp.where(inside(newton) & ((newton - b) * h > 0), 2.0 * reach, reach))
+        reach = jnp.where(settled, longer, reach)
+        # a_i's bracket holds while nothing its equation depends on moves: B and the a_j before
+        # it (`inner_unknowns` orders them so)
+        shifted = jnp.abs(z_next[1:] - a) > solver.tol * jnp.maximum(jnp.abs(a), 1.0)
+        moved = (jnp.abs(z_next[0] - b) > solver.tol * b) | (jnp.cumsum(shifted) - shifted > 0)
+        a_lo, a_hi, tried = jnp.where(moved, lows, a_lo), jnp.where(moved, highs, a_hi), tried & ~moved
+        return z_next, residuals(z_next), (lo, hi), (a_lo, a_hi, tried), reach, i + ~finished, finished
+
+    start = (z0, g0, bracket0, (lows + 0.0 * one, highs + 0.0 * one, lows < lows), STEP_LIMIT + 0.0 * one,
+             jnp.zeros((), jnp.int32), jnp.zeros((), bool))
+    z, g, _, _, _, i, finished = jax.lax.while_loop(keep_going, step, start)
+    b = z[0]
+    return JointSolution(b, finished, i, jnp.abs(g[0]) / b, z[1:])

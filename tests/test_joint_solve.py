@@ -1,0 +1,113 @@
+"""The joint solve (jaxpareto.physics.joint) against the nested one it replaces by default.
+
+Where R(B) holds inner roots (the shared engine's prefill load, the LRU time of lognormal
+pauses), the "damped" solver runs Newton's method on B and those roots together; "nested" is
+the damped iteration with the inner roots solved afresh at every step (what the model did
+before). Both must find the same fixed point, on random grids that include the LRU model's
+collapse past the knee, and the joint one must be at least as close to a float64 reference.
+"""
+
+import zlib
+
+import numpy as np
+import pytest
+
+import jaxpareto as jp
+from jaxpareto.definitions.options import ModelOptions
+from jaxpareto.physics.joint import MAX_ITERATIONS, _solve_small
+from jaxpareto.physics.point import inner_unknowns, joint_system
+
+OUTPUTS = ("batch_eff", "ttft_ms", "tpot_ms", "turns_per_s", "hit_rate_eff", "memory_wait_ms")
+
+
+def _random_grid(seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    return dict(gpu=["h100-sxm", "b200"], model=["llama-3.1-70b", "qwen3-235b-a22b"], tp=[2, 8],
+                # every session count up to past the knee, where the LRU caches collapse
+                concurrency=np.unique(np.round(np.geomspace(1, 1024, 10) * rng.uniform(0.8, 1.2, 10))).astype(int),
+                think_time_s=[0.0, float(rng.uniform(1, 5)), 30.0],
+                context_tokens=[int(rng.integers(2048, 8192)), int(rng.integers(16384, 65536))],
+                hit_rate=[0.0, float(rng.uniform(0.5, 0.97))])
+
+
+OPTIONS = {
+    "shared": dict(prefill_model="shared", prefill_chunk_tokens=512),
+    "shared + lru": dict(prefill_model="shared", cache_model="lru"),
+    "lru, lognormal": dict(cache_model="lru", pause_distribution="lognormal"),
+    "shared + lru, lognormal + tier": dict(prefill_model="shared", cache_model="lru", pause_distribution="lognormal",
+                                          tier_capacity_gb=512.0, tier_bandwidth_gbs=64.0),
+    "measured shared": dict(prefill_model="shared", profile="measured"),
+}
+
+
+def _relative(a, b):
+    return np.abs(a - b) / np.maximum(np.abs(b), 1e-9)
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONS))
+def test_joint_solve_finds_the_nested_fixed_point(name):
+    grid = _random_grid(zlib.crc32(name.encode()))
+    options = OPTIONS[name]
+    joint = jp.sweep(**grid, **options, variables=OUTPUTS + ("iterations",))
+    nested = jp.sweep(**grid, **options, solver="nested", variables=OUTPUTS + ("iterations",))
+    feasible = joint.feasible.values
+    assert (feasible == nested.feasible.values).all()
+    assert joint.converged.values[feasible].all() and nested.converged.values[feasible].all()
+    # Newton's steps, not the damped iteration's: a few, and never the cap
+    iterations = joint.iterations.values[feasible]
+    assert np.median(iterations) <= 8 and iterations.max() < MAX_ITERATIONS
+    assert np.median(iterations) < np.median(nested.iterations.values[feasible]) / 3
+    for variable in OUTPUTS:
+        # both stop within the tolerance (7.6e-6 in float32) of a fixed point whose outputs
+        # amplify it where the hit rate or the prefill load is steep; the memory wait, B / M - 1
+        # turns, is measured against the TTFT it is part of (it vanishes at B = M)
+        scale = nested["ttft_ms"].values if variable == "memory_wait_ms" else nested[variable].values
+        error = np.abs(joint[variable].values - nested[variable].values) / np.maximum(np.abs(scale), 1e-9)
+        assert np.nanmax(error) < 5e-3, variable
+        assert np.nanpercentile(error, 99) < 2e-4, variable
+
+
+def test_joint_solve_is_as_close_to_float64_as_the_nested_one():
+    grid = _random_grid(7)
+    options = OPTIONS["shared + lru"]
+    reference = jp.sweep(**grid, **options, solver=jp.Solver(name="nested", tol=1e-11), dtype="float64",
+                         variables=OUTPUTS)
+    joint = jp.sweep(**grid, **options, variables=OUTPUTS)
+    nested = jp.sweep(**grid, **options, solver="nested", variables=OUTPUTS)
+    for variable in OUTPUTS:
+        joint_error = np.nanmax(_relative(joint[variable].values, reference[variable].values))
+        nested_error = np.nanmax(_relative(nested[variable].values, reference[variable].values))
+        assert joint_error < 2e-4 and joint_error <= nested_error * 1.5 + 1e-6, (variable, joint_error, nested_error)
+    # in float64 the joint solve meets the default tolerance 1e-6
+    joint64 = jp.sweep(**grid, **options, dtype="float64", variables=OUTPUTS)
+    assert np.nanmax(_relative(joint64.batch_eff.values, reference.batch_eff.values)) < 2e-5
+
+
+def test_the_collapse_stays_on_the_nested_branch():
+    # past the knee the LRU map has a state with caches kept and one with caches lost; the
+    # damped iteration from B = 1 stops at the first, and so must Newton's method
+    c = np.arange(1, 400, 3)
+    kwargs = dict(gpu="h100-sxm", model="llama-3.1-70b", tp=8, think_time_s=2.0, context_tokens=35536, hit_rate=0.9,
+                  osl=128, delta_tokens=2128, concurrency=c, prefill_model="shared", cache_model="lru")
+    joint = jp.sweep(**kwargs, variables=OUTPUTS).squeeze()
+    nested = jp.sweep(**kwargs, solver="nested", variables=OUTPUTS).squeeze()
+    np.testing.assert_allclose(joint.hit_rate_eff.values, nested.hit_rate_eff.values, rtol=1e-3, atol=1e-5)
+    np.testing.assert_allclose(joint.turns_per_s.values, nested.turns_per_s.values, rtol=1e-4)
+
+
+def test_inner_unknowns_follow_the_options():
+    assert inner_unknowns(ModelOptions()) == ()
+    assert joint_system(ModelOptions(cache_model="lru")) is None  # exponential pauses: closed form
+    assert [n for n, _, _ in inner_unknowns(ModelOptions(prefill_model="shared", cache_model="lru",
+                                                         pause_distribution="lognormal"))] == \
+        ["gpu_log_lifetime", "tier_log_lifetime", "prefill_load"]
+    assert joint_system(ModelOptions(prefill_model="shared", arrivals="poisson")) is None  # the open loop
+    assert joint_system(ModelOptions(prefill_model="shared")) is joint_system(ModelOptions(prefill_model="shared"))
+
+
+def test_small_solve_is_forward_substitution():
+    rng = np.random.default_rng(0)
+    for k in (1, 2, 3):
+        matrix = np.tril(rng.uniform(-1, 1, (k, k))) + np.diag(rng.uniform(1, 2, k))
+        rhs = rng.uniform(-1, 1, k)
+        np.testing.assert_allclose(np.asarray(_solve_small(matrix, rhs)), np.linalg.solve(matrix, rhs), rtol=1e-5)
