@@ -41,8 +41,9 @@ from jaxpareto.physics.point import PointOutputs, evaluate_point
 
 # points vmapped at once inside a block: the solver's state stays in cache, and a vmapped
 # while-loop runs as many steps as its slowest point, so smaller batches confine a slow point's
-# cost to its own (1024: the seed's sweep 1.8x faster than 32,768 on 2 cores, the joint solve's
-# with lognormal pauses 3x; benchmarks/bench_models.py)
+# cost to its own (1024: the seed's damped sweep 1.8x faster than 32,768 on 2 cores, the joint
+# solve's with lognormal pauses 3x; the exact solver, with no loop, the same either way;
+# benchmarks/bench_models.py)
 SUB_BATCH = 1 << 10
 _LANES = 64
 OUTPUT_NAMES = PointOutputs._fields

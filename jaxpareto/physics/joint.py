@@ -9,26 +9,37 @@ system z = (B, a_1 .. a_k):
     G_0(z) = C_eff R(B, a) / (R(B, a) + Z) - B = 0     (seed eq. 4)
     G_i(z) = f_i(B, a) = 0                             (the inner roots' equations)
 
-with the Jacobian from forward-mode differentiation (k + 1 columns) and z <- z - J^-1 G, a
-few iterations from the inner roots at B = 1 (Dennis and Schnabel, "Numerical Methods for
-Unconstrained Optimization and Nonlinear Equations", 1983, chapter 5).
+with the Jacobian from forward-mode differentiation (k + 1 columns). The inner roots are
+eliminated (their Newton step at a fixed B, and their change per unit B: a Schur complement
+of a lower-triangular block), and B takes a Newton step on the reduced equation, the inner
+roots following it to first order (Dennis and Schnabel, "Numerical Methods for Unconstrained
+Optimization and Nonlinear Equations", 1983, chapters 5 and 6). It starts from the inner
+roots solved at B = 1.
 
 Safeguards, so that the root is the damped iteration's:
 
 - B stays in a bracket: the damped iteration from B = 1 climbs monotonically to the smallest
   fixed point above 1 when B_target(1) >= 1 (its map is increasing), else falls to the largest
-  below 1, so the bracket is [1, C_eff] (G_0(C_eff) <= 0) or (0, 1], narrowed by the sign of
-  G_0 at every iterate;
-- a Newton step for B that leaves the bracket, or goes further from B than ``STEP_LIMIT``
-  times the undamped step B_target - B, is replaced by the undamped step (which never passes
-  the damped iteration's fixed point, the map being increasing), or, outside the bracket, by
-  its midpoint. The limit keeps Newton from jumping over a stable fixed point into the basin of
-  another where the map has several (the LRU model's collapse: a state with caches kept and one
-  with caches lost);
-- each inner unknown stays in its bracket.
+  below 1, so the bracket is [1, C_eff] (G_0(C_eff) <= 0) or (0, 1]. The sign of the reduced
+  G_0 narrows it only where it is sure: the inner roots solved tightly at that B;
+- B moves only while the inner roots are roughly solved (else they are solved at a fixed B
+  first: their equations change fast with B where the LRU's free slots run out), and turns
+  back only on a sure sign, so that every turn narrows the bracket;
+- a Newton step for B must go where G_0 points (not back, where the map is steeper than 1: the
+  LRU collapse) and, upward, at most ``STEP_LIMIT`` undamped steps B_target - B (a reach that
+  doubles while it is refused); else the undamped step is taken, which never passes the damped
+  iteration's fixed point, the map being increasing, or, outside the bracket, its midpoint. The
+  limit keeps Newton from jumping over a stable fixed point into the basin of another where the
+  map has several (caches kept, caches lost);
+- each inner root keeps its own bracket while B and the roots before it stay put, narrowed by
+  its residual's sign (each f_i increases in a_i), and bisects it when its Newton step leaves
+  it (Press et al., Numerical Recipes, rtsafe); a root beyond its outer bracket stays at the
+  bracket's end, as the nested solve's does.
 
-Stops when |G_0| <= tol x B and every |G_i| <= tol (the inner residuals are relative: see
-`inner_unknowns`), after at most ``MAX_ITERATIONS`` (or the solver's ``max_iter``) steps.
+Stops when |G_0| <= tol x B (or B is pinned within tol by sure signs on both sides: a kink of
+R(B)) and each inner root's Newton step is below tol of its size (or its residual within
+``INNER_NOISE`` tol of 0), after at most ``MAX_ITERATIONS`` (or the solver's ``max_iter``)
+steps: 2 to 15 for nearly every point (tests/test_joint_solve.py).
 """
 
 from __future__ import annotations
@@ -44,8 +55,9 @@ from jaxpareto.definitions.settings import Solver
 MAX_ITERATIONS = 64  # Newton within a bracket: far more than it ever needs
 # a Newton step for B may go at most this many undamped steps B_target - B
 STEP_LIMIT = 8.0
-# inner residuals below which the sign of G_0 at an iterate is trusted to narrow B's bracket
-SURE_RESIDUAL = 1e-3
+SURE_STEP = 1e-4  # inner Newton steps below this share of their size: G_0's sign is sure
+# inner residuals (relative, or log-odds) beyond which they are solved at a fixed B first
+SETTLED_RESIDUAL = 0.1
 # inner residuals within this many tol of 0 are solved (the rounding of steep equations)
 INNER_NOISE = 8.0
 EDGE = 1e-3  # a step past B's bracket by less than this share of it stops at its end
@@ -141,7 +153,7 @@ def solve_joint(system: JointSystem, latency_inputs, concurrency_eff: jax.Array,
         return ~finished & jnp.isfinite(g).all() & (i < limit)
 
     def step(state):
-        z, g, (lo, hi), (a_lo, a_hi, tried), reach, i, _ = state
+        z, g, (lo, hi), (a_lo, a_hi, tried), (reach, heading), i, _ = state
         jacobian = jax.jacfwd(residuals)(z)
         b, g_b, g_a = z[0], g[0], g[1:]
         j_aa, j_ab, j_ba = jacobian[1:, 1:], jacobian[1:, 0], jacobian[0, 1:]
@@ -169,10 +181,12 @@ def solve_joint(system: JointSystem, latency_inputs, concurrency_eff: jax.Array,
         a_fixed = jnp.where(usable, a_fixed, jnp.where(outer, end, 0.5 * (a_lo + a_hi)) - a)
         slope = jacobian[0, 0] + j_ba @ a_per_b  # its derivative in B
         newton = b - h / slope
-        # the sign of G_0 narrows the bracket only where it is sure: the inner roots nearly
-        # solved (or beyond the outer bracket, where the nested solve leaves them too)
+        # the sign of G_0 is sure, and narrows the bracket, only where the inner roots are
+        # solved tightly (or lie beyond the outer bracket, where the nested solve leaves them too)
         pinned = ((a <= lows) & (g_a > 0)) | ((a >= highs) & (g_a < 0))
-        sure = ((jnp.abs(g_a) <= SURE_RESIDUAL) | pinned).all() & jnp.isfinite(h)
+        size = SURE_STEP * jnp.maximum(jnp.abs(a), 1.0)
+        tight = (usable & (jnp.abs(a_fixed) <= size)) | (a_hi - a_lo <= size)  # a step, or the bracket, that small
+        sure = (tight | pinned).all() & jnp.isfinite(h)
         lo = jnp.where(sure & (h > 0), jnp.maximum(lo, b), lo)
         hi = jnp.where(sure & (h < 0), jnp.minimum(hi, b), hi)
         undamped = b + h
@@ -184,25 +198,30 @@ def solve_joint(system: JointSystem, latency_inputs, concurrency_eff: jax.Array,
         b_next = jnp.where(take, newton, jnp.where(inside(undamped), undamped, 0.5 * (lo + hi)))
         # B moves only while the inner roots are roughly solved at its value; else they are
         # solved first, at this B (their equations can change fast with B: the LRU's free slots
-        # run out at the memory's last session)
-        settled = sure
+        # run out at the memory's last session); and B turns back only on a sure sign, so every
+        # turn narrows the bracket (no cycling on signs the unsolved inner roots got wrong)
+        turning = h * heading < 0
+        settled = ((jnp.abs(g_a) <= SETTLED_RESIDUAL) | pinned).all() & jnp.isfinite(h) & (sure | ~turning)
         b_next = jnp.where(settled, jnp.clip(b_next, lo, hi), b)
         inner = a + a_fixed + a_per_b * (b_next - b)  # the inner roots follow the B taken
         inner = jnp.where(jnp.isfinite(inner), jnp.clip(inner, lows, highs), a)
-        finished = done(z, g, a_fixed) & (jnp.abs(h) <= solver.tol * b)
+        # or B pinned by sure signs on both sides within tol (a kink in R(B), where G_0 jumps)
+        pinned_b = (hi - lo <= solver.tol * b) & (jnp.abs(b_next - b) <= solver.tol * b)
+        finished = done(z, g, a_fixed) & ((jnp.abs(h) <= solver.tol * b) | pinned_b)
         z_next = jnp.where(finished, z, jnp.concatenate([jnp.stack([b_next]), inner]))
         # the reach doubles while Newton's step is refused for its length alone (a map whose
         # slope is near 1, where the undamped steps crawl)
         longer = jnp.where(take, STEP_LIMIT, jnp.where(inside(newton) & ((newton - b) * h > 0), 2.0 * reach, reach))
         reach = jnp.where(settled, longer, reach)
+        heading = jnp.where(b_next != b, jnp.sign(b_next - b), heading)
         # a_i's bracket holds while nothing its equation depends on moves: B and the a_j before
         # it (`inner_unknowns` orders them so)
         shifted = jnp.abs(z_next[1:] - a) > solver.tol * jnp.maximum(jnp.abs(a), 1.0)
         moved = (jnp.abs(z_next[0] - b) > solver.tol * b) | (jnp.cumsum(shifted) - shifted > 0)
         a_lo, a_hi, tried = jnp.where(moved, lows, a_lo), jnp.where(moved, highs, a_hi), tried & ~moved
-        return z_next, residuals(z_next), (lo, hi), (a_lo, a_hi, tried), reach, i + ~finished, finished
+        return z_next, residuals(z_next), (lo, hi), (a_lo, a_hi, tried), (reach, heading), i + ~finished, finished
 
-    start = (z0, g0, bracket0, (lows + 0.0 * one, highs + 0.0 * one, lows < lows), STEP_LIMIT + 0.0 * one,
+    start = (z0, g0, bracket0, (lows + 0.0 * one, highs + 0.0 * one, lows < lows), (STEP_LIMIT + 0.0 * one, 0.0 * one),
              jnp.zeros((), jnp.int32), jnp.zeros((), bool))
     z, g, _, _, _, i, finished = jax.lax.while_loop(keep_going, step, start)
     b = z[0]
