@@ -44,7 +44,12 @@ def _relative(a, b):
     return np.abs(a - b) / np.maximum(np.abs(b), 1e-9)
 
 
-@pytest.mark.parametrize("name", sorted(OPTIONS))
+# the lognormal and measured grids compile long (about 30-45 s each with a cold cache): slow
+SLOW = {"lru, lognormal", "shared + lru, lognormal + tier", "measured shared"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.slow) if name in SLOW else name
+                                  for name in sorted(OPTIONS)])
 def test_joint_solve_finds_the_nested_fixed_point(name):
     grid = _random_grid(zlib.crc32(name.encode()))
     options = OPTIONS[name]
@@ -67,6 +72,7 @@ def test_joint_solve_finds_the_nested_fixed_point(name):
         assert np.nanpercentile(error, 99) < 2e-4, variable
 
 
+@pytest.mark.slow  # a float64 program of its own and a tight nested reference: about 50 s cold
 def test_joint_solve_is_as_close_to_float64_as_the_nested_one():
     grid = _random_grid(7)
     options = OPTIONS["shared + lru"]
