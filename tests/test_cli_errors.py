@@ -101,12 +101,12 @@ def test_sweep_method_is_renamed_solver(capsys, spec):
     for argv in (("sweep", s, "--method", "exact"), ("sweep", "--method=damped"), ("sweep", s, "--method")):
         code, out, err = run(capsys, *argv)
         assert code == 2 and out == ""
-        assert err == "jaxpareto: error: --method: renamed: the fixed-point solver is --solver (damped, exact)\n"
+        assert err == "jaxpareto: error: --method: renamed: the fixed-point solver is --solver (damped, exact, newton)\n"
     code, out, err = run(capsys, "sweep", s, "--solver", "exact")
     assert code == 0 and "solver exact" in out, err
     with pytest.raises(SystemExit) as exit_:
-        main(["sweep", str(s), "--solver", "newton"])
-    assert exit_.value.code == 2 and "invalid choice: 'newton'" in capsys.readouterr().err
+        main(["sweep", str(s), "--solver", "secant"])
+    assert exit_.value.code == 2 and "invalid choice: 'secant'" in capsys.readouterr().err
 
 
 def test_unknown_preset_names_field_and_lists_presets(capsys):

@@ -97,7 +97,7 @@ def test_bad_optimize_inputs():
     with pytest.raises(jp.JaxparetoError, match="concurrency"):
         jp.optimize(**SCENARIO, concurrency=(10, 1))
     with pytest.raises(jp.JaxparetoError, match="method"):
-        jp.optimize(**SCENARIO, method="newton")
+        jp.optimize(**SCENARIO, method="secant")
 
 
 def test_method_names_the_search_and_solver_the_fixed_point():
@@ -117,7 +117,7 @@ def test_method_names_the_search_and_solver_the_fixed_point():
     with pytest.raises(jp.JaxparetoError, match="solver"):
         jp.size_deployment("h100-sxm", "llama-3.1-70b", sessions=5, solver="exact", cache_model="lru")
     with pytest.raises(jp.JaxparetoError, match="solver"):
-        jp.optimize(**SCENARIO, constraints=SLO, solver="newton")
+        jp.optimize(**SCENARIO, constraints=SLO, solver="secant")
 
 
 # -- implicit gradients -----------------------------------------------------------------------

@@ -220,7 +220,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=DTYPES, help="override the spec's floating point type")
     add_solver_option(p)
     p.add_argument("--method", action=Renamed, default=argparse.SUPPRESS,
-                   renamed_to="the fixed-point solver is --solver (damped, exact)")
+                   renamed_to="the fixed-point solver is --solver (damped, exact, newton)")
     p.add_argument("--variables", help="comma-separated outputs to keep (default all)")
     p.add_argument("--chunk-points", type=int, help="points per compute block and zarr chunk")
     add_calibration_option(p)

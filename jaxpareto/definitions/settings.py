@@ -19,7 +19,7 @@ from typing import NamedTuple
 from jaxpareto.definitions.checks import check_number
 from jaxpareto.definitions.errors import JaxparetoError
 
-SOLVERS = ("damped", "exact", "nested")
+SOLVERS = ("damped", "exact", "newton")
 DTYPES = ("float32", "float64")
 DEFAULT_CHUNK_POINTS = 1 << 18  # points per compute block and zarr chunk (1 MB per float32 output)
 
@@ -213,10 +213,11 @@ class Solver(_Validated):
         tol: relative residual |B_target - B| <= tol x B that stops the iteration.
         max_iter: damped updates before giving up (point flagged unconverged).
         name: "damped" (the seed's iteration, the reference; where R(B) holds inner roots, the
-            shared engine's load or the LRU time of lognormal pauses, Newton's method on B and
-            them together, `jaxpareto.physics.joint`, which finds the same fixed point), "nested"
-            (the damped iteration with those inner roots solved afresh at every step: the joint
-            solve's reference, about ten times slower) or "exact" (closed form per linear piece
+            shared engine's load or the LRU time of lognormal pauses, they are solved afresh at
+            every step), "newton" (where R(B) holds inner roots, Newton's method on B and them
+            together, `jaxpareto.physics.joint`: 3-10x faster, the damped iteration's fixed
+            point at nearly every point, but it may settle on another where several lie close
+            together; elsewhere the damped iteration) or "exact" (closed form per linear piece
             of R(B); needs a piecewise-linear R(B)). Static: it selects code.
     """
 

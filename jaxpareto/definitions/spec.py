@@ -156,7 +156,7 @@ class SolverSpec(_SolverTable):
     @classmethod
     def _renamed(cls, data):
         if isinstance(data, dict) and "method" in data:
-            raise ValueError("[solver] method is renamed: the fixed-point solver is [solver] name (damped, exact)")
+            raise ValueError("[solver] method is renamed: the fixed-point solver is [solver] name (damped, exact, newton)")
         return data
 
 

@@ -203,10 +203,10 @@ def solve_closed_loop(latency_ms, inputs: LoopInputs, solver: Solver, lines=None
     """The closed-loop batch B, differentiable by implicit differentiation.
 
     The root of g(B) = C_eff x ρ(R(B)) - B is found by ``solver.name`` ("damped": the seed's
-    iteration, or, where R(B) holds inner roots and ``joint`` is given, Newton's method on B and
-    them together, `jaxpareto.physics.joint`; "nested": the damped iteration with the inner roots
-    solved at every step; "exact": `solve_effective_batch_exact` on the linear pieces
-    ``lines(latency)`` of R), and its derivative with respect to everything g depends on (concurrency, think
+    iteration, with R(B)'s inner roots solved at every step; "newton": where R(B) holds inner
+    roots and ``joint`` is given, Newton's method on B and them together,
+    `jaxpareto.physics.joint`, else the damped iteration; "exact": `solve_effective_batch_exact`
+    on the linear pieces ``lines(latency)`` of R), and its derivative with respect to everything g depends on (concurrency, think
     time, context, hit rate, efficiency factors, hardware and model numbers) is
     dB = -(∂g/∂θ · dθ) / (∂g/∂B) at the root (a `jax.custom_jvp`, so reverse mode works too):
     the iteration is never unrolled, and the forward pass costs nothing extra.
@@ -219,14 +219,14 @@ def solve_closed_loop(latency_ms, inputs: LoopInputs, solver: Solver, lines=None
     Args:
         latency_ms: R(latency, B) [ms], a module-level function (static).
         inputs: `LoopInputs`.
-        solver: `Solver`: its ``name`` (static), "damped", "nested" or "exact", and the damped
+        solver: `Solver`: its ``name`` (static), "damped", "newton" or "exact", and the damped
             iteration's damping, tol and max_iter.
         lines: for "exact", a function of ``inputs.latency`` giving (intercepts, slopes) of
             R(B)'s linear pieces (static).
         open_loop: solve the open loop's B = λ R(B) from B = 0 instead (static;
             `jaxpareto.physics.queueing`), with ``inputs.rate_per_ms`` and ``inputs.batch_cap``.
         joint: R(B) with its inner roots as unknowns (`jaxpareto.physics.joint.JointSystem`,
-            static), for the closed loop's "damped" solver; None: R(B) has none.
+            static), for the closed loop's "newton" solver; None: R(B) has none.
 
     Returns:
         `LoopSolution`; only the batch carries derivatives.
@@ -252,7 +252,7 @@ def _closed_loop(latency_ms, solver_name, lines, open_loop, joint, inputs: LoopI
         return latency_ms(inputs.latency, b)
 
     inner = jnp.zeros((0,), jnp.result_type(inputs.think_time_ms))
-    if joint is not None and not open_loop and solver_name == "damped":
+    if joint is not None and not open_loop and solver_name == "newton":
         found = solve_joint(joint, inputs.latency, inputs.concurrency_eff, inputs.think_time_ms, solver)
         inner = found.inner
     elif open_loop and solver_name != "exact":

@@ -1,8 +1,8 @@
-"""The closed loop and R(B)'s inner roots solved together, by safeguarded Newton.
+"""The closed loop and R(B)'s inner roots solved together, by safeguarded Newton (``solver="newton"``).
 
 With the shared engine (its prefill load) or the LRU model with lognormal pauses (the cache's
 characteristic time), R(B) holds inner roots (`jaxpareto.physics.point.inner_unknowns`). Solving
-them afresh at every damped step of B (the "nested" solver) costs some twenty evaluations of
+them afresh at every damped step of B (the default "damped" solver) costs some twenty evaluations of
 the turn per step. Here they are unknowns beside B, and Newton's method runs on the whole
 system z = (B, a_1 .. a_k):
 
@@ -27,19 +27,24 @@ Safeguards, so that the root is the damped iteration's:
   back only on a sure sign, so that every turn narrows the bracket;
 - a Newton step for B must go where G_0 points (not back, where the map is steeper than 1: the
   LRU collapse) and, upward, at most ``STEP_LIMIT`` undamped steps B_target - B (a reach that
-  doubles while it is refused); else the undamped step is taken, which never passes the damped
-  iteration's fixed point, the map being increasing, or, outside the bracket, its midpoint. The
-  limit keeps Newton from jumping over a stable fixed point into the basin of another where the
-  map has several (caches kept, caches lost);
+  doubles while it is refused); else the undamped step is taken (which never passes the damped
+  iteration's fixed point, the map being increasing), or, outside the bracket, its midpoint.
+  The limit keeps Newton from jumping over a stable fixed point into the basin of another where
+  the map has several (caches kept, caches lost) far apart; where two lie close together (a
+  narrow dip of G_0 below 0), a Newton step can still pass the first, and the solve then
+  returns another fixed point than the damped iteration's. This is why "newton" is not the
+  default: on random grids with the LRU model about 1 point in 10,000 lands there;
 - each inner root keeps its own bracket while B and the roots before it stay put, narrowed by
   its residual's sign (each f_i increases in a_i), and bisects it when its Newton step leaves
   it (Press et al., Numerical Recipes, rtsafe); a root beyond its outer bracket stays at the
-  bracket's end, as the nested solve's does.
+  bracket's end, as the damped solver's inner solve does.
 
 Stops when |G_0| <= tol x B (or B is pinned within tol by sure signs on both sides: a kink of
 R(B)) and each inner root's Newton step is below tol of its size (or its residual within
 ``INNER_NOISE`` tol of 0), after at most ``MAX_ITERATIONS`` (or the solver's ``max_iter``)
-steps: 2 to 15 for nearly every point (tests/test_joint_solve.py).
+steps: 2 to 15 for nearly every point (tests/test_joint_solve.py); a point whose map is
+steeper than 1 over a long stretch of B (Newton refused, the undamped steps crawling) can
+reach the cap unconverged, and is flagged so.
 """
 
 from __future__ import annotations
@@ -172,7 +177,7 @@ def solve_joint(system: JointSystem, latency_inputs, concurrency_eff: jax.Array,
         usable = usable | within(own)
         # else (a flat or far-off inner equation) bisect the bracket, or, while its end on the
         # residual's side is still the outer one, go there (a root beyond it stays at that end,
-        # as the nested solve's does), and leave B's step uncorrected
+        # as the damped solver's inner solve does), and leave B's step uncorrected
         end = jnp.where(g_a > 0, a_lo, a_hi)
         outer = ~tried & jnp.where(g_a > 0, a_lo <= lows, a_hi >= highs)
         tried = tried | (~usable & outer)
@@ -182,7 +187,7 @@ def solve_joint(system: JointSystem, latency_inputs, concurrency_eff: jax.Array,
         slope = jacobian[0, 0] + j_ba @ a_per_b  # its derivative in B
         newton = b - h / slope
         # the sign of G_0 is sure, and narrows the bracket, only where the inner roots are
-        # solved tightly (or lie beyond the outer bracket, where the nested solve leaves them too)
+        # solved tightly (or lie beyond the outer bracket, where the damped solver leaves them too)
         pinned = ((a <= lows) & (g_a > 0)) | ((a >= highs) & (g_a < 0))
         size = SURE_STEP * jnp.maximum(jnp.abs(a), 1.0)
         tight = (usable & (jnp.abs(a_fixed) <= size)) | (a_hi - a_lo <= size)  # a step, or the bracket, that small
@@ -202,7 +207,9 @@ def solve_joint(system: JointSystem, latency_inputs, concurrency_eff: jax.Array,
         # turn narrows the bracket (no cycling on signs the unsolved inner roots got wrong)
         turning = h * heading < 0
         settled = ((jnp.abs(g_a) <= SETTLED_RESIDUAL) | pinned).all() & jnp.isfinite(h) & (sure | ~turning)
-        b_next = jnp.where(settled, jnp.clip(b_next, lo, hi), b)
+        b_next = jnp.clip(b_next, lo, hi)
+        b_next = jnp.where(b_next > 0, b_next, 0.5 * b)  # the bracket (0, 1] is open at 0
+        b_next = jnp.where(settled, b_next, b)
         inner = a + a_fixed + a_per_b * (b_next - b)  # the inner roots follow the B taken
         inner = jnp.where(jnp.isfinite(inner), jnp.clip(inner, lows, highs), a)
         # or B pinned by sure signs on both sides within tol (a kink in R(B), where G_0 jumps)

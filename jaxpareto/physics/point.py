@@ -440,7 +440,7 @@ def evaluate_point(
     solution, inner = solve_closed_loop(latency_function(options),
                                         LoopInputs(turn, concurrency_eff, think_ms, rate_per_ms, batch_cap),
                                         solver, _LATENCY_LINES[open_loop], open_loop, joint)
-    if joint is not None and solver.name == "damped":  # the inner roots the joint solve found, polished
+    if joint is not None and solver.name == "newton":  # the inner roots the joint solve found, polished
         state = turn_state(turn, solution.batch, options, tuple(inner[i] for i in range(inner.shape[0])), polish=True)
     else:
         state = turn_state(turn, solution.batch, options)
