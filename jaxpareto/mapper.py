@@ -39,12 +39,11 @@ from jaxpareto.definitions.settings import DEFAULT_CHUNK_POINTS, Efficiency, Sol
 from jaxpareto.definitions.schema import PERCENTILE_VARIABLES
 from jaxpareto.physics.point import PointOutputs, evaluate_point
 
-# points vmapped at once inside a block: the solver's state stays in cache, and a vmapped
-# while-loop runs as many steps as its slowest point, so smaller batches confine a slow point's
-# cost to its own (1024: the seed's damped sweep 1.8x faster than 32,768 on 2 cores, the joint
-# solve's with lognormal pauses 3x; the exact solver, with no loop, the same either way;
-# benchmarks/bench_models.py)
-SUB_BATCH = 1 << 10
+# points vmapped at once inside a block: the solver's working set stays in cache. Smaller
+# sub-batches would confine a slow point's cost (a vmapped while-loop runs as long as its
+# slowest point: 1,024 made the damped sweep 1.1-2x faster on 2 cores), but they broke the
+# bit-for-bit identity of a sweep on 1 and 4 devices (tests/test_streaming.py), so not yet
+SUB_BATCH = 1 << 15
 _LANES = 64
 OUTPUT_NAMES = PointOutputs._fields
 
