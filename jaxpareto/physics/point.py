@@ -160,7 +160,8 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
       engine at the load arrivals see (no arrival-theorem correction), else for the GPUs' full
       prefill speed, whose load λ S must stay below 1 (else TTFT is inf).
 
-    ``inner``: None (R(B)'s inner roots, `inner_unknowns`, solved here), or their values, from
+    ``inner``: None (R(B)'s inner roots, `inner_unknowns`, solved here), or their values (a
+    sequence or an array of shape (k,)), from
     the joint solve (`jaxpareto.physics.joint`), taken as given (their residuals returned in
     ``inner``) or, with ``polish`` (static), as converged roots to differentiate.
     """
@@ -267,7 +268,7 @@ def turn_decode_ms(turn: TurnLatency, batch: jax.Array, options: ModelOptions = 
 
 def _turn_with_inner(turn: TurnLatency, batch: jax.Array, inner: jax.Array, options: ModelOptions):
     """R(B) [ms] with its inner roots given (shape (k,)), and their residuals (k,)."""
-    state = turn_state(turn, batch, options, inner=tuple(inner[i] for i in range(inner.shape[0])))
+    state = turn_state(turn, batch, options, inner=inner)
     return state.latency_ms, jnp.stack([root.residual for root in state.inner])
 
 
@@ -440,10 +441,8 @@ def evaluate_point(
     solution, inner = solve_closed_loop(latency_function(options),
                                         LoopInputs(turn, concurrency_eff, think_ms, rate_per_ms, batch_cap),
                                         solver, _LATENCY_LINES[open_loop], open_loop, joint)
-    if joint is not None and solver.name == "newton":  # the inner roots the joint solve found, polished
-        state = turn_state(turn, solution.batch, options, tuple(inner[i] for i in range(inner.shape[0])), polish=True)
-    else:
-        state = turn_state(turn, solution.batch, options)
+    # the inner roots the joint solve found (none from the other solvers), polished
+    state = turn_state(turn, solution.batch, options, inner if inner.shape[0] else None, polish=True)
     if open_loop or percentiles:  # a step's added time per request more in the batch
         step_slope = decode_step(coefficients, state.seen_batch + 1.0, options.expert_routing).tpot_ms - \
             state.step.tpot_ms
