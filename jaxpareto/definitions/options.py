@@ -20,7 +20,7 @@ ARRIVALS = ("staggered", "synchronised", "poisson")
 SERVING_MODES = ("aggregated", "disaggregated", "conditional")
 DP_PREFILLS = ("independent", "aligned")
 # How the optimiser searches (`jaxpareto.optimize`'s ``method``), and how sessions hold KV.
-SEARCH_METHODS = ("auto", "exhaustive", "gradient")
+SEARCH_METHODS = ("auto", "exhaustive", "bracket", "gradient")
 KV_DEMANDS = ("staggered", "synchronised", "synchronized")
 
 

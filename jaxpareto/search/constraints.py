@@ -93,7 +93,7 @@ class OptimizeResult:
             concurrency would violate, "memory" when the next session does not fit,
             "concurrency <= hi" at the range's end.
         reason: why nothing is feasible ("" when feasible).
-        method: "exhaustive" or "gradient".
+        method: "exhaustive", "bracket" or "gradient" (the search that found it).
         hardware: for a hardware what-if (``variables``), the GPU with the values found.
         serving: "aggregated" (prefill and decode on the same GPUs), or with a GPU budget
             "disaggregated" or "conditional" (`jaxpareto.physics.disaggregation`).

@@ -1,5 +1,6 @@
 """Optimal configurations under SLOs: the best TP and concurrency for a scenario (and the least
-hardware a workload needs), by exhaustive search or by gradients through the closed loop.
+hardware a workload needs), by exhaustive search, a bracketing search
+or gradients through the closed loop.
 
 A scenario is one GPU, model, think time, context and hit rate. The decision is a TP from a set
 of choices and an integer concurrency in ``[lo, hi]``; the objective is one output, maximised or
@@ -8,7 +9,13 @@ sessions than the KV cache holds (C <= concurrency_max), except under ``cache_mo
 which admits every session (memory then acts through the hit rate and ``memory_wait_ms``).
 
 - ``method="exhaustive"`` evaluates every (TP, C) and takes the best point that meets every
-  constraint: exact, and for a few thousand choices the fastest.
+  constraint: exact, the reference of the other two.
+- ``method="bracket"`` searches each TP choice's concurrency range instead of walking it: a
+  coarse geometric grid of 32 concurrencies, then bisection toward the best one's side, since
+  the SLOs and the memory cap are monotone in C (`jaxpareto.search.bracket`): about 60
+  evaluations per TP choice for C in [1, 1,024], every scenario and TP of a batch in one
+  compiled program. It finds the exhaustive optimum unless the objective has two peaks within
+  one grid step or the feasible concurrencies form several pieces.
 - ``method="gradient"`` relaxes C to a continuous log C for every TP choice (the relaxation over
   TP is exhaustive: a handful of choices, searched in parallel), maximises log(objective) minus a
   quadratic penalty on the relative SLO and memory violations whose weight grows along the run
@@ -16,8 +23,8 @@ which admits every session (memory then acts through the hit rate and ``memory_w
   derivatives through the closed-loop fixed point by implicit differentiation; then the integer
   neighbours of every continuous optimum (and the bounds) are evaluated exactly and the best one
   that meets every constraint is returned.
-- ``method="auto"`` takes the exhaustive search while the integer grid is small enough for it
-  to be the faster of the two (see `AUTO_EXHAUSTIVE_MAX_POINTS`, measured in benchmarks/).
+- ``method="auto"`` (default) is the bracketing search: faster than both others at every range
+  (benchmarks/bench_optimize.py) and equal to the exhaustive one on the tests' random grids.
 
 ``method=`` names the search; the closed-loop solver of the exact evaluations is ``solver=``
 ("damped" or "exact", or a `Solver`), as in `jaxpareto.sweep`.
@@ -57,11 +64,6 @@ METHODS = SEARCH_METHODS
 POOL_SETTINGS = ("kv_link_gbs", "kv_link_latency_us", "local_prefill_tokens")
 # ... and of the attention-DP layouts: only they take these (`jaxpareto.search.parallel`)
 LAYOUT_SETTINGS = ("expert_imbalance", "dp_prefill")
-# Up to this many (TP, C) points per scenario the exhaustive search, exact, is also the faster:
-# benchmarks/bench_optimize.py measured the two equal at 16,384 points (4 TPs x 4,096
-# concurrencies, about 300 scenarios/s each on 2 CPU cores); at 65,536 the gradient search is
-# 3x faster, at 262,144 7x.
-AUTO_EXHAUSTIVE_MAX_POINTS = 16_384
 
 
 def _is_batch(value) -> bool:
@@ -112,7 +114,8 @@ def optimize(
         constraints: SLOs ``{output: ("<=" | ">=", limit)}``; memory (C <= concurrency_max)
             always applies.
         tp: TP choices. concurrency: inclusive integer range ``(lo, hi)``.
-        method: the search: "auto", "exhaustive" or "gradient" (module docstring).
+        method: the search: "auto" (the bracketing search), "exhaustive", "bracket" or
+            "gradient" (module docstring).
         variables: hardware what-if: names of GPU numbers (`HARDWARE_VARIABLES`) to minimise
             while meeting the constraints at the given (single) TP and concurrency; the
             result's ``hardware`` holds the values found (see
@@ -243,15 +246,15 @@ def optimize(
     # any other scenario axis given by keyword (e.g. engine) is a scenario argument too: a list batches
     scenario.update({a: settings.pop(a) for a in SCENARIO_AXES if a in settings})
     batched = any(_is_batch(v) for v in scenario.values())
-    n_points = len(tp_choices) * (hi - lo + 1)
-    chosen = method if method != "auto" else ("exhaustive" if n_points <= AUTO_EXHAUSTIVE_MAX_POINTS else "gradient")
-    # only the exhaustive search walks every concurrency; the gradient search needs the bounds
+    chosen = method if method != "auto" else "bracket"
+    # only the exhaustive search walks every concurrency; the others need the bounds
     searched = list(range(lo, hi + 1)) if chosen == "exhaustive" else sorted({lo, hi})
     plan = plan_sweep(tp=tp_choices.tolist(), concurrency=searched, **scenario, **settings)
     if not batched:
         require_servable(plan, tp_choices)
     problem = Problem(plan, cons, objective, 1.0 if sense == "max" else -1.0, tp_choices, lo, hi)
-    found = problem.exhaustive() if chosen == "exhaustive" else problem.gradient(starts, steps)
+    found = {"exhaustive": problem.exhaustive, "bracket": problem.bracket,
+             "gradient": lambda: problem.gradient(starts, steps)}[chosen]()
     return problem.to_dataset(found, chosen) if batched else problem.to_result(found, chosen)
 
 
@@ -305,5 +308,5 @@ def model_name(model) -> str:
     return model if isinstance(model, str) else getattr(model, "name", str(model))
 
 
-__all__ = ["AUTO_EXHAUSTIVE_MAX_POINTS", "HARDWARE_VARIABLES", "METHODS", "Constraint", "OptimizeResult",
+__all__ = ["HARDWARE_VARIABLES", "METHODS", "Constraint", "OptimizeResult",
            "check_method", "least_hardware", "optimize", "parse_constraints"]

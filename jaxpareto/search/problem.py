@@ -20,7 +20,7 @@ import xarray as xr
 from jaxpareto.dataset.plan import SweepPlan
 from jaxpareto.definitions.axes import AXES, AXIS_BY_NAME, DECIDED_AXES, SCENARIO_AXES, GridPoint, coordinate_attrs
 from jaxpareto.definitions.options import ModelOptions
-from jaxpareto.definitions.schema import INFEASIBLE_REASON_LABELS, OUTPUTS
+from jaxpareto.definitions.schema import INFEASIBLE_REASON_LABELS, OUTPUTS, PERCENTILE_VARIABLES
 from jaxpareto.physics.limits import (CONTEXT_TOO_LONG, HEADS_DO_NOT_SPLIT, NO_SESSION_FITS, PREFILL_WORKER_TOO_SMALL,
                                       WEIGHTS_EXCEED_MEMORY)
 
@@ -28,6 +28,7 @@ from jaxpareto.physics.limits import (CONTEXT_TOO_LONG, HEADS_DO_NOT_SPLIT, NO_S
 _KIND = {HEADS_DO_NOT_SPLIT: "layout", CONTEXT_TOO_LONG: "context", WEIGHTS_EXCEED_MEMORY: "memory",
          NO_SESSION_FITS: "memory", PREFILL_WORKER_TOO_SMALL: "memory"}
 from jaxpareto.mapper import evaluate_points, map_points, shared_scalars, stack_params
+from jaxpareto.search.bracket import bracket_search
 from jaxpareto.search.constraints import REPORTED, Constraint, OptimizeResult
 from jaxpareto.search.penalty import evaluate_with_memory, penalised_descent, relative_violations, squared_excess
 
@@ -73,8 +74,8 @@ class Problem:
         """Best candidate per row (ties: the first, i.e. the smaller TP, then the smaller C)."""
         ok, score = self.score(rows)
         best = np.argmax(score, axis=1)
-        take = lambda a: np.take_along_axis(a, best[:, None], axis=1)[:, 0]  # noqa: E731
-        chosen = {name: take(values) for name, values in rows.items()}
+        take = lambda a: np.take_along_axis(a, best.reshape(-1, *[1] * (a.ndim - 1)), axis=1)[:, 0]  # noqa: E731
+        chosen = {name: take(values) for name, values in rows.items() if name != "met_any"}
         chosen["found"] = ok.any(axis=1)
         # why not: no TP is feasible (by reason, the TPs it holds for), else the constraints no
         # candidate meets
@@ -85,9 +86,12 @@ class Problem:
             chosen["infeasible_tps"][i] = {int(code): sorted({int(t) for t in tps[i][codes[i] == code]})
                                            for code in np.unique(codes[i]) if code > 0}
         violated = []
-        for c in self.constraints:
+        for k, c in enumerate(self.constraints):
             usable = rows["feasible"] & rows["converged"]
-            violated.append(~(usable & c.met(rows[c.name])).any(axis=1))
+            met = (usable & c.met(rows[c.name])).any(axis=1)
+            if "met_any" in rows:  # the bracketing search: met by some point it evaluated
+                met |= rows["met_any"][..., k].any(axis=1)
+            violated.append(~met)
         chosen["never_met"] = np.stack(violated, axis=1) if violated else np.zeros((len(best), 0), bool)
         return chosen
 
@@ -112,10 +116,36 @@ class Problem:
                 parts[name][cells] = values.reshape(*block_cells, *values.shape[1:])
         return {k: v.reshape(self.n_cells, *v.shape[len(self.cell_shape):]) for k, v in parts.items()}
 
+    def bracket(self) -> dict:
+        """Per cell and TP choice the bracketing search's concurrency (`jaxpareto.search.bracket`),
+        one compiled program for every cell; then the best TP per cell."""
+        dtype = self.plan.dtype
+        scalars = shared_scalars(self.plan.workload, self.plan.efficiency, self.plan.solver, dtype)
+        n_cells, n_tp = self.n_cells, len(self.tp_choices)
+        cell = np.repeat(np.arange(n_cells), n_tp)
+        tp = np.tile(self.tp_choices, n_cells)
+        lanes = self.points(cell, tp=tp, concurrency=np.full(cell.shape, self.lo))
+        limits = np.asarray([c.limit for c in self.constraints], dtype)
+        with jax.enable_x64(dtype == "float64"):
+            out = bracket_search(lanes, *scalars, limits, lo=self.lo, hi=self.hi, objective=self.objective,
+                                 sign=self.sign, constraints=tuple((c.name, c.op) for c in self.constraints),
+                                 capped=self.plan.options.memory_caps_concurrency, options=self.plan.options,
+                                 percentiles=bool(set(self.needed) & set(PERCENTILE_VARIABLES)),
+                                 outputs=self.outputs)
+            out = {k: np.asarray(v) for k, v in out.items()}
+        rows = {**out, "tp": tp, "concurrency": np.rint(out["concurrency"]).astype(np.int64)}
+        return self.select({k: v.reshape(n_cells, n_tp, *v.shape[1:]) for k, v in rows.items()})
+
+    @functools.cached_property
+    def tables(self) -> dict:
+        """Categorical scenario axis -> its definitions' parameters stacked (one row per value)."""
+        return {a: stack_params([d.to_params() for d in self.plan.definitions[a]], self.plan.dtype)
+                for a in SCENARIO_AXES if AXIS_BY_NAME[a].categorical}
+
     def points(self, index: np.ndarray, **axes) -> GridPoint:
         """The cells ``index`` (flat cell order) as points of the compute dtype, plus ``axes``."""
         plan, dtype = self.plan, self.plan.dtype
-        values = {a: stack_params([plan.definitions[a][i].to_params() for i in self.cells[a][index]], dtype)
+        values = {a: jax.tree_util.tree_map(lambda column: column[self.cells[a][index]], self.tables[a])
                   if AXIS_BY_NAME[a].categorical else np.asarray(plan.axes[a][self.cells[a][index]], dtype)
                   for a in SCENARIO_AXES}
         values.update({a: np.asarray(v, dtype) for a, v in axes.items()})
@@ -155,11 +185,19 @@ class Problem:
 
     # -- results ---------------------------------------------------------------------------
     def binding(self, found: dict) -> list[tuple[str, ...]]:
-        """Which constraints stop the next concurrency (evaluated exactly), per cell."""
+        """Which constraints stop the next concurrency, per cell: from the conditions the
+        bracketing search judged there (``next_conditions``: usable, within memory, each SLO),
+        else evaluated exactly here."""
         ok = found["found"]
         nxt = np.where(ok, found["concurrency"] + 1, self.lo).astype(np.int64)
-        tp = np.where(ok, found["tp"], self.tp_choices[0])
-        after = self.evaluate(np.arange(self.n_cells), tp, np.minimum(nxt, self.hi))
+        if "next_conditions" in found:
+            within, met = found["next_conditions"][:, 1], found["next_conditions"][:, 2:]
+        else:
+            tp = np.where(ok, found["tp"], self.tp_choices[0])
+            after = self.evaluate(np.arange(self.n_cells), tp, np.minimum(nxt, self.hi))
+            within = ~(self.plan.options.memory_caps_concurrency & (nxt > after["concurrency_max"]))
+            met = np.stack([c.met(after[c.name]) for c in self.constraints], axis=-1) if self.constraints else \
+                np.ones((self.n_cells, 0), bool)
         out = []
         for i in range(self.n_cells):
             if not ok[i]:
@@ -169,9 +207,9 @@ class Problem:
             if found["concurrency"][i] >= self.hi:
                 names.append(f"concurrency <= {self.hi}")
             else:
-                if self.plan.options.memory_caps_concurrency and nxt[i] > after["concurrency_max"][i]:
+                if not within[i]:
                     names.append("memory")
-                names += [c.describe() for c in self.constraints if not c.met(after[c.name][i])]
+                names += [c.describe() for k, c in enumerate(self.constraints) if not met[i, k]]
             out.append(tuple(names))
         return out
 
