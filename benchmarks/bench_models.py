@@ -28,6 +28,7 @@ VARIANTS = {
     "seed (exact)": {"solver": "exact"},
     "ttl": {"cache_ttl_s": 60.0},
     "measured profile": {"profile": "measured"},
+    "measured profile (exact)": {"profile": "measured", "solver": "exact"},
     "lru": {"cache_model": "lru"},
     "shared prefill": {"prefill_model": "shared"},
     "shared prefill (newton)": {"prefill_model": "shared", "solver": "newton"},

@@ -24,6 +24,7 @@ HEADER = ["equations", "configs/s", "ratio to the seed's damped solver"]
 ROWS = {
     '`cache_model="ttl"`': "ttl",
     '`profile="measured"`': "measured profile",
+    '`profile="measured"`, `solver="exact"`': "measured profile (exact)",
     '`cache_model="lru"` (exponential pauses)': "lru",
     '`prefill_model="shared"`': "shared prefill",
     '`prefill_model="shared"`, `solver="newton"`': "shared prefill (newton)",

@@ -80,3 +80,28 @@ def test_exact_sweep_through_public_api():
     assert b.attrs["solver"] == "exact"
     ok = (a.converged & b.converged).values
     np.testing.assert_allclose(a.batch_eff.values[ok], b.batch_eff.values[ok], rtol=1e-4)
+
+
+@pytest.mark.parametrize("arrivals, load", [("staggered", dict(concurrency=[1, 2, 3, 5, 16, 100, 1000, 3000])),
+                                            ("poisson", dict(request_rate=[0.05, 0.1, 0.3, 1.0, 3.0, 10.0]))])
+def test_exact_solves_the_measured_profile_and_pipelines(arrivals, load):
+    """The measured profile's R(B) has two more linear pieces, the sessions beyond KV memory
+    waiting (R_run(M) B / M; the open loop's TPOT flat at TPOT(M + 1)) and a pipeline's bubble
+    (flat below S sessions): the exact root matches a tightly converged float64 damped
+    iteration to 1e-10, where the float32 damped iteration is 1e-4 off."""
+    kw = dict(gpu=["h100-sxm", "l40s"], model=["llama-3.1-70b", "qwen3-235b-a22b"], tp=[2, 4], pp=[1, 2],
+              think_time_s=[0.0, 5.0], context_tokens=[4096, 65536], hit_rate=[0.0, 0.9], profile="measured",
+              arrivals=arrivals, **load)
+    reference = jp.sweep(**kw, solver=jp.Solver(name="damped", tol=1e-13, max_iter=200_000), dtype="float64")
+    exact = jp.sweep(**kw, solver="exact", dtype="float64")
+    usable = reference.feasible.values & reference.converged.values
+    assert usable.sum() > 100
+    np.testing.assert_array_equal(exact.feasible.values, reference.feasible.values)
+    assert exact.converged.values[usable].all() and (exact.iterations.values == 0).all()
+    if arrivals == "staggered":  # some points wait for memory (C = 1 with pp = 2 sits in the bubble)
+        assert (reference.memory_wait_ms.values[usable] > 0).any()
+    for name in ("batch_eff", "ttft_ms", "tpot_ms", "latency_ms"):
+        np.testing.assert_allclose(exact[name].values[usable], reference[name].values[usable], rtol=1e-10, err_msg=name)
+    # and the validation's gradients use it (the differentiable solver of the measured profile)
+    assert jp.ModelOptions(profile="measured").differentiable_solver == "exact"
+    assert jp.ModelOptions(profile="measured", prefill_model="shared").differentiable_solver == "damped"

@@ -7,6 +7,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from jaxpareto.definitions import catalog
@@ -404,9 +405,9 @@ def test_a_gpu_budget_in_a_sweep_flags_replicas_that_do_not_fill_it():
 
 def test_layout_review_findings_stay_fixed():
     """Fewer sessions than ranks is a replica with idle ranks, not an infeasible one; a pipeline
-    with fewer sessions than stages decodes no faster than its TP group (the bubble); what a grid
-    would ignore or
-    cannot solve is refused; optimize takes no layout axis but a budget; a budget of one GPU."""
+    with fewer sessions than stages decodes no faster than its TP group (the bubble), and the exact
+    solver has the bubble's piece; what a grid would ignore is refused; optimize takes no layout
+    axis but a budget; a budget of one GPU."""
     import jaxpareto as jp
 
     ds = jp.sweep(gpu="h200-sxm", model="deepseek-v3", tp=1, dp_attention=8, ep=8, concurrency=[1, 4, 8],
@@ -425,8 +426,10 @@ def test_layout_review_findings_stay_fixed():
         jp.plan_sweep(**kw, pp=[1, 2], expert_imbalance=1.2)
     with pytest.raises(jp.JaxparetoError, match="dp_prefill.*dp_attention > 1"):
         jp.plan_sweep(**kw, gpu_budget=8, dp_prefill="aligned")
-    with pytest.raises(jp.JaxparetoError, match="solver.*pp > 1"):
-        jp.plan_sweep(**kw, pp=[1, 2], solver="exact")
+    # the bubble is one more linear piece of R(B) (flat below S sessions): the exact solver has it
+    damped, exact = (jp.sweep(**{**kw, "concurrency": [1, 2, 3, 8, 64]}, pp=[1, 2, 4], solver=s) for s in ("damped", "exact"))
+    assert exact.converged.all()
+    np.testing.assert_allclose(exact.tpot_ms, damped.tpot_ms, rtol=1e-4)
     with pytest.raises(jp.JaxparetoError, match="dp_attention: is a layout axis of sweeps"):
         jp.optimize(gpu="h200-sxm", model="deepseek-v3", tp=[8], dp_attention=8)
     one = jp.optimize(gpu="h200-sxm", model="llama-3.1-8b", gpu_budget=1, concurrency=(1, 16))

@@ -276,7 +276,8 @@ def plan_sweep(
             options = options._replace(**{field: fitted_with or getattr(options, field)})
     if solver.name == "exact" and not options.piecewise_linear:
         raise JaxparetoError("solver", "'exact' needs a piecewise-linear R(B): expert_routing='seed', "
-                                       "prefill_model='isolated' and cache_model 'given' or 'ttl'; use 'damped'")
+                                       "prefill_model='isolated', cache_model 'given' or 'ttl', arrivals not "
+                                       "'synchronised' and aggregated serving; use 'damped'")
     _check_used(options, workload)
     efficiency = _settings(Efficiency, efficiency or Efficiency(), settings)
     if calibration is not None:
@@ -291,7 +292,7 @@ def plan_sweep(
         table=axis_table(options.open_loop, options.disaggregated, layout),
     )
     if layout:
-        _check_layout_settings(options, solver, workload, definitions, axes)
+        _check_layout_settings(options, workload, definitions, axes)
     extra = dict(attrs or {})
     if calibration is not None and not isinstance(calibration, Mapping):
         extra.setdefault("calibration", str(calibration))
@@ -405,14 +406,12 @@ def _layout_given(options: ModelOptions, values: Mapping, workload: Workload) ->
     return bool(given)
 
 
-def _check_layout_settings(options: ModelOptions, solver: Solver, workload: Workload, definitions: Mapping,
-                           axes: Mapping) -> None:
-    """Refuse what a layout grid would ignore or cannot solve.
+def _check_layout_settings(options: ModelOptions, workload: Workload, definitions: Mapping, axes: Mapping) -> None:
+    """Refuse what a layout grid would ignore.
 
     Raises:
         JaxparetoError: ``expert_imbalance`` without a MoE model and an ``ep`` > 1 (whole experts
-            on GPUs), ``dp_prefill`` without a ``dp_attention`` > 1, or the exact solver with a
-            ``pp`` > 1 (the pipeline's bubble is not linear in B).
+            on GPUs), or ``dp_prefill`` without a ``dp_attention`` > 1.
     """
     if workload.expert_imbalance != 1.0 and not (any(m.is_moe for m in definitions["model"])
                                                   and (np.asarray(axes["ep"]) > 1).any()):
@@ -421,9 +420,6 @@ def _check_layout_settings(options: ModelOptions, solver: Solver, workload: Work
     if options.dp_prefill != ModelOptions().dp_prefill and not (np.asarray(axes["dp_attention"]) > 1).any():
         raise JaxparetoError("dp_prefill", "is when attention-DP ranks prefill: it needs a dp_attention > 1 in the "
                                            f"grid; leave it at {ModelOptions().dp_prefill!r}")
-    if solver.name == "exact" and (np.asarray(axes["pp"]) > 1).any():
-        raise JaxparetoError("solver", "'exact' solves R(B) piece by linear piece; a pipeline's bubble (pp > 1) "
-                                       "adds a piece it does not have; use 'damped'", SOLVERS)
 
 
 # Settings that only some equations use: (field, the option that uses it, the values that do).

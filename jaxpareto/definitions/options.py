@@ -126,7 +126,7 @@ class ModelOptions(NamedTuple):
     def piecewise_linear(self) -> bool:
         """R(B) is piecewise linear in B (what the exact solver needs)."""
         return (self.expert_routing == "seed" and self.prefill_model == "isolated" and self.cache_model != "lru"
-                and self.profile == "seed" and self.arrivals != "synchronised" and not self.disaggregated)
+                and self.arrivals != "synchronised" and not self.disaggregated)
 
     @property
     def differentiable_solver(self) -> str:

@@ -296,21 +296,35 @@ def latency_function(options: ModelOptions):
     return functools.partial(turn_decode_ms if options.open_loop else turn_latency_ms, options=options)
 
 
-def turn_latency_lines(turn: TurnLatency, open_loop: bool = False) -> tuple[jax.Array, jax.Array]:
-    """(intercepts, slopes) of R(B) on each linear piece of TPOT (for the exact solver); of
-    OSL x TPOT(B + 1) under the open loop (static ``open_loop``; `turn_state`)."""
+def turn_latency_lines(turn: TurnLatency, open_loop: bool = False, queue: bool = False) -> tuple[jax.Array, jax.Array]:
+    """(intercepts, slopes) of R(B) on each of its linear pieces (for the exact solver); of
+    OSL x TPOT(B + 1) under the open loop (static ``open_loop``; `turn_state`).
+
+    The pieces: TPOT's three lines (`jaxpareto.physics.decode.tpot_lines`); a pipeline's
+    bubble, flat at R(S) below its ``batch_floor`` S (NaN, a piece that never holds, without
+    one); and with the sessions beyond the M ``slots`` waiting (static ``queue``: the measured
+    profile) R_run(M) B / M beyond M, whose open-loop TPOT stays at TPOT(M + 1) there.
+    """
     tpot = tpot_lines(turn.decode)
     ttft = 0.0 if open_loop else turn.ttft_ms  # the open loop solves OSL x TPOT alone
-    intercepts = jnp.stack([ttft + turn.osl * tpot.a_unsat, ttft + turn.osl * tpot.a_sat,
-                            ttft + turn.osl * tpot.a_compute])
-    slopes = jnp.stack([turn.osl * tpot.b_unsat, turn.osl * tpot.b_sat, turn.osl * tpot.b_compute])
+    intercepts = [ttft + turn.osl * tpot.a_unsat, ttft + turn.osl * tpot.a_sat, ttft + turn.osl * tpot.a_compute]
+    slopes = [turn.osl * tpot.b_unsat, turn.osl * tpot.b_sat, turn.osl * tpot.b_compute]
     if open_loop:  # the step is at B + 1: each line moves up by its slope
-        intercepts = intercepts + slopes
-    return intercepts, slopes
+        intercepts = [a + b for a, b in zip(intercepts, slopes)]
+    floor = turn.decode.batch_floor
+    bubble = ttft + turn.osl * decode_step(turn.decode, floor).tpot_ms
+    intercepts.append(jnp.where(floor > 0, bubble, jnp.nan))
+    slopes.append(0.0 * bubble)
+    if queue:
+        full = ttft + turn.osl * decode_step(turn.decode, turn.slots + (1.0 if open_loop else 0.0)).tpot_ms
+        intercepts.append(full if open_loop else 0.0 * full)
+        slopes.append(0.0 * full if open_loop else full / turn.slots)
+    return jnp.stack(intercepts), jnp.stack(slopes)
 
 
-# one function per loop, the same object every time (the solver keys on it)
-_LATENCY_LINES = {loop: functools.partial(turn_latency_lines, open_loop=loop) for loop in (False, True)}
+# one function per loop and queue, the same object every time (the solver keys on it)
+_LATENCY_LINES = {(loop, queue): functools.partial(turn_latency_lines, open_loop=loop, queue=queue)
+                  for loop in (False, True) for queue in (False, True)}
 
 
 def evaluate_point(
@@ -440,7 +454,7 @@ def evaluate_point(
     joint = joint_system(options)
     solution, inner = solve_closed_loop(latency_function(options),
                                         LoopInputs(turn, concurrency_eff, think_ms, rate_per_ms, batch_cap),
-                                        solver, _LATENCY_LINES[open_loop], open_loop, joint)
+                                        solver, _LATENCY_LINES[open_loop, measured], open_loop, joint)
     # the inner roots the joint solve found (none from the other solvers), polished
     state = turn_state(turn, solution.batch, options, inner if inner.shape[0] else None, polish=True)
     if open_loop or percentiles:  # a step's added time per request more in the batch
