@@ -39,11 +39,14 @@ from jaxpareto.definitions.settings import DEFAULT_CHUNK_POINTS, Efficiency, Sol
 from jaxpareto.definitions.schema import PERCENTILE_VARIABLES
 from jaxpareto.physics.point import PointOutputs, evaluate_point
 
-# points vmapped at once inside a block: the solver's working set stays in cache. Smaller
-# sub-batches would confine a slow point's cost (a vmapped while-loop runs as long as its
-# slowest point: 1,024 made the damped sweep 1.1-2x faster on 2 cores), but they broke the
-# bit-for-bit identity of a sweep on 1 and 4 devices (tests/test_streaming.py), so not yet
-SUB_BATCH = 1 << 15
+# points vmapped at once (a sub-batch): a vmapped while-loop runs as long as its slowest point, so
+# narrow sub-batches confine a slow point's cost (the damped iteration's long climbs, a joint
+# solve's tail), while wide ones amortise the loop's overhead. The width depends on the number of
+# points only, never on the device count, and every device's share is padded to whole
+# sub-batches: every point then runs through one vectorised loop body of one width, so results
+# are bit-identical on one device and on many (a remainder of another width may round
+# differently, e.g. without FMA).
+SUB_BATCH = 1 << 10
 _LANES = 64
 OUTPUT_NAMES = PointOutputs._fields
 
@@ -65,14 +68,20 @@ def shared_scalars(workload: Workload, efficiency: Efficiency, solver: Solver, d
     )
 
 
+def sub_batch_width(n_points: int) -> int:
+    """Points vmapped at once for a batch of ``n_points`` (whatever the device count):
+    `SUB_BATCH`, or the batch rounded up to whole vector lanes when smaller."""
+    return min(SUB_BATCH, -(-max(n_points, 1) // _LANES) * _LANES)
+
+
 def map_points(fn, per_point, shared: tuple = (), n_points: int | None = None):
     """The one batching of scalar code: ``fn(point, *shared)`` over the leading axis of ``per_point``.
 
     Call it inside a jitted function. Points are split evenly over all local devices with
-    `jax.shard_map` (one device included), padded to whole vector lanes on every device by
+    `jax.shard_map` (one device included), padded to whole sub-batches on every device by
     repeating the last point (the padding is cut off), and vmapped in sub-batches of
-    `SUB_BATCH` run one after the other (`lax.map`), so the working set stays in cache however
-    many points there are.
+    `sub_batch_width` points run one after the other (`lax.map`), so the working set stays in
+    cache however many points there are.
 
     Args:
         fn: scalar function of one point and the shared arguments, returning a pytree.
@@ -85,16 +94,13 @@ def map_points(fn, per_point, shared: tuple = (), n_points: int | None = None):
     """
     n_points = jax.tree_util.tree_leaves(per_point)[0].shape[0] if n_points is None else n_points
     devices = jax.devices()
-    # Every device gets a multiple of _LANES points, so that every point runs through the
-    # same vectorised loop body: a remainder loop may round differently (e.g. without FMA),
-    # which would make results depend on the block size or the device count.
-    pad = -n_points % (len(devices) * _LANES)
+    width = sub_batch_width(n_points)
+    pad = -n_points % (len(devices) * width)  # whole sub-batches on every device
     padded = jax.tree_util.tree_map(
         lambda a: jnp.concatenate([a, jnp.repeat(a[-1:], pad, axis=0)]) if pad else a, per_point)
 
     def local(points, *args):
-        batch = min(SUB_BATCH, jax.tree_util.tree_leaves(points)[0].shape[0])
-        return jax.lax.map(lambda p: fn(p, *args), points, batch_size=batch)
+        return jax.lax.map(lambda p: fn(p, *args), points, batch_size=width)
 
     mesh = Mesh(np.asarray(devices), ("points",))
     in_specs = (PartitionSpec("points"),) + (PartitionSpec(),) * len(shared)
