@@ -5,8 +5,9 @@ expands a block of the grid (the outer product of its axis values) into points a
 them the same way, through `map_points`, the one batching of scalar code (the optimiser's
 gradient search and the validation batch through it too; the hardware what-if keeps a plain
 `jax.vmap` over its few scenarios, because the lane padding here changes the last bits of its
-float64 answers, see `jaxpareto.search.whatif`). Both are jitted: one compilation per block shape, dtype,
-solver, output selection and device count. The block's dimensions are the axis table's
+float64 answers, see `jaxpareto.search.whatif`). Both are jitted: one compilation per number of
+points (a block's are rounded up to whole sub-batches and its axis tables to powers of two, so
+blocks of many shapes share one), dtype, solver, output selection and device count. The block's dimensions are the axis table's
 (`jaxpareto.definitions.axes`): a new axis needs no change here.
 
 `iter_blocks` cuts a grid into hyper-rectangular blocks of one fixed shape (edge blocks are
@@ -74,7 +75,7 @@ def sub_batch_width(n_points: int) -> int:
     return min(SUB_BATCH, -(-max(n_points, 1) // _LANES) * _LANES)
 
 
-def map_points(fn, per_point, shared: tuple = (), n_points: int | None = None):
+def map_points(fn, per_point, shared: tuple = (), n_points: int | None = None, min_sub_batches: int = 1):
     """The one batching of scalar code: ``fn(point, *shared)`` over the leading axis of ``per_point``.
 
     Call it inside a jitted function. Points are split evenly over all local devices with
@@ -88,6 +89,9 @@ def map_points(fn, per_point, shared: tuple = (), n_points: int | None = None):
         per_point: pytree whose leaves all have the leading point axis (e.g. a `GridPoint`).
         shared: arguments every point receives whole (scalars, tables).
         n_points: the number of points (default: the leading extent of the first leaf).
+        min_sub_batches: sub-batches every device runs at least (padding added). Two keep the
+            loop a loop on any device count: XLA inlines a loop of one trip, and the inlined
+            body may fuse, so round (a multiply-add contracted or not), differently.
 
     Returns:
         ``fn``'s pytree with a leading axis of ``n_points``.
@@ -96,6 +100,7 @@ def map_points(fn, per_point, shared: tuple = (), n_points: int | None = None):
     devices = jax.devices()
     width = sub_batch_width(n_points)
     pad = -n_points % (len(devices) * width)  # whole sub-batches on every device
+    pad += max(0, min_sub_batches * len(devices) * width - n_points - pad)
     padded = jax.tree_util.tree_map(
         lambda a: jnp.concatenate([a, jnp.repeat(a[-1:], pad, axis=0)]) if pad else a, per_point)
 
@@ -150,32 +155,85 @@ def evaluate_points(
     return map_points(_kept(point_fn, outputs, options), points, (workload, efficiency, solver))
 
 
-@functools.partial(jax.jit, static_argnames=("outputs", "options", "point_fn", "table"))
-def evaluate_block(tables: dict[str, object], values: dict[str, jax.Array], scalars: tuple, *,
-                   outputs: tuple[str, ...], options: ModelOptions, point_fn, table: tuple[Axis, ...]
-                   ) -> dict[str, jax.Array]:
-    """Evaluate the outer product of the given axis values.
+def block_points(n_points: int) -> int:
+    """The points `evaluate_block` evaluates for a block of ``n_points``: whole sub-batches
+    (`SUB_BATCH`), so that blocks of any shape with as many sub-batches share one compiled
+    program (a compilation costs seconds, a padded sub-batch of the seed's model well under one
+    millisecond)."""
+    return -(-max(int(n_points), 1) // SUB_BATCH) * SUB_BATCH
+
+
+def _table_rows(n_rows: int) -> int:
+    """Rows a block's axis tables are padded to: a power of two, at least 8 (few shapes)."""
+    return max(8, 1 << max(int(n_rows) - 1, 0).bit_length())
+
+
+def block_inputs(table: tuple[Axis, ...], tables: dict[str, object], values: dict[str, np.ndarray]
+                 ) -> tuple[dict[str, object], np.ndarray, np.ndarray]:
+    """`evaluate_block`'s inputs for the outer product of a block's axis values.
 
     Args:
+        table: the axis table: the block's dimensions, in order.
         tables: categorical axis -> the block's definitions' parameters stacked (e.g. ``"gpu"``: a
-            `HardwareParams` with fields of shape (n_gpu,)); every row is a value of the axis.
+            `HardwareParams` with fields of shape (n_gpu,)).
         values: numeric axis -> 1-D values.
+
+    Returns:
+        (tables with rows padded to `_table_rows` by repeating the last row, the numeric axes'
+        values as one (n_numeric, width) array padded likewise, the block's extents as int32
+        (n_axes,)). Only the padded sizes reach the compiled program's shapes.
+    """
+    extents = [jax.tree_util.tree_leaves(tables[a.name])[0].shape[0] if a.categorical else len(values[a.name])
+               for a in table]
+
+    def pad(a: np.ndarray, rows: int) -> np.ndarray:
+        return np.concatenate([a, np.repeat(a[-1:], rows - a.shape[0], axis=0)]) if rows > a.shape[0] else a
+
+    padded = {a.name: jax.tree_util.tree_map(functools.partial(pad, rows=_table_rows(n)), tables[a.name])
+              for a, n in zip(table, extents) if a.categorical}
+    numeric = [np.asarray(values[a.name]) for a in table if not a.categorical]
+    width = _table_rows(max((len(v) for v in numeric), default=1))
+    dtype = numeric[0].dtype if numeric else np.float32
+    stacked = np.stack([pad(v, width) for v in numeric]) if numeric else np.zeros((0, width), dtype)
+    return padded, stacked, np.asarray(extents, np.int32)
+
+
+@functools.partial(jax.jit, static_argnames=("n_points", "outputs", "options", "point_fn", "table"))
+def evaluate_block(tables: dict[str, object], values: jax.Array, extents: jax.Array, scalars: tuple, *,
+                   n_points: int, outputs: tuple[str, ...], options: ModelOptions, point_fn,
+                   table: tuple[Axis, ...]) -> dict[str, jax.Array]:
+    """Evaluate the outer product of a block's axis values (inputs from `block_inputs`).
+
+    Point i of the block is its C-order (row-major) index over ``extents``, so the compiled
+    program depends on the padded sizes only, not on the block's shape (tests and small sweeps of
+    many shapes share one compilation).
+
+    Args:
+        tables: categorical axis -> parameters stacked with rows padded (`block_inputs`).
+        values: (n_numeric, width) numeric axis values in the table's order, padded.
+        extents: (n_axes,) int32: the block's extent along each axis (traced).
         scalars: (workload, efficiency, solver), as in `evaluate_points`.
+        n_points: points evaluated (static), a multiple of `SUB_BATCH` at least the block's
+            size (`block_points`); the points beyond the block repeat its last one and are to be
+            cut off.
         outputs, options, point_fn: as in `evaluate_points`.
         table: the axis table (static): the block's dimensions, in order.
 
     Returns:
-        Output name -> array of shape (n_axis0, n_axis1, ...) in the table's order.
+        Output name -> array of shape (n_points,): the block's points in C order, then padding.
     """
-    axes = [jnp.arange(jax.tree_util.tree_leaves(tables[axis.name])[0].shape[0]) if axis.categorical
-            else values[axis.name] for axis in table]
-    shape = tuple(a.shape[0] for a in axes)
-    flat = [g.reshape(-1) for g in jnp.meshgrid(*axes, indexing="ij")]
-    point = {}
-    for axis, index in zip(table, flat):
-        point[axis.name] = jax.tree_util.tree_map(lambda a: a[index], tables[axis.name]) if axis.categorical else index
-    out = map_points(_kept(point_fn, outputs, options), GridPoint(**point), scalars, math.prod(shape))
-    return {name: value.reshape(shape) for name, value in out.items()}
+    # the points beyond the block repeat its last point, as `map_points` pads
+    i = jnp.minimum(jnp.arange(n_points, dtype=jnp.int32), jnp.prod(extents) - 1)
+    point, numeric = {}, values.shape[0]
+    for k in reversed(range(len(table))):  # C order: the last axis fastest
+        axis, index = table[k], i % extents[k]
+        i = i // extents[k]
+        if axis.categorical:
+            point[axis.name] = jax.tree_util.tree_map(lambda a: a[index], tables[axis.name])
+        else:
+            numeric -= 1
+            point[axis.name] = values[numeric][index]
+    return map_points(_kept(point_fn, outputs, options), GridPoint(**point), scalars, n_points, min_sub_batches=2)
 
 
 def chunk_shape(grid_shape: Sequence[int], max_points: int = DEFAULT_CHUNK_POINTS,
@@ -265,7 +323,9 @@ class GridProblem:
         return block_region(origin, self.block, self.shape)
 
     def launch(self, origin) -> dict[str, jax.Array]:
-        """Dispatch one block (asynchronously) and return its device arrays."""
+        """Dispatch one block (asynchronously) and return its device arrays, flat: shape
+        (`block_points` of the block's size,), the block's points in C order then padding
+        (`shaped` gives the block's shape)."""
         tables, values = {}, {}
         for axis, v, o, b in zip(self.table, self.values, origin, self.block):
             piece = _padded(v, o, b)
@@ -273,14 +333,19 @@ class GridProblem:
                 tables[axis.name] = jax.tree_util.tree_map(lambda a: a[piece], self.tables[axis.name])
             else:
                 values[axis.name] = piece
-        return evaluate_block(tables, values, self.scalars, outputs=self.outputs, options=self.options,
-                              point_fn=self.point_fn, table=self.table)
+        tables, values, extents = block_inputs(self.table, tables, values)
+        return evaluate_block(tables, values, extents, self.scalars, n_points=block_points(math.prod(self.block)),
+                              outputs=self.outputs, options=self.options, point_fn=self.point_fn, table=self.table)
+
+    def shaped(self, value):
+        """A launched block's output (device or host array) in the block's shape."""
+        return value[: math.prod(self.block)].reshape(self.block)
 
     def crop(self, origin, out: dict[str, jax.Array]) -> dict[str, np.ndarray]:
         """Host copies of a block's results, cropped to the grid."""
         region = self.region(origin)
         keep = tuple(slice(0, s.stop - s.start) for s in region)
-        return {name: np.asarray(value)[keep] for name, value in out.items()}
+        return {name: self.shaped(np.asarray(value))[keep] for name, value in out.items()}
 
     def iter_blocks(self, origins: Sequence[tuple[int, ...]] | None = None
                     ) -> Iterator[tuple[tuple[slice, ...], dict[str, np.ndarray]]]:
@@ -295,6 +360,30 @@ class GridProblem:
             pending = launched
         if pending is not None:
             yield self.region(pending[0]), self.crop(*pending)
+
+    def iter_reduced(self, reduce, cell_axes: Sequence[int]
+                     ) -> Iterator[tuple[tuple[slice, ...], dict[str, np.ndarray]]]:
+        """Yield, per block, the region of the ``cell_axes`` it covers and ``reduce`` of its
+        device results, copied to the host and cropped to the grid. ``reduce(outputs, block)``
+        maps a block's flat outputs (as `launch` returns them) and the block's shape to arrays
+        whose leading axes are the block's ``cell_axes`` (the other axes held whole: build the
+        problem with ``whole_axes``); it runs on the device, so only its result is copied. Each
+        block is dispatched before the last one is collected."""
+        pending = None
+        for origin in self.origins():
+            with jax.enable_x64(self.dtype == np.float64):
+                launched = (origin, reduce(self.launch(origin), self.block))
+            if pending is not None:
+                yield self._crop_cells(*pending, cell_axes)
+            pending = launched
+        if pending is not None:
+            yield self._crop_cells(*pending, cell_axes)
+
+    def _crop_cells(self, origin, out: dict[str, jax.Array], cell_axes: Sequence[int]):
+        region = self.region(origin)
+        cells = tuple(region[a] for a in cell_axes)
+        keep = tuple(slice(0, s.stop - s.start) for s in cells)
+        return cells, {name: np.asarray(value)[keep] for name, value in out.items()}
 
     def iter_cells(self, dim_axes: Sequence[int]
                    ) -> Iterator[tuple[tuple[slice, ...], dict[str, np.ndarray]]]:

@@ -69,6 +69,9 @@ def table(result: dict) -> str:
         [f"`sweep_to_zarr`, every variable ({output_count()}), compressed, damped / exact",
          f"{rate(r['sweep_to_zarr_damped_configs_per_s'])} / {rate(r['sweep_to_zarr_exact_configs_per_s'])}", ""],
     ]
+    if "e_reduced_exact_configs_per_s" in r:
+        rows.append(["`jp.pareto_sweep`, exact: each cell's front over TP x concurrency and best points only",
+                     rate(r["e_reduced_exact_configs_per_s"]), ""])
     if "huge" in r:
         h = r["huge"]
         rows.append([f"`sweep_to_zarr`, {power_of_ten(h['points'], short=False)} points, 3 variables, exact (`--huge {power_of_ten(h['points'])}`)",

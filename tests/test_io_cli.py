@@ -40,7 +40,7 @@ def test_schema(small_grid):
     assert small_grid.iterations.dtype == np.int32
 
 
-def test_second_sweep_of_same_block_shape_does_not_recompile():
+def test_second_sweep_of_as_many_sub_batches_does_not_recompile():
     kwargs = dict(gpu="h100-sxm", model="llama-3.1-70b", tp=[1, 2, 4], concurrency=[1, 5, 9, 33],
                   think_time_s=[0.0, 1.0], context_tokens=[1000, 2000], hit_rate=[0.0, 0.5])
     jp.sweep(**kwargs)
@@ -49,6 +49,18 @@ def test_second_sweep_of_same_block_shape_does_not_recompile():
     jp.sweep(gpu="mi300x", model="deepseek-v3", tp=[2, 4, 8], concurrency=[2, 6, 10, 40],
              think_time_s=[3.0, 9.0], context_tokens=[5000, 9000], hit_rate=[0.1, 0.7], osl=512, eta_decode=0.5, tol=1e-5)
     assert evaluate_block._cache_size() == before
+    # other shapes with as many sub-batches per block: 2 GPUs x 3 models x 7 concurrencies x ...
+    other = jp.sweep(gpu=["h100-sxm", "b200"], model=["llama-3.1-70b", "qwen3-32b", "deepseek-v3"], tp=[8],
+                     concurrency=[1, 2, 3, 5, 8, 13, 21], think_time_s=[1.0], context_tokens=[4096, 8192, 16384],
+                     hit_rate=[0.5])
+    assert evaluate_block._cache_size() == before
+    # and the same numbers as the points swept alone (the block's indexing is right)
+    for gpu, model, c, ctx in [("b200", "qwen3-32b", 13, 8192), ("h100-sxm", "deepseek-v3", 21, 16384)]:
+        alone = jp.sweep(gpu=gpu, model=model, tp=[8], concurrency=[c], think_time_s=[1.0], context_tokens=[ctx],
+                         hit_rate=[0.5])
+        picked = other.sel(gpu=gpu, model=model, concurrency=c, context_tokens=ctx)
+        for name in ("ttft_ms", "tpot_ms", "batch_eff", "turns_per_s"):
+            np.testing.assert_array_equal(picked[name].values.squeeze(), alone[name].values.squeeze())
 
 
 def _cli(*args, cwd):

@@ -15,8 +15,13 @@ def full():
     return jp.sweep(**GRID)
 
 
+@pytest.mark.parametrize("on_device", [False, True])
 @pytest.mark.parametrize("maximize", [(True, True), (False, True)])
-def test_reduced_front_equals_full_front(full, maximize):
+def test_reduced_front_equals_full_front(full, maximize, on_device, monkeypatch):
+    """On the host (a CPU's default) and on the device (an accelerator's), the same fronts."""
+    import jaxpareto.dataset.reduce as reduce
+
+    monkeypatch.setattr(reduce, "reduces_on_device", lambda: on_device)
     x, y = ("output_tokens_per_s_per_user", "output_tokens_per_s_per_gpu") if maximize[0] else ("ttft_ms", "turns_per_s")
     reduced = jp.pareto_sweep(**GRID, x=x, y=y, maximize=maximize, max_front_points=200)
     front = jp.pareto_front(full, x=x, y=y, maximize=maximize)
@@ -70,3 +75,34 @@ def test_fronts_over_float_and_named_axes_keep_their_values():
     names = by_gpu.front_gpu.values.reshape(-1, 6)[0]
     k = int(by_gpu.front_size.values.ravel()[0])
     assert set(names[:k]) <= {"h100-sxm", "b200"} and (names[k:] == "").all()
+
+
+def test_device_front_mask_equals_the_host_one_with_ties_and_invalid_points():
+    """The on-device reduction's sort-and-scan picks exactly `front_mask`'s points, ties and
+    invalid points included."""
+    import jax.numpy as jnp
+
+    from jaxpareto.dataset.pareto import front_mask
+    from jaxpareto.dataset.reduce import front_mask_rows
+
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 12, size=(400, 37)).astype(np.float32)  # many ties in x, y and both
+    y = rng.integers(0, 12, size=(400, 37)).astype(np.float32)
+    valid = rng.random((400, 37)) < 0.8
+    want = front_mask(x.astype(np.float64), y.astype(np.float64), valid)
+    got = np.asarray(front_mask_rows(jnp.asarray(x), jnp.asarray(y), jnp.asarray(valid)))
+    np.testing.assert_array_equal(got, want)
+    assert want.sum() > 400 and (~valid & want).sum() == 0
+
+
+def test_device_and_host_reductions_are_identical(monkeypatch):
+    import xarray as xr
+
+    import jaxpareto.dataset.reduce as reduce
+
+    kw = dict(GRID, max_front_points=5, x="ttft_ms", y="output_tokens_per_s_per_gpu", maximize=(False, True))
+    monkeypatch.setattr(reduce, "reduces_on_device", lambda: True)
+    device = jp.pareto_sweep(**kw)
+    monkeypatch.setattr(reduce, "reduces_on_device", lambda: False)
+    host = jp.pareto_sweep(**kw)
+    xr.testing.assert_identical(device, host)

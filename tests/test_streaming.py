@@ -115,7 +115,7 @@ DEVICES_SCRIPT = textwrap.dedent("""
     grid = {grid!r}
     problem = plan_sweep(**grid).problem()
     assert math.prod(problem.block) % 4  # padding to the device count is exercised
-    out = problem.launch(problem.origins()[0])
+    out = problem.launch(problem.origins()[0])  # flat: whole sub-batches
     assert len(out["ttft_ms"].sharding.device_set) == 4, out["ttft_ms"].sharding
     jp.sweep_to_zarr(sys.argv[1], progress=False, **grid)
 """)

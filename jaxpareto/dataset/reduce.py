@@ -2,15 +2,20 @@
 
 A cell is one combination of the axes outside the front's ``dims`` (by default one GPU, model,
 think time, context and hit rate, with the front over TP x concurrency). Blocks are cut so that
-each holds whole cells; each block is evaluated, reduced on the host with the same sort-and-scan
-as `jaxpareto.pareto_front`, and dropped, so memory is set by the block and the reduced output,
-never by the grid.
+each holds whole cells; each block is evaluated and reduced with the same sort-and-scan as
+`jaxpareto.pareto_front`, and dropped, so memory is set by the block and the reduced output,
+never by the grid. On an accelerator the reduction runs on the device that computed the block
+(`reduce_block`), so that only each cell's front and best points travel to the host (the copy of
+every output, not the model, would otherwise bound the rate); on a CPU, NumPy reduces it.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
@@ -91,29 +96,29 @@ def pareto_sweep(
 
     # coordinates of each point of a row along dims (row-major over the dims axes)
     dim_index = np.unravel_index(np.arange(n), [problem.shape[a] for a in dim_axes])
-    for cells, rows in problem.iter_cells(dim_axes):
-        valid = rows["feasible"] & rows["converged"]
-        xs, ys = rows[x].astype(np.float64), rows[y].astype(np.float64)
-        valid &= np.isfinite(xs) & np.isfinite(ys)
-        on = front_mask(sign[x] * xs, sign[y] * ys, valid)
-        block_cells = tuple(s.stop - s.start for s in cells)
-        sizes = on.sum(axis=1)
-        # front points ordered from the worst x to the best; keep the first `keep`
-        x_key = np.where(on, sign[x] * xs, np.inf)
-        rank = np.argsort(x_key, axis=1, kind="stable")[:, :keep]
-        taken = np.take_along_axis(on, rank, axis=1)
-        updates = {"front_size": sizes.astype(np.int32)}
+    signs = (sign[x], sign[y])
+    if reduces_on_device():
+        blocks = problem.iter_reduced(functools.partial(reduce_block, cell_axes=tuple(cell_axes),
+                                                        dim_axes=tuple(dim_axes), x=x, y=y, signs=signs, keep=keep),
+                                      cell_axes)
+        blocks = ((cells, {k: v.reshape(-1, *v.shape[len(cells):]) for k, v in found.items()})
+                  for cells, found in blocks)
+    else:
+        blocks = ((cells, reduce_rows(rows[x], rows[y], _valid(rows, x, y, np), signs=signs, keep=keep,
+                                      on_device=False))
+                  for cells, rows in problem.iter_cells(dim_axes))
+    for cells, rows in blocks:
+        rank, taken = rows["rank"], rows["taken"]
+        block_cells = tuple(c.stop - c.start for c in cells)
+        updates = {"front_size": rows["front_size"]}
         for d, idx, values in zip(dims, dim_index, dim_values):
             updates[f"front_{d}"] = np.where(taken, values[idx[rank]], _fill(values))
-        updates[f"front_{x}"] = np.where(taken, np.take_along_axis(xs, rank, axis=1), np.nan)
-        updates[f"front_{y}"] = np.where(taken, np.take_along_axis(ys, rank, axis=1), np.nan)
-        for name, values in ((x, xs), (y, ys)):
-            scored = np.where(valid, sign[name] * values, -np.inf)
-            best = np.argmax(scored, axis=1)
-            found = valid.any(axis=1)
-            updates[f"best_{name}"] = np.where(found, values[np.arange(len(best)), best], np.nan)
+        updates[f"front_{x}"], updates[f"front_{y}"] = rows["front_x"], rows["front_y"]
+        for name, key in ((x, "x"), (y, "y")):
+            best, ok = rows[f"best_{key}_index"], rows[f"found_{key}"]
+            updates[f"best_{name}"] = np.where(ok, rows[f"best_{key}"], np.nan)
             for d, idx, coord in zip(dims, dim_index, dim_values):
-                updates[f"best_{name}_{d}"] = np.where(found, coord[idx[best]], _fill(coord))
+                updates[f"best_{name}_{d}"] = np.where(ok, coord[idx[best]], _fill(coord))
         for name, value in updates.items():
             width = out[name].shape[len(cell_shape):]
             padded = np.asarray(value)
@@ -135,6 +140,75 @@ def pareto_sweep(
     attrs = {**plan.attrs(), "reduction": "pareto", "pareto_x": x, "pareto_y": y, "pareto_dims": list(dims),
              "pareto_maximize": [bool(m) for m in maximize], "max_front_points": keep}
     return xr.Dataset(data, coords=coords, attrs=attrs)
+
+
+def front_mask_rows(x: jax.Array, y: jax.Array, valid: jax.Array) -> jax.Array:
+    """`jaxpareto.dataset.pareto.front_mask` on the device: the non-dominated points of each
+    row of (groups, n) arrays, maximising both objectives, by the same sort and scan (so the
+    same points, ties included)."""
+    n = x.shape[-1]
+    xs = jnp.where(valid, x, -jnp.inf)
+    ys = jnp.where(valid, y, -jnp.inf)
+    order = jnp.lexsort((-ys, -xs, ~valid), axis=-1)  # last key is primary: valid points first
+    xs, ys, vs = (jnp.take_along_axis(a, order, axis=-1) for a in (xs, ys, valid))
+    idx = jnp.broadcast_to(jnp.arange(n), xs.shape)
+    run_start = jnp.concatenate([jnp.ones_like(vs[:, :1]), xs[:, 1:] != xs[:, :-1]], axis=-1)
+    start = jax.lax.cummax(jnp.where(run_start, idx, 0), axis=1)
+    before = jnp.take_along_axis(jax.lax.cummax(ys, axis=1), jnp.maximum(start - 1, 0), axis=-1)
+    before = jnp.where(start > 0, before, -jnp.inf)
+    on = vs & (ys > before) & (ys == jnp.take_along_axis(ys, start, axis=-1))
+    rows = jnp.broadcast_to(jnp.arange(x.shape[0])[:, None], order.shape)
+    return jnp.zeros_like(valid).at[rows, order].set(on)
+
+
+def reduce_rows(xs, ys, valid, *, signs: tuple, keep: int, on_device: bool) -> dict:
+    """Each row's (cell's) front and best points from (cells, n) arrays, with NumPy or, with
+    ``on_device``, jax.numpy (the same sort and scan, so the same points).
+
+    Returns ``front_size``, ``rank`` (the front points' indices within the row, from the worst
+    x to the best, at most ``keep``), ``taken`` (rank holds a front point), ``front_x``,
+    ``front_y`` (NaN beyond the front), and per objective k in (x, y) ``best_k_index``,
+    ``best_k``, ``found_k`` (the valid point with the best value, first in grid order among
+    ties)."""
+    xp, front = (jnp, front_mask_rows) if on_device else (np, front_mask)
+    on = front(signs[0] * xs, signs[1] * ys, valid)
+    rank = xp.argsort(xp.where(on, signs[0] * xs, xp.inf), axis=1, stable=True)[:, :keep]
+    taken = xp.take_along_axis(on, rank, axis=1)
+    out = {"front_size": on.sum(axis=1).astype(np.int32), "rank": rank.astype(np.int32), "taken": taken,
+           "front_x": xp.where(taken, xp.take_along_axis(xs, rank, axis=1), xp.nan),
+           "front_y": xp.where(taken, xp.take_along_axis(ys, rank, axis=1), xp.nan)}
+    for key, values, sign in (("x", xs, signs[0]), ("y", ys, signs[1])):
+        best = xp.argmax(xp.where(valid, sign * values, -xp.inf), axis=1)
+        out[f"best_{key}_index"] = best.astype(np.int32)
+        out[f"best_{key}"] = xp.take_along_axis(values, best[:, None], axis=1)[:, 0]
+        out[f"found_{key}"] = valid.any(axis=1)
+    return out
+
+
+def _valid(rows: dict, x: str, y: str, xp):
+    return rows["feasible"] & rows["converged"] & xp.isfinite(rows[x]) & xp.isfinite(rows[y])
+
+
+@functools.partial(jax.jit, static_argnames=("block", "cell_axes", "dim_axes", "x", "y", "signs", "keep"))
+def reduce_block(outputs: dict, block: tuple[int, ...], *, cell_axes: tuple, dim_axes: tuple, x: str, y: str,
+                 signs: tuple, keep: int) -> dict:
+    """`reduce_rows` of one block's cells on the device that computed it: ``outputs`` as
+    `jaxpareto.mapper.GridProblem.launch` returns them (flat, the block's points in C order then
+    padding), ``block`` the block's shape; arrays of shape (the block's cell axes..., ...)."""
+    cells = tuple(block[a] for a in cell_axes)
+    n = int(np.prod([block[a] for a in dim_axes]))
+    order = (*cell_axes, *dim_axes)
+    rows = {name: jnp.transpose(outputs[name][: int(np.prod(block))].reshape(block), order).reshape(-1, n)
+            for name in {x, y, "feasible", "converged"}}
+    out = reduce_rows(rows[x], rows[y], _valid(rows, x, y, jnp), signs=signs, keep=keep, on_device=True)
+    return {name: value.reshape(*cells, *value.shape[1:]) for name, value in out.items()}
+
+
+def reduces_on_device() -> bool:
+    """Whether `pareto_sweep` reduces on the device: on an accelerator, where copying every
+    output to the host would bound the sweep; not on a CPU, where the device is the host and
+    NumPy's sort is 3x faster than XLA's (benchmarks/bench_sweep.py)."""
+    return jax.default_backend() != "cpu"
 
 
 def _coordinate(plan, axis: str) -> np.ndarray:
