@@ -7,8 +7,8 @@ gradient search and the validation batch through it too; the hardware what-if ke
 `jax.vmap` over its few scenarios, because the lane padding here changes the last bits of its
 float64 answers, see `jaxpareto.search.whatif`). Both are jitted: one compilation per number of
 points (a block's are rounded up to whole sub-batches and its axis tables to powers of two, so
-blocks of many shapes share one), dtype, solver, output selection and device count. The block's dimensions are the axis table's
-(`jaxpareto.definitions.axes`): a new axis needs no change here.
+blocks of many shapes share one), dtype, solver, output selection and device count. The block's
+dimensions are the axis table's (`jaxpareto.definitions.axes`): a new axis needs no change here.
 
 `iter_blocks` cuts a grid into hyper-rectangular blocks of one fixed shape (edge blocks are
 padded by repeating the last axis value and cropped afterwards), dispatches each block before

@@ -31,7 +31,9 @@ def test_percentiles_agree_with_a_simulated_server(context, spread, load):
     """Means of TTFT and TPOT within 10 % and their P99 within 20 % of 20,000 simulated requests
     (the open-loop goals; scripts/open_loop_agreement.py reports 30 % to 90 % of capacity for
     prompts of a quarter, one and two chunks)."""
-    settings = dict(prefill_model="shared", isl_cv=spread, osl_cv=spread, context_tokens=context)
+    settings = dict(prefill_model="shared", isl_cv=spread, osl_cv=spread, context_tokens=context,
+                    variables=["ttft_ms", "tpot_ms", "batch_eff", "concurrency_max", "p99_ttft_ms", "p99_tpot_ms",
+                               "p50_e2el_ms"])  # only the outputs checked: less to compile
     ds = jp.sweep(GPU, MODEL, tp=1, request_rate=np.geomspace(0.02, 40.0, 400), **{**OPEN, **settings}).squeeze()
     capacity = float(ds.request_rate.where(ds.feasible, drop=True).max())
     model = ds.sel(request_rate=load * capacity, method="nearest")
@@ -50,8 +52,10 @@ def test_percentiles_agree_with_a_simulated_server(context, spread, load):
 def test_poisson_limit_is_the_isolated_prefill():
     """At a vanishing rate nothing queues: TTFT is the closed loop's with one session, and TPOT
     eq. 3's for a batch of one, the request itself."""
-    alone = jp.sweep(GPU, MODEL, tp=1, concurrency=1, context_tokens=CONTEXT, osl=OSL, dtype="float64").squeeze()
-    trickle = jp.sweep(GPU, MODEL, tp=1, request_rate=1e-4, **OPEN).squeeze()
+    kept = dict(variables=["ttft_ms", "tpot_ms", "batch_eff"])  # only what is checked: less to compile
+    alone = jp.sweep(GPU, MODEL, tp=1, concurrency=1, context_tokens=CONTEXT, osl=OSL, dtype="float64",
+                     **kept).squeeze()
+    trickle = jp.sweep(GPU, MODEL, tp=1, request_rate=1e-4, **OPEN, **kept).squeeze()
     assert float(trickle.ttft_ms) == pytest.approx(float(alone.ttft_ms), rel=1e-4)
     assert float(trickle.tpot_ms) == pytest.approx(float(decode_alone_tpot()), rel=1e-3)
     assert float(trickle.batch_eff) == pytest.approx(1e-4 * OSL * float(trickle.tpot_ms) / 1000, rel=1e-6)
@@ -70,14 +74,15 @@ def test_wait_grows_as_one_over_one_minus_rho(isl_cv, solver):
     """The seed's isolated prefill is an M/G/1 queue: W (1 - ρ) / ρ = E[S] (1 + c_S²) / 2 at
     every load, with ρ = λ E[S] (Pollaczek-Khinchine), by either solver (the exact one solves
     B = λ OSL TPOT(B) in closed form per linear piece)."""
-    alone = float(jp.sweep(GPU, MODEL, tp=1, request_rate=1e-9, **OPEN).squeeze().ttft_ms)
+    kept = dict(variables=["ttft_ms", "tpot_ms", "batch_eff"])  # only what is checked: less to compile
+    alone = float(jp.sweep(GPU, MODEL, tp=1, request_rate=1e-9, **OPEN, **kept).squeeze().ttft_ms)
     rho = np.array([0.1, 0.5, 0.9, 0.99])
     rates = rho / alone * 1000.0
-    ds = jp.sweep(GPU, MODEL, tp=1, request_rate=rates, isl_cv=isl_cv, solver=solver, **OPEN).squeeze()
+    ds = jp.sweep(GPU, MODEL, tp=1, request_rate=rates, isl_cv=isl_cv, solver=solver, **OPEN, **kept).squeeze()
     np.testing.assert_allclose(ds.batch_eff, rates / 1000.0 * OSL * ds.tpot_ms, rtol=1e-5)  # Little's law, to tol
     wait = ds.ttft_ms.values - alone
     np.testing.assert_allclose(wait * (1 - rho) / rho, alone * (1 + isl_cv ** 2) / 2, rtol=1e-6)
-    beyond = jp.sweep(GPU, MODEL, tp=1, request_rate=1.01 / alone * 1000.0, **OPEN).squeeze()
+    beyond = jp.sweep(GPU, MODEL, tp=1, request_rate=1.01 / alone * 1000.0, **OPEN, **kept).squeeze()
     assert int(beyond.infeasible_reason) == LOAD_BEYOND_CAPACITY and np.isnan(float(beyond.ttft_ms))
 
 
@@ -190,7 +195,7 @@ def test_requests_wait_for_a_kv_slot_near_memory_capacity():
     `memory_wait_ms`) grows without bound as the busy slots approach concurrency_max."""
     rates = np.linspace(0.2, 2.0, 10)
     ds = jp.sweep(GPU, MODEL, tp=1, request_rate=rates, context_tokens=32768, prefill_model="shared",
-                  arrivals="poisson", osl=OSL, dtype="float64").squeeze()
+                  arrivals="poisson", osl=OSL, dtype="float64", variables=["memory_wait_ms"]).squeeze()
     ok = ds.feasible.values
     wait = ds.memory_wait_ms.values[ok]
     assert wait[0] < 1e-3 and wait[-1] > 10.0 and np.all(np.diff(wait) >= 0)
@@ -232,12 +237,14 @@ def test_open_loop_review_findings_stay_fixed():
     remainder); short prompts, several to a step, wait at the load of full steps, not at the
     share of time in any prefill step; prompts that do not divide the chunk are flagged where the
     chain's ⌊P / L⌋ prompts a step cannot keep up."""
+    # only the outputs checked: a smaller program to compile
     low = dict(tp=1, request_rate=[1e-4, 1e-3, 1e-2], arrivals="poisson", prefill_model="shared",
-               context_tokens=CONTEXT, osl=OSL)
+               context_tokens=CONTEXT, osl=OSL, variables=["ttft_ms"])
     single = jp.sweep(GPU, MODEL, **low).ttft_ms.values.ravel()
     double = jp.sweep(GPU, MODEL, dtype="float64", **low).ttft_ms.values.ravel()
     np.testing.assert_allclose(single, double, rtol=1e-4)
-    short = dict(tp=1, arrivals="poisson", prefill_model="shared", prefill_chunk_tokens=512, dtype="float64")
+    short = dict(tp=1, arrivals="poisson", prefill_model="shared", prefill_chunk_tokens=512, dtype="float64",
+                 variables=["ttft_ms"])
     many = jp.sweep(GPU, MODEL, request_rate=[100.0, 200.0], context_tokens=100, osl=1, **short).squeeze()
     assert np.all(many.ttft_ms.values < 2.0 * float(many.ttft_ms[0]))  # the step-bound wait stays small
     odd = jp.sweep(GPU, MODEL, request_rate=[90.0, 110.0], context_tokens=300, osl=16, **short).squeeze()
