@@ -163,6 +163,11 @@ def block_points(n_points: int) -> int:
     return -(-max(int(n_points), 1) // SUB_BATCH) * SUB_BATCH
 
 
+def block_shaped(value, block: Sequence[int]):
+    """A launched block's flat output (device, traced or host array) in the block's shape."""
+    return value[: math.prod(block)].reshape(tuple(block))
+
+
 def _table_rows(n_rows: int) -> int:
     """Rows a block's axis tables are padded to: a power of two, at least 8 (few shapes)."""
     return max(8, 1 << max(int(n_rows) - 1, 0).bit_length())
@@ -185,16 +190,12 @@ def block_inputs(table: tuple[Axis, ...], tables: dict[str, object], values: dic
     """
     extents = [jax.tree_util.tree_leaves(tables[a.name])[0].shape[0] if a.categorical else len(values[a.name])
                for a in table]
-
-    def pad(a: np.ndarray, rows: int) -> np.ndarray:
-        return np.concatenate([a, np.repeat(a[-1:], rows - a.shape[0], axis=0)]) if rows > a.shape[0] else a
-
-    padded = {a.name: jax.tree_util.tree_map(functools.partial(pad, rows=_table_rows(n)), tables[a.name])
+    padded = {a.name: jax.tree_util.tree_map(lambda rows, n=n: _padded(rows, 0, _table_rows(n)), tables[a.name])
               for a, n in zip(table, extents) if a.categorical}
     numeric = [np.asarray(values[a.name]) for a in table if not a.categorical]
     width = _table_rows(max((len(v) for v in numeric), default=1))
     dtype = numeric[0].dtype if numeric else np.float32
-    stacked = np.stack([pad(v, width) for v in numeric]) if numeric else np.zeros((0, width), dtype)
+    stacked = np.stack([_padded(v, 0, width) for v in numeric]) if numeric else np.zeros((0, width), dtype)
     return padded, stacked, np.asarray(extents, np.int32)
 
 
@@ -325,7 +326,7 @@ class GridProblem:
     def launch(self, origin) -> dict[str, jax.Array]:
         """Dispatch one block (asynchronously) and return its device arrays, flat: shape
         (`block_points` of the block's size,), the block's points in C order then padding
-        (`shaped` gives the block's shape)."""
+        (`block_shaped` gives the block's shape)."""
         tables, values = {}, {}
         for axis, v, o, b in zip(self.table, self.values, origin, self.block):
             piece = _padded(v, o, b)
@@ -337,29 +338,31 @@ class GridProblem:
         return evaluate_block(tables, values, extents, self.scalars, n_points=block_points(math.prod(self.block)),
                               outputs=self.outputs, options=self.options, point_fn=self.point_fn, table=self.table)
 
-    def shaped(self, value):
-        """A launched block's output (device or host array) in the block's shape."""
-        return value[: math.prod(self.block)].reshape(self.block)
-
     def crop(self, origin, out: dict[str, jax.Array]) -> dict[str, np.ndarray]:
         """Host copies of a block's results, cropped to the grid."""
         region = self.region(origin)
         keep = tuple(slice(0, s.stop - s.start) for s in region)
-        return {name: self.shaped(np.asarray(value))[keep] for name, value in out.items()}
+        return {name: block_shaped(np.asarray(value), self.block)[keep] for name, value in out.items()}
 
     def iter_blocks(self, origins: Sequence[tuple[int, ...]] | None = None
                     ) -> Iterator[tuple[tuple[slice, ...], dict[str, np.ndarray]]]:
         """Yield (region, host results) per block, dispatching each block before the last
         one is collected so that host work overlaps device work."""
+        return self._pipelined(self.origins() if origins is None else origins, self.launch,
+                               lambda origin, out: (self.region(origin), self.crop(origin, out)))
+
+    def _pipelined(self, origins, launch, collect) -> Iterator:
+        """``collect(origin, launch(origin))`` per block, each block launched before the last
+        one is collected (JAX dispatches asynchronously, so the device runs ahead of the host)."""
         pending = None
-        for origin in self.origins() if origins is None else origins:
+        for origin in origins:
             with jax.enable_x64(self.dtype == np.float64):  # never left on across a yield
-                launched = (origin, self.launch(origin))
+                launched = (origin, launch(origin))
             if pending is not None:
-                yield self.region(pending[0]), self.crop(*pending)
+                yield collect(*pending)
             pending = launched
         if pending is not None:
-            yield self.region(pending[0]), self.crop(*pending)
+            yield collect(*pending)
 
     def iter_reduced(self, reduce, cell_axes: Sequence[int]
                      ) -> Iterator[tuple[tuple[slice, ...], dict[str, np.ndarray]]]:
@@ -369,21 +372,13 @@ class GridProblem:
         whose leading axes are the block's ``cell_axes`` (the other axes held whole: build the
         problem with ``whole_axes``); it runs on the device, so only its result is copied. Each
         block is dispatched before the last one is collected."""
-        pending = None
-        for origin in self.origins():
-            with jax.enable_x64(self.dtype == np.float64):
-                launched = (origin, reduce(self.launch(origin), self.block))
-            if pending is not None:
-                yield self._crop_cells(*pending, cell_axes)
-            pending = launched
-        if pending is not None:
-            yield self._crop_cells(*pending, cell_axes)
 
-    def _crop_cells(self, origin, out: dict[str, jax.Array], cell_axes: Sequence[int]):
-        region = self.region(origin)
-        cells = tuple(region[a] for a in cell_axes)
-        keep = tuple(slice(0, s.stop - s.start) for s in cells)
-        return cells, {name: np.asarray(value)[keep] for name, value in out.items()}
+        def collect(origin, out):
+            cells = tuple(self.region(origin)[a] for a in cell_axes)
+            keep = tuple(slice(0, s.stop - s.start) for s in cells)
+            return cells, {name: np.asarray(value)[keep] for name, value in out.items()}
+
+        return self._pipelined(self.origins(), lambda origin: reduce(self.launch(origin), self.block), collect)
 
     def iter_cells(self, dim_axes: Sequence[int]
                    ) -> Iterator[tuple[tuple[slice, ...], dict[str, np.ndarray]]]:

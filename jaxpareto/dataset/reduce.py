@@ -25,6 +25,7 @@ from jaxpareto.definitions.axes import AXIS_BY_NAME, coordinate_attrs
 from jaxpareto.definitions.schema import OUTPUTS
 from jaxpareto.dataset.plan import as_plan
 from jaxpareto.definitions.checks import check_number
+from jaxpareto.mapper import block_shaped
 
 
 def pareto_sweep(
@@ -198,7 +199,7 @@ def reduce_block(outputs: dict, block: tuple[int, ...], *, cell_axes: tuple, dim
     cells = tuple(block[a] for a in cell_axes)
     n = int(np.prod([block[a] for a in dim_axes]))
     order = (*cell_axes, *dim_axes)
-    rows = {name: jnp.transpose(outputs[name][: int(np.prod(block))].reshape(block), order).reshape(-1, n)
+    rows = {name: jnp.transpose(block_shaped(outputs[name], block), order).reshape(-1, n)
             for name in {x, y, "feasible", "converged"}}
     out = reduce_rows(rows[x], rows[y], _valid(rows, x, y, jnp), signs=signs, keep=keep, on_device=True)
     return {name: value.reshape(*cells, *value.shape[1:]) for name, value in out.items()}
