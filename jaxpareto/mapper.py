@@ -10,6 +10,12 @@ points (a block's are rounded up to whole sub-batches and its axis tables to pow
 blocks of many shapes share one), dtype, solver, output selection and device count. The block's
 dimensions are the axis table's (`jaxpareto.definitions.axes`): a new axis needs no change here.
 
+A large block evaluated without an iterative solver (``solver="exact"``) is evaluated factored
+instead (`evaluate_factored`): one `jax.vmap` per axis, so that what depends on a few axes only (a
+TP group's costs, a turn's tokens) is computed once per combination of those axes, not once per
+point. The scalar code is the same; only the order of batching differs, which changes results by
+float rounding at most.
+
 `iter_blocks` cuts a grid into hyper-rectangular blocks of one fixed shape (edge blocks are
 padded by repeating the last axis value and cropped afterwards), dispatches each block before
 collecting the previous one, and yields the host results block by block, so a sweep's memory is
@@ -17,12 +23,14 @@ set by the block size, never by the grid.
 
 With several local devices (GPUs, or CPU devices forced with
 ``XLA_FLAGS=--xla_force_host_platform_device_count=N``), each block's points are split evenly
-over them with `jax.shard_map`; every point is computed by the same scalar code, so results do
-not depend on the device count.
+over them with `jax.shard_map`, and factored blocks go to the devices in turn (block k to device
+k mod N); either way every point is computed by the same program, so results do not depend on
+the device count.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import itertools
@@ -49,6 +57,9 @@ from jaxpareto.physics.point import PointOutputs, evaluate_point
 # differently, e.g. without FMA).
 SUB_BATCH = 1 << 10
 _LANES = 64
+# blocks of at least this many points are evaluated factored when loop-free (`evaluate_factored`);
+# smaller ones (tests, small sweeps) keep the flat program, which blocks of many shapes share
+FACTORED_MIN_POINTS = 1 << 15
 OUTPUT_NAMES = PointOutputs._fields
 
 
@@ -237,6 +248,42 @@ def evaluate_block(tables: dict[str, object], values: jax.Array, extents: jax.Ar
     return map_points(_kept(point_fn, outputs, options), GridPoint(**point), scalars, n_points, min_sub_batches=2)
 
 
+@functools.partial(jax.jit, static_argnames=("outputs", "options", "point_fn", "table"))
+def evaluate_factored(tables: dict[str, object], values: dict[str, jax.Array], scalars: tuple, *,
+                      outputs: tuple[str, ...], options: ModelOptions, point_fn,
+                      table: tuple[Axis, ...]) -> dict[str, jax.Array]:
+    """Evaluate the outer product of a block's axis values by one `jax.vmap` per axis.
+
+    A vmap batches only the values that depend on its axis, so a quantity of a few axes is
+    computed over those axes' values only and broadcast afterwards: the seed's costs of a TP
+    group (gpu, model, engine, tp) and of a turn (context, hit rate) once per combination, not
+    once per point of concurrency and think time. About 5x fewer operations than `evaluate_block`
+    on the seed's grids (`benchmarks/bench_sweep.py`). It is for loop-free evaluation (the exact
+    solver): a vmapped while loop would run the whole block as long as its slowest point. The
+    program depends on the block's shape, so it is used for large blocks only
+    (`FACTORED_MIN_POINTS`).
+
+    Args:
+        tables: categorical axis -> the block's parameters stacked (rows = the block's extent).
+        values: numeric axis -> the block's 1-D values.
+        scalars: (workload, efficiency, solver), as in `evaluate_points`.
+        outputs, options, point_fn, table: as in `evaluate_block`.
+
+    Returns:
+        Output name -> array of shape (block size,): the block's points in C order.
+    """
+    fn = _kept(point_fn, outputs, options)
+
+    def point(*coordinates):
+        return fn(GridPoint(**{axis.name: c for axis, c in zip(table, coordinates)}), *scalars)
+
+    batched = point
+    for k in reversed(range(len(table))):  # the last axis innermost: C order
+        batched = jax.vmap(batched, in_axes=tuple(0 if i == k else None for i in range(len(table))))
+    out = batched(*(tables[a.name] if a.categorical else values[a.name] for a in table))
+    return {name: value.reshape(-1) for name, value in out.items()}
+
+
 def chunk_shape(grid_shape: Sequence[int], max_points: int = DEFAULT_CHUNK_POINTS,
                 whole: Sequence[int] = ()) -> tuple[int, ...]:
     """Block shape: the ``whole`` axes in full, then whole trailing axes while they fit in
@@ -295,12 +342,15 @@ class GridProblem:
         whole_axes: axes every block must hold in full (e.g. a Pareto front's dims).
         table: the axis table (default the model's; a test may add a toy axis).
         point_fn: the scalar model (default `evaluate_point`).
+        factored: evaluate blocks with `evaluate_factored` (True), with `evaluate_block`
+            (False), or the first for blocks of at least `FACTORED_MIN_POINTS` under the exact
+            solver (None, the default).
     """
 
     def __init__(self, definitions, axes, workload, efficiency, solver, *, dtype="float32",
                  outputs: Sequence[str] = OUTPUT_NAMES, chunk_points: int = DEFAULT_CHUNK_POINTS,
                  whole_axes: Sequence[int] = (), options: ModelOptions = ModelOptions(),
-                 table: tuple[Axis, ...] = AXIS_TABLE, point_fn=evaluate_point):
+                 table: tuple[Axis, ...] = AXIS_TABLE, point_fn=evaluate_point, factored: bool | None = None):
         self.dtype = np.dtype(dtype)
         self.options = options
         self.outputs = tuple(outputs)
@@ -312,6 +362,9 @@ class GridProblem:
         self.shape = tuple(v.shape[0] for v in self.values)
         self.block = chunk_shape(self.shape, chunk_points, whole_axes)
         self.scalars = shared_scalars(workload, efficiency, solver, self.dtype)
+        if factored is None:
+            factored = solver.name == "exact" and math.prod(self.block) >= FACTORED_MIN_POINTS
+        self.factored = bool(factored)
 
     @property
     def size(self) -> int:
@@ -325,8 +378,8 @@ class GridProblem:
 
     def launch(self, origin) -> dict[str, jax.Array]:
         """Dispatch one block (asynchronously) and return its device arrays, flat: shape
-        (`block_points` of the block's size,), the block's points in C order then padding
-        (`block_shaped` gives the block's shape)."""
+        (`block_points` of the block's size,), the block's points in C order then padding, or
+        (the block's size,) when factored (`block_shaped` gives the block's shape)."""
         tables, values = {}, {}
         for axis, v, o, b in zip(self.table, self.values, origin, self.block):
             piece = _padded(v, o, b)
@@ -334,6 +387,13 @@ class GridProblem:
                 tables[axis.name] = jax.tree_util.tree_map(lambda a: a[piece], self.tables[axis.name])
             else:
                 values[axis.name] = piece
+        if self.factored:  # whole blocks to the devices in turn: one program whatever their number
+            devices = jax.devices()
+            index = np.ravel_multi_index(tuple(o // b for o, b in zip(origin, self.block)),
+                                         tuple(-(-n // b) for n, b in zip(self.shape, self.block)))
+            tables, values = jax.device_put((tables, values), devices[index % len(devices)])
+            return evaluate_factored(tables, values, self.scalars, outputs=self.outputs, options=self.options,
+                                     point_fn=self.point_fn, table=self.table)
         tables, values, extents = block_inputs(self.table, tables, values)
         return evaluate_block(tables, values, extents, self.scalars, n_points=block_points(math.prod(self.block)),
                               outputs=self.outputs, options=self.options, point_fn=self.point_fn, table=self.table)
@@ -353,16 +413,17 @@ class GridProblem:
 
     def _pipelined(self, origins, launch, collect) -> Iterator:
         """``collect(origin, launch(origin))`` per block, each block launched before the last
-        one is collected (JAX dispatches asynchronously, so the device runs ahead of the host)."""
-        pending = None
+        one is collected (JAX dispatches asynchronously, so the device runs ahead of the host);
+        factored blocks, which go to the devices in turn, one more per device."""
+        ahead = len(jax.devices()) if self.factored else 1
+        pending: collections.deque = collections.deque()
         for origin in origins:
             with jax.enable_x64(self.dtype == np.float64):  # never left on across a yield
-                launched = (origin, launch(origin))
-            if pending is not None:
-                yield collect(*pending)
-            pending = launched
-        if pending is not None:
-            yield collect(*pending)
+                pending.append((origin, launch(origin)))
+            if len(pending) > ahead:
+                yield collect(*pending.popleft())
+        while pending:
+            yield collect(*pending.popleft())
 
     def iter_reduced(self, reduce, cell_axes: Sequence[int]
                      ) -> Iterator[tuple[tuple[slice, ...], dict[str, np.ndarray]]]:

@@ -194,8 +194,8 @@ def _valid(rows: dict, x: str, y: str, xp):
 def reduce_block(outputs: dict, block: tuple[int, ...], *, cell_axes: tuple, dim_axes: tuple, x: str, y: str,
                  signs: tuple, keep: int) -> dict:
     """`reduce_rows` of one block's cells on the device that computed it: ``outputs`` as
-    `jaxpareto.mapper.GridProblem.launch` returns them (flat, the block's points in C order then
-    padding), ``block`` the block's shape; arrays of shape (the block's cell axes..., ...)."""
+    `jaxpareto.mapper.GridProblem.launch` returns them (flat, the block's points in C order, then
+    any padding), ``block`` the block's shape; arrays of shape (the block's cell axes..., ...)."""
     cells = tuple(block[a] for a in cell_axes)
     n = int(np.prod([block[a] for a in dim_axes]))
     order = (*cell_axes, *dim_axes)

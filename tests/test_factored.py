@@ -1,0 +1,98 @@
+"""Factored block evaluation (`jaxpareto.mapper.evaluate_factored`, one vmap per axis) against the
+flat one (`evaluate_block`, every point on its own): the same outputs to float rounding, the same
+infeasible points and flags, chosen for large blocks under the exact solver only, and the same
+results on four CPU devices as on one."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import jaxpareto as jp
+import jaxpareto.mapper as mapper
+from jaxpareto.dataset.plan import plan_sweep
+
+# several blocks, edge blocks padded along concurrency, feasible and infeasible points (TP 1 of a
+# 70B model in FP16 does not fit), two GPUs and models
+GRID = dict(gpu=["h100-sxm", "b200"], model=["llama-3.1-70b", "llama-3.1-8b"], tp=[1, 2, 8],
+            concurrency=list(range(1, 300, 11)), think_time_s=[0.0, 5.0], context_tokens=[4096, 65536],
+            hit_rate=[0.0, 0.9], solver="exact", chunk_points=600)
+
+
+def sweep(factored: bool, monkeypatch, **settings) -> xr.Dataset:
+    """`jp.sweep` of `GRID` with every block factored, or none."""
+    monkeypatch.setattr(mapper, "FACTORED_MIN_POINTS", 1 if factored else 1 << 60)
+    assert plan_sweep(**{**GRID, **settings}).problem().factored is factored
+    return jp.sweep(**{**GRID, **settings})
+
+
+def assert_same_to_rounding(a: xr.Dataset, b: xr.Dataset, rtol: float) -> None:
+    assert set(a.data_vars) == set(b.data_vars)
+    for name in a.data_vars:
+        x, y = a[name].values, b[name].values
+        if x.dtype.kind == "f":
+            np.testing.assert_array_equal(np.isnan(x), np.isnan(y), err_msg=name)
+            np.testing.assert_allclose(x, y, rtol=rtol, atol=0, equal_nan=True, err_msg=name)
+        else:  # flags, reasons, iterations: exactly
+            np.testing.assert_array_equal(x, y, err_msg=name)
+
+
+@pytest.mark.parametrize("dtype, rtol", [("float32", 4e-6), ("float64", 1e-12)])
+def test_factored_equals_flat(monkeypatch, dtype, rtol):
+    factored = sweep(True, monkeypatch, dtype=dtype)
+    flat = sweep(False, monkeypatch, dtype=dtype)
+    assert 0 < int(factored.feasible.sum()) < factored.feasible.size  # both kinds of point are compared
+    assert_same_to_rounding(factored, flat, rtol)
+
+
+def test_factored_reduced_sweep_keeps_the_same_fronts(monkeypatch):
+    """The on-device reduction reads a factored block (no sub-batch padding) as a flat one."""
+    fronts = {}
+    for factored in (True, False):
+        monkeypatch.setattr(mapper, "FACTORED_MIN_POINTS", 1 if factored else 1 << 60)
+        monkeypatch.setattr("jaxpareto.dataset.reduce.reduces_on_device", lambda: True)
+        fronts[factored] = jp.pareto_sweep(**GRID)
+    np.testing.assert_array_equal(fronts[True].front_size.values, fronts[False].front_size.values)
+    for name in fronts[True].data_vars:
+        if fronts[True][name].dtype.kind != "f":
+            np.testing.assert_array_equal(fronts[True][name].values, fronts[False][name].values, err_msg=name)
+
+
+def test_factored_only_for_large_loop_free_blocks():
+    large = dict(GRID, chunk_points=1 << 18, concurrency=list(range(1, 1025)), context_tokens=[4096, 8192, 16384, 32768])
+    assert plan_sweep(**large).problem().factored  # exact, 98,304-point blocks
+    assert not plan_sweep(**{**large, "solver": "damped"}).problem().factored  # a loop: flat sub-batches
+    assert not plan_sweep(**GRID).problem().factored  # 600-point blocks: the shared flat program
+
+
+DEVICES_SCRIPT = textwrap.dedent("""
+    import sys, jax, numpy as np, jaxpareto as jp, jaxpareto.mapper as mapper
+    from jaxpareto.dataset.plan import plan_sweep
+    assert len(jax.devices()) == 4, jax.devices()
+    mapper.FACTORED_MIN_POINTS = 1
+    grid = {grid!r}
+    problem = plan_sweep(**grid).problem()
+    assert problem.factored and len(problem.origins()) > 4
+    placed = [next(iter(problem.launch(o)["ttft_ms"].devices())) for o in problem.origins()[:4]]
+    assert placed == jax.devices(), placed  # block k on device k mod 4
+    jp.sweep_to_zarr(sys.argv[1], progress=False, **grid)
+""")
+
+
+@pytest.mark.slow
+def test_factored_on_four_cpu_devices_identical(monkeypatch, tmp_path):
+    script = tmp_path / "dev.py"
+    script.write_text(DEVICES_SCRIPT.format(grid=GRID))
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+           "JAX_PLATFORMS": "cpu"}
+    result = subprocess.run([sys.executable, str(script), str(tmp_path / "d.zarr")], env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    one = sweep(True, monkeypatch)
+    four = xr.open_zarr(tmp_path / "d.zarr").load()
+    for name in one.data_vars:
+        np.testing.assert_array_equal(one[name].values, four[name].values, err_msg=name)
