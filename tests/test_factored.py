@@ -23,28 +23,39 @@ GRID = dict(gpu=["h100-sxm", "b200"], model=["llama-3.1-70b", "llama-3.1-8b"], t
             hit_rate=[0.0, 0.9], solver="exact", chunk_points=600)
 
 
-def sweep(factored: bool, monkeypatch, **settings) -> xr.Dataset:
-    """`jp.sweep` of `GRID` with every block factored, or none."""
+def sweep(factored: bool, monkeypatch, grid: dict = GRID) -> xr.Dataset:
+    """`jp.sweep` of ``grid`` with every block factored, or none."""
     monkeypatch.setattr(mapper, "FACTORED_MIN_POINTS", 1 if factored else 1 << 60)
-    assert plan_sweep(**{**GRID, **settings}).problem().factored is factored
-    return jp.sweep(**{**GRID, **settings})
+    assert plan_sweep(**grid).problem().factored is factored
+    return jp.sweep(**grid)
 
 
 def assert_same_to_rounding(a: xr.Dataset, b: xr.Dataset, rtol: float) -> None:
     assert set(a.data_vars) == set(b.data_vars)
     for name in a.data_vars:
         x, y = a[name].values, b[name].values
-        if x.dtype.kind == "f":
+        if name == "memory_wait_ms":  # a queue's tail probability (down to 1e-34 ms), ill-conditioned in
+            # float32: what counts is its share of the TTFT it is part of
+            np.testing.assert_array_equal(np.isnan(x), np.isnan(y), err_msg=name)
+            finite = np.isfinite(y)
+            assert (np.abs(x - y)[finite] <= rtol * b["ttft_ms"].values[finite]).all(), name
+        elif x.dtype.kind == "f":
             np.testing.assert_array_equal(np.isnan(x), np.isnan(y), err_msg=name)
             np.testing.assert_allclose(x, y, rtol=rtol, atol=0, equal_nan=True, err_msg=name)
         else:  # flags, reasons, iterations: exactly
             np.testing.assert_array_equal(x, y, err_msg=name)
 
 
-@pytest.mark.parametrize("dtype, rtol", [("float32", 4e-6), ("float64", 1e-12)])
-def test_factored_equals_flat(monkeypatch, dtype, rtol):
-    factored = sweep(True, monkeypatch, dtype=dtype)
-    flat = sweep(False, monkeypatch, dtype=dtype)
+# the open loop: its axis table (request_rate for concurrency), percentiles and capacity flag
+OPEN_LOOP = {**{k: v for k, v in GRID.items() if k != "concurrency"}, "arrivals": "poisson",
+             "request_rate": [0.05, 0.5, 2.0, 8.0, 40.0], "isl_cv": 0.5, "osl_cv": 0.5}
+
+
+@pytest.mark.parametrize("grid, rtol", [(GRID, 4e-6), ({**GRID, "dtype": "float64"}, 1e-12), (OPEN_LOOP, 4e-6)],
+                         ids=["float32", "float64", "open-loop"])
+def test_factored_equals_flat(monkeypatch, grid, rtol):
+    factored = sweep(True, monkeypatch, grid)
+    flat = sweep(False, monkeypatch, grid)
     assert 0 < int(factored.feasible.sum()) < factored.feasible.size  # both kinds of point are compared
     assert_same_to_rounding(factored, flat, rtol)
 
