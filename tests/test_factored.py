@@ -54,7 +54,10 @@ OPEN_LOOP = {**{k: v for k, v in GRID.items() if k != "concurrency"}, "arrivals"
                            "p99_e2el_ms", "infeasible_reason"]}
 
 
-@pytest.mark.parametrize("grid, rtol", [(GRID, 4e-6), ({**GRID, "dtype": "float64"}, 1e-12), (OPEN_LOOP, 4e-6)],
+# the float32 closed loop in the default run; float64 and the open loop (their compilations take
+# 10-30 s on 2 cores) in scripts/slow_checks.sh
+@pytest.mark.parametrize("grid, rtol", [(GRID, 4e-6), pytest.param({**GRID, "dtype": "float64"}, 1e-12, marks=pytest.mark.slow),
+                                        pytest.param(OPEN_LOOP, 4e-6, marks=pytest.mark.slow)],
                          ids=["float32", "float64", "open-loop"])
 def test_factored_equals_flat(monkeypatch, grid, rtol):
     factored = sweep(True, monkeypatch, grid)
@@ -63,6 +66,7 @@ def test_factored_equals_flat(monkeypatch, grid, rtol):
     assert_same_to_rounding(factored, flat, rtol)
 
 
+@pytest.mark.slow
 def test_factored_reduced_sweep_keeps_the_same_fronts(monkeypatch):
     """The on-device reduction reads a factored block (no sub-batch padding) as a flat one."""
     fronts = {}
