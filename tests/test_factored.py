@@ -3,9 +3,6 @@ flat one (`evaluate_block`, every point on its own): the same outputs to float r
 infeasible points and flags, chosen for large blocks under the exact solver only, and the same
 results on four CPU devices as on one."""
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -15,6 +12,8 @@ import xarray as xr
 import jaxpareto as jp
 import jaxpareto.mapper as mapper
 from jaxpareto.dataset.plan import plan_sweep
+
+from devices import run_on_cpu_devices
 
 # several blocks, edge blocks padded along concurrency, feasible and infeasible points (TP 1 of a
 # 70B model in FP16 does not fit), two GPUs and models
@@ -106,13 +105,7 @@ DEVICES_SCRIPT = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_factored_on_four_cpu_devices_identical(monkeypatch, tmp_path):
-    script = tmp_path / "dev.py"
-    script.write_text(DEVICES_SCRIPT.format(grid=GRID))
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
-           "JAX_PLATFORMS": "cpu"}
-    result = subprocess.run([sys.executable, str(script), str(tmp_path / "d.zarr")], env=env, capture_output=True,
-                            text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
+    run_on_cpu_devices(DEVICES_SCRIPT.format(grid=GRID), tmp_path, str(tmp_path / "d.zarr"))
     one = sweep(True, monkeypatch)
     four = xr.open_zarr(tmp_path / "d.zarr").load()
     for name in one.data_vars:

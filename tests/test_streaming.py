@@ -16,6 +16,8 @@ import zarr
 import jaxpareto as jp
 from jaxpareto.dataset.store import DONE_GROUP
 
+from devices import run_on_cpu_devices
+
 GRID = dict(gpu=["h100-sxm", "b200"], model=["llama-3.1-70b", "deepseek-v3"], tp=[1, 2, 4, 8],
             concurrency=list(range(1, 200, 7)), think_time_s=[0.0, 1.0, 5.0], context_tokens=[4096, 32768, 131072],
             hit_rate=[0.0, 0.5, 0.9], chunk_points=2000)
@@ -123,13 +125,7 @@ DEVICES_SCRIPT = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_four_cpu_devices_identical(in_memory, tmp_path):
-    script = tmp_path / "dev.py"
-    script.write_text(DEVICES_SCRIPT.format(grid=GRID))
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
-           "JAX_PLATFORMS": "cpu"}
-    result = subprocess.run([sys.executable, str(script), str(tmp_path / "d.zarr")], env=env, capture_output=True,
-                            text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
+    run_on_cpu_devices(DEVICES_SCRIPT.format(grid=GRID), tmp_path, str(tmp_path / "d.zarr"))
     same_sweep(in_memory, xr.open_zarr(tmp_path / "d.zarr"))
 
 
