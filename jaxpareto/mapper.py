@@ -46,7 +46,7 @@ from jaxpareto.definitions.axes import AXIS_TABLE, Axis, GridPoint
 from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.definitions.settings import DEFAULT_CHUNK_POINTS, Efficiency, Solver, Workload
 from jaxpareto.definitions.schema import PERCENTILE_VARIABLES
-from jaxpareto.physics.point import PointOutputs, evaluate_point
+from jaxpareto.physics.point import PointOutputs, evaluate_point, inner_unknowns
 
 # points vmapped at once (a sub-batch): a vmapped while-loop runs as long as its slowest point, so
 # narrow sub-batches confine a slow point's cost (the damped iteration's long climbs, a joint
@@ -57,8 +57,9 @@ from jaxpareto.physics.point import PointOutputs, evaluate_point
 # differently, e.g. without FMA).
 SUB_BATCH = 1 << 10
 _LANES = 64
-# blocks of at least this many points are evaluated factored when loop-free (`evaluate_factored`);
-# smaller ones (tests, small sweeps) keep the flat program, which blocks of many shapes share
+# blocks of at least this many points are evaluated factored (`evaluate_factored`) unless R(B)
+# holds inner roots; smaller ones (tests, small sweeps) keep the flat program, which blocks of
+# many shapes share
 FACTORED_MIN_POINTS = 1 << 15
 OUTPUT_NAMES = PointOutputs._fields
 
@@ -258,10 +259,13 @@ def evaluate_factored(tables: dict[str, object], values: dict[str, jax.Array], s
     computed over those axes' values only and broadcast afterwards: the seed's costs of a TP
     group (gpu, model, engine, tp) and of a turn (context, hit rate) once per combination, not
     once per point of concurrency and think time. On the benchmark grid
-    (`benchmarks/bench_sweep.py`) its program does 2.4x fewer operations a point than
-    `evaluate_block`'s and runs 4-6x faster. It is for loop-free evaluation (the exact solver): a
-    vmapped while loop would run the whole block as long as its slowest point. The program
-    depends on the block's shape, so it is used for large blocks only (`FACTORED_MIN_POINTS`).
+    (`benchmarks/bench_sweep.py`) the exact solver's program does 2.4x fewer operations a point
+    than `evaluate_block`'s and runs 4-6x faster. An iterative solver's loop would, vmapped
+    axis by axis, run the whole block as long as its slowest point; its batching rule
+    (`jaxpareto.physics.chunked`) folds the axes into one flat batch and steps it in chunks of
+    1,024 points instead, while what comes before and after the loop stays factored (the
+    seed's damped solver: 4x faster than flat on the benchmark grid). The program depends on
+    the block's shape, so it is used for large blocks only (`FACTORED_MIN_POINTS`).
 
     Args:
         tables: categorical axis -> the block's parameters stacked (rows = the block's extent).
@@ -343,8 +347,9 @@ class GridProblem:
         table: the axis table (default the model's; a test may add a toy axis).
         point_fn: the scalar model (default `evaluate_point`).
         factored: evaluate blocks with `evaluate_factored` (True), with `evaluate_block`
-            (False), or the first for blocks of at least `FACTORED_MIN_POINTS` under the exact
-            solver (None, the default).
+            (False), or the first for blocks of at least `FACTORED_MIN_POINTS` where R(B) holds
+            no inner roots (None, the default: with them, the loop is nearly all of the cost
+            and the factored program compiles for longer than it saves).
     """
 
     def __init__(self, definitions, axes, workload, efficiency, solver, *, dtype="float32",
@@ -363,7 +368,9 @@ class GridProblem:
         self.block = chunk_shape(self.shape, chunk_points, whole_axes)
         self.scalars = shared_scalars(workload, efficiency, solver, self.dtype)
         if factored is None:
-            factored = solver.name == "exact" and math.prod(self.block) >= FACTORED_MIN_POINTS
+            # with inner roots (solved at every step of B, or jointly with it) the loop is most
+            # of the cost, and its compilation per block shape costs more than factoring saves
+            factored = math.prod(self.block) >= FACTORED_MIN_POINTS and not inner_unknowns(options)
         self.factored = bool(factored)
 
     @property

@@ -15,7 +15,8 @@ import jax
 import jax.numpy as jnp
 
 from jaxpareto.definitions.settings import Solver
-from jaxpareto.physics.joint import JointSystem, solve_joint
+from jaxpareto.physics.chunked import chunked
+from jaxpareto.physics.joint import JointSolution, JointSystem, solve_joint
 
 
 class FixedPoint(NamedTuple):
@@ -246,22 +247,36 @@ def _residual(latency_ms, open_loop, b, inputs: LoopInputs):
     return _target(latency_ms, open_loop, b, inputs) - b
 
 
+@functools.lru_cache(maxsize=None)
+def _iterative_solve(latency_ms, solver_name, open_loop, joint):
+    """The iterative solve of ``solver_name`` for one point, a function of (inputs, solver) (the
+    same object per arguments: `jaxpareto.physics.chunked.chunked` keys on it)."""
+
+    def solve(args):
+        inputs, solver = args
+        if joint is not None and not open_loop and solver_name == "newton":
+            return solve_joint(joint, inputs.latency, inputs.concurrency_eff, inputs.think_time_ms, solver)
+        if open_loop:
+            return damped_iteration(lambda b: _target(latency_ms, True, b, inputs),
+                                    jnp.zeros_like(inputs.rate_per_ms), solver, inputs.batch_cap)
+        return solve_effective_batch(lambda b: latency_ms(inputs.latency, b), inputs.concurrency_eff,
+                                     inputs.think_time_ms, solver)
+
+    return solve
+
+
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2, 3, 4))
 def _closed_loop(latency_ms, solver_name, lines, open_loop, joint, inputs: LoopInputs, solver: Solver):
     def r(b):
         return latency_ms(inputs.latency, b)
 
     inner = jnp.zeros((0,), jnp.result_type(inputs.think_time_ms))
-    if joint is not None and not open_loop and solver_name == "newton":
-        found = solve_joint(joint, inputs.latency, inputs.concurrency_eff, inputs.think_time_ms, solver)
-        inner = found.inner
-    elif open_loop and solver_name != "exact":
-        found = damped_iteration(lambda b: _target(latency_ms, True, b, inputs),
-                                 jnp.zeros_like(inputs.rate_per_ms), solver, inputs.batch_cap)
+    if solver_name != "exact":  # an iteration: its loop batched in chunks, however the caller batches
+        found = chunked(_iterative_solve(latency_ms, solver_name, open_loop, joint))((inputs, solver))
+        if isinstance(found, JointSolution):
+            inner = found.inner
     elif open_loop:
         found = solve_open_loop_exact(r, *lines(inputs.latency), inputs.rate_per_ms, inputs.batch_cap)
-    elif solver_name != "exact":
-        found = solve_effective_batch(r, inputs.concurrency_eff, inputs.think_time_ms, solver)
     else:
         found = solve_effective_batch_exact(r, *lines(inputs.latency), inputs.concurrency_eff, inputs.think_time_ms)
     as_float = lambda v: v.astype(found.batch.dtype)  # noqa: E731  (one output dtype for the JVP)
