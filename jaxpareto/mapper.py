@@ -258,14 +258,17 @@ def evaluate_factored(tables: dict[str, object], values: dict[str, jax.Array], s
     A vmap batches only the values that depend on its axis, so a quantity of a few axes is
     computed over those axes' values only and broadcast afterwards: the seed's costs of a TP
     group (gpu, model, engine, tp) and of a turn (context, hit rate) once per combination, not
-    once per point of concurrency and think time. On the benchmark grid
-    (`benchmarks/bench_sweep.py`) the exact solver's program does 2.4x fewer operations a point
-    than `evaluate_block`'s and runs 4-6x faster. An iterative solver's loop would, vmapped
-    axis by axis, run the whole block as long as its slowest point; its batching rule
-    (`jaxpareto.physics.chunked`) folds the axes into one flat batch and steps it in chunks of
-    1,024 points instead, while what comes before and after the loop stays factored (the
-    seed's damped solver: 4x faster than flat on the benchmark grid). The program depends on
-    the block's shape, so it is used for large blocks only (`FACTORED_MIN_POINTS`).
+    once per point of concurrency and think time. An axis of one value in the block is not
+    vmapped at all, so what depends only on such axes (a block's one GPU, model and TP) stays a
+    scalar. On the benchmark grid (`benchmarks/bench_sweep.py`) the exact solver's program does
+    2.5x fewer operations a point than `evaluate_block`'s and runs 4-6x faster.
+
+    An iterative solver's loop, vmapped axis by axis, would run the whole block as long as its
+    slowest point. Its batching rule (`jaxpareto.physics.chunked`) folds the axes into one flat
+    batch and steps that in chunks of `LOOP_CHUNK` points instead, while what comes before and
+    after the loop stays factored: the seed's damped solver runs about 5x faster than flat on
+    the benchmark grid. The program depends on the block's shape, so it is used for large
+    blocks only (`FACTORED_MIN_POINTS`).
 
     Args:
         tables: categorical axis -> the block's parameters stacked (rows = the block's extent).
@@ -281,10 +284,13 @@ def evaluate_factored(tables: dict[str, object], values: dict[str, jax.Array], s
     def point(*coordinates):
         return fn(GridPoint(**{axis.name: c for axis, c in zip(table, coordinates)}), *scalars)
 
+    inputs = [tables[a.name] if a.categorical else values[a.name] for a in table]
+    extents = [jax.tree_util.tree_leaves(x)[0].shape[0] for x in inputs]
     batched = point
     for k in reversed(range(len(table))):  # the last axis innermost: C order
-        batched = jax.vmap(batched, in_axes=tuple(0 if i == k else None for i in range(len(table))))
-    out = batched(*(tables[a.name] if a.categorical else values[a.name] for a in table))
+        if extents[k] > 1:  # an axis of one value is not batched: what depends on it alone stays a scalar
+            batched = jax.vmap(batched, in_axes=tuple(0 if i == k else None for i in range(len(table))))
+    out = batched(*(x if n > 1 else jax.tree_util.tree_map(lambda a: a[0], x) for x, n in zip(inputs, extents)))
     return {name: value.reshape(-1) for name, value in out.items()}
 
 

@@ -94,6 +94,17 @@ def test_factored_reduced_sweep_keeps_the_same_fronts(monkeypatch):
             np.testing.assert_array_equal(fronts[True][name].values, fronts[False][name].values, err_msg=name)
 
 
+@pytest.mark.parametrize("solver", ["exact", "damped"])
+def test_factored_single_value_axes(monkeypatch, solver):
+    """Axes of one value are not vmapped (what depends on them alone stays a scalar), down to a
+    block of one point."""
+    for grid in (dict(GRID, gpu="h100-sxm", model="llama-3.1-70b", tp=4, solver=solver),
+                 dict(gpu="b200", model="llama-3.1-8b", tp=1, concurrency=64, think_time_s=2.0, context_tokens=32768,
+                      hit_rate=0.5, solver=solver)):
+        assert_same_to_rounding(sweep(True, monkeypatch, grid), sweep(False, monkeypatch, grid), 4e-6,
+                                3 if solver == "damped" else 0)
+
+
 def test_factored_only_for_large_blocks_without_inner_roots():
     large = dict(GRID, chunk_points=1 << 18, concurrency=list(range(1, 1025)), context_tokens=[4096, 8192, 16384, 32768])
     assert plan_sweep(**large).problem().factored  # exact, 98,304-point blocks
