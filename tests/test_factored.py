@@ -129,9 +129,10 @@ DEVICES_SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.slow
-def test_factored_on_four_cpu_devices_identical(monkeypatch, tmp_path):
-    run_on_cpu_devices(DEVICES_SCRIPT.format(grid=GRID), tmp_path, str(tmp_path / "d.zarr"))
-    one = sweep(True, monkeypatch)
+@pytest.mark.parametrize("grid", [GRID, DAMPED], ids=["exact", "damped"])
+def test_factored_on_four_cpu_devices_identical(monkeypatch, tmp_path, grid):
+    run_on_cpu_devices(DEVICES_SCRIPT.format(grid=grid), tmp_path, str(tmp_path / "d.zarr"))
+    one = sweep(True, monkeypatch, grid)
     four = xr.open_zarr(tmp_path / "d.zarr").load()
     for name in one.data_vars:
         np.testing.assert_array_equal(one[name].values, four[name].values, err_msg=name)
