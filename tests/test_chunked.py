@@ -83,3 +83,14 @@ def test_unbatched_everywhere_stays_unbatched():
     assert text["chunked"].count("broadcast_in_dim") == text["plain"].count("broadcast_in_dim")
     np.testing.assert_allclose(jax.vmap(CHUNKED, in_axes=((0, None),))(args)["root"],
                                np.sqrt(np.linspace(1.0, 9.0, 5)), rtol=2e-6)
+
+
+def test_jvp_under_vmap():
+    """JAX's jvp of a custom_vmap function asks its rule about an axis along which nothing varies
+    (the tangents'): the solve runs unbatched there, and the derivative is the plain one's."""
+    a = jnp.asarray(np.linspace(1.0, 9.0, 6), jnp.float32)
+
+    def tangent(fn):
+        return jax.vmap(lambda x: jax.jvp(lambda y: fn((y, jnp.float32(1e-6)))["root"], (x,), (jnp.float32(1.0),))[1])
+
+    np.testing.assert_allclose(tangent(CHUNKED)(a), tangent(heron)(a), rtol=1e-6)

@@ -111,6 +111,11 @@ def test_factored_only_for_large_blocks_without_inner_roots():
     assert plan_sweep(**{**large, "solver": "damped"}).problem().factored  # its loop runs in chunks
     for inner in ({"prefill_model": "shared"}, {"cache_model": "lru", "pause_distribution": "lognormal"}):
         assert not plan_sweep(**{**large, "solver": "damped", **inner}).problem().factored  # the loop is the cost
+    # the open loop's heavy-tailed iterations: flat for the damped solver, factored for the exact one
+    open_loop = {**{k: v for k, v in large.items() if k != "concurrency"}, "arrivals": "poisson",
+                 "request_rate": list(np.geomspace(0.05, 40.0, 1024))}
+    assert not plan_sweep(**{**open_loop, "solver": "damped"}).problem().factored
+    assert plan_sweep(**open_loop).problem().factored
     assert not plan_sweep(**GRID).problem().factored  # 600-point blocks: the shared flat program
 
 

@@ -91,6 +91,9 @@ def _folded(solve, tree, batched: tuple[bool, ...]):
     @run.def_vmap
     def fold(axis_size, in_batched, leaves):
         along = in_batched[0]
+        if not any(along):  # nothing varies along this axis (JAX's jvp of a custom_vmap asks so)
+            out = _run(solve, tree, batched, leaves)
+            return out, jax.tree_util.tree_map(lambda _: False, out)
         inner = next((leaf.shape[1 if a else 0] for leaf, a, b in zip(leaves, along, batched) if b), None)
         flat = []
         for leaf, a, b in zip(leaves, along, batched):
