@@ -68,11 +68,10 @@ DAMPED = {**GRID, "solver": "damped"}
     pytest.param({**GRID, "dtype": "float64"}, 1e-12, 0, marks=pytest.mark.slow),
     pytest.param({**DAMPED, "dtype": "float64"}, 4e-6, 3, marks=pytest.mark.slow),
     pytest.param(OPEN_LOOP, 4e-6, 0, marks=pytest.mark.slow),
-    pytest.param({**OPEN_LOOP, "solver": "damped"}, 4e-6, 3, marks=pytest.mark.slow),
     # float32 is itself 3e-4 off in the measured profile's wait for KV
     pytest.param({**GRID, "profile": "measured", "engine": ["vllm", "trtllm"], "dtype": "float64"}, 1e-12, 0,
                  marks=pytest.mark.slow)],
-    ids=["float32", "damped", "float64", "damped-float64", "open-loop", "open-loop-damped", "measured-float64"])
+    ids=["float32", "damped", "float64", "damped-float64", "open-loop", "measured-float64"])
 def test_factored_equals_flat(monkeypatch, grid, rtol, steps):
     factored = sweep(True, monkeypatch, grid)
     flat = sweep(False, monkeypatch, grid)
