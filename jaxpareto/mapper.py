@@ -57,9 +57,9 @@ from jaxpareto.physics.point import PointOutputs, evaluate_point, inner_unknowns
 # differently, e.g. without FMA).
 SUB_BATCH = 1 << 10
 _LANES = 64
-# blocks of at least this many points are evaluated factored (`evaluate_factored`) unless R(B)
-# holds inner roots; smaller ones (tests, small sweeps) keep the flat program, which blocks of
-# many shapes share
+# blocks of at least this many points are evaluated factored (`evaluate_factored`; for an
+# iterative solver only where `GridProblem` says); smaller ones (tests, small sweeps) keep the
+# flat program, which blocks of many shapes share
 FACTORED_MIN_POINTS = 1 << 15
 OUTPUT_NAMES = PointOutputs._fields
 
@@ -407,7 +407,8 @@ class GridProblem:
             devices = jax.devices()
             index = np.ravel_multi_index(tuple(o // b for o, b in zip(origin, self.block)),
                                          tuple(-(-n // b) for n, b in zip(self.shape, self.block)))
-            if len(devices) > 1:  # one device: the jitted call moves them, without 40 ms of per-leaf device_put a sweep
+            # one device: the jitted call moves the inputs (a per-leaf device_put cost 40 ms a sweep)
+            if len(devices) > 1:
                 tables, values = jax.device_put((tables, values), devices[index % len(devices)])
             return evaluate_factored(tables, values, self.scalars, outputs=self.outputs, options=self.options,
                                      point_fn=self.point_fn, table=self.table)

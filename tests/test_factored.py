@@ -104,7 +104,7 @@ def test_factored_single_value_axes(monkeypatch, solver):
                                 3 if solver == "damped" else 0)
 
 
-def test_factored_only_for_large_blocks_without_inner_roots():
+def test_factored_for_large_blocks_where_it_pays():
     large = dict(GRID, chunk_points=1 << 18, concurrency=list(range(1, 1025)), context_tokens=[4096, 8192, 16384, 32768])
     assert plan_sweep(**large).problem().factored  # exact, 98,304-point blocks
     assert plan_sweep(**{**large, "solver": "damped"}).problem().factored  # its loop runs in chunks
