@@ -65,8 +65,7 @@ def _run(solve, tree, batched: tuple[bool, ...], leaves: list):
     pad = chunks * LOOP_CHUNK - n  # whole chunks: the last point repeated, its results cut off
 
     def split(leaf):
-        if pad:
-            leaf = jnp.concatenate([leaf, jnp.repeat(leaf[-1:], pad, axis=0)])
+        leaf = jnp.pad(leaf, [(0, pad)] + [(0, 0)] * (leaf.ndim - 1), mode="edge")
         return leaf.reshape((chunks, LOOP_CHUNK) + leaf.shape[1:])
 
     per_chunk = [split(leaf) for leaf, b in zip(leaves, batched) if b]
