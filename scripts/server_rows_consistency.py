@@ -2,8 +2,8 @@
 
 A server row logs a load X (output tokens/s of the whole system) and a mean TPOT. By Little's law
 over the decode phase, a replica then decodes B = (X / replicas) x TPOT requests at once, and each
-holds its KV for the turn's context (ISL + OSL / 2 on average, as the validation evaluates the
-rows). The model's KV memory per replica holds ``concurrency_max`` such contexts (the offline row
+holds its KV for the request's in-flight context (ISL + OSL (1 + cv_OSL^2) / 2 on average, as the
+validation evaluates the rows: `jaxpareto.physics.memory.in_flight_context`). The model's KV memory per replica holds ``concurrency_max`` such contexts (the offline row
 of the same system: as many sessions as memory admits). Where B exceeds it, the row's assumed
 input length (or parallelism, or KV dtype) cannot be what the system ran: the last column is the
 mean ISL at which B would fit.
@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 import jaxpareto as jp
+from jaxpareto.physics.memory import in_flight_context
 from _common import markdown_table
 
 
@@ -41,8 +42,9 @@ def main() -> None:
             continue
         slots = float(table.loc[offline, "concurrency"])  # sessions KV memory admits per replica
         batch = row["load_tokens_per_s"] / replicas(row) * row["value"] / 1000.0
-        context = row["isl"] + row["osl"] / 2.0
-        fitting_isl = slots * context / batch - row["osl"] / 2.0
+        osl_cv = 0.0 if pd.isna(row["osl_cv"]) else row["osl_cv"]
+        context = in_flight_context(row["isl"], row["osl"], osl_cv)
+        fitting_isl = slots * context / batch - (context - row["isl"])
         out.append([row["id"].removesuffix("-server-tpot"), f"{row['isl']:.0f}", f"{row['osl']:.0f}",
                     f"{row['load_tokens_per_s'] / replicas(row):,.0f}", f"{row['value']:.1f}", f"{batch:,.0f}",
                     f"{slots:,.0f}", "yes" if batch <= slots else "no",

@@ -21,7 +21,7 @@ from jaxpareto.physics.attention import causal_pairs, window_pairs
 from jaxpareto.physics.communication import allreduce_time
 from jaxpareto.physics.decode import DecodeCoefficients, decode_step
 from jaxpareto.physics.engine import synchronised_turn
-from jaxpareto.physics.memory import memory_budget
+from jaxpareto.physics.memory import in_flight_context, memory_budget
 from jaxpareto.physics.point import evaluate_point
 
 MEASURED = ModelOptions(profile="measured")
@@ -233,3 +233,31 @@ def test_the_seed_profile_is_unchanged_by_the_engine_axis():
     kv_ms = 16384 * model.kv_bytes_per_token / 1e9 / (4 * gpu.bandwidth_gbs) * 1e3
     tpot = (weights_ms + kv_ms) * 1.10 / 0.40
     assert float(plain.tpot_ms.sel(tp=4, concurrency=1).squeeze()) == pytest.approx(tpot, rel=1e-5)
+
+
+@pytest.mark.parametrize("osl,cv", [(256.0, 0.5), (4043.45, 1.253)])
+def test_in_flight_context_against_a_simulated_batch(osl, cv):
+    """The context a decode step sees, averaged over the steps of many requests of lognormal
+    output lengths (each request present for O steps, its context growing from P to P + O),
+    against L + OSL (1 + cv^2) / 2."""
+    rng = np.random.default_rng(0)
+    sigma2 = np.log1p(cv * cv)
+    outputs = rng.lognormal(np.log(osl) - sigma2 / 2, np.sqrt(sigma2), 400_000)
+    prompts = rng.lognormal(np.log(800.0) - 0.1, np.sqrt(0.2), outputs.size)
+    simulated = np.sum(outputs * prompts + outputs**2 / 2) / np.sum(outputs)  # ∫_0^O (P + t) dt per request
+    assert float(in_flight_context(800.0, osl, cv)) == pytest.approx(simulated, rel=0.03)
+    assert float(in_flight_context(800.0, osl, 0.0)) == 800.0 + osl / 2  # fixed lengths: the seed's mean
+
+
+def test_spread_outputs_hold_the_longer_in_flight_context():
+    """Under the measured profile, outputs spread with CV c hold the KV of L + OSL (1 + c^2) / 2:
+    the same sessions fit as with fixed lengths and a context longer by OSL c^2 / 2."""
+    efficiency, solver = _shared()[1:]
+    spread, _, _ = _shared(osl=2048.0, osl_cv=1.2)
+    fixed, _, _ = _shared(osl=2048.0)
+    out = evaluate_point(_point(concurrency=4096, context=4096), spread, efficiency, solver, MEASURED)
+    same = evaluate_point(_point(concurrency=4096, context=4096 + 2048 * 1.44 / 2), fixed, efficiency, solver, MEASURED)
+    shorter = evaluate_point(_point(concurrency=4096, context=4096), fixed, efficiency, solver, MEASURED)
+    assert int(out.concurrency_max) == int(same.concurrency_max) < int(shorter.concurrency_max)
+    seed = [evaluate_point(_point(concurrency=64), w, efficiency, solver, ModelOptions()) for w in (spread, fixed)]
+    assert float(seed[0].concurrency_max) == float(seed[1].concurrency_max)  # the seed's L is the session's own

@@ -133,7 +133,9 @@ class Workload(_Validated):
         isl_cv, osl_cv: coefficient of variation (standard deviation / mean) of the tokens a
             turn prefills and of its output tokens, each lognormal around its mean; 0 (the
             seed) is fixed lengths. They spread the latency percentiles and, under Poisson
-            arrivals, set the prefill queue's wait (`jaxpareto.physics.queueing`).
+            arrivals, set the prefill queue's wait (`jaxpareto.physics.queueing`); under the
+            measured profile ``osl_cv`` lengthens the context decode sees and KV holds to
+            L + OSL (1 + osl_cv²) / 2 (`jaxpareto.physics.memory.in_flight_context`).
         turns_per_session: N, turns of a session under ``arrivals="poisson"`` (sessions arrive,
             run N turns with a pause Z between consecutive ones, and leave); 1: every request
             is its own session, as in ``vllm bench serve``.

@@ -3,7 +3,10 @@
 Every row of `jaxpareto.measure.validation_set` is evaluated with `jaxpareto.physics.point.evaluate_point` in the
 standard-serving special case of the seed (docs/model.md): think time Z = 0, no prefix
 cache, a context of ISL + OSL / 2 tokens (the session-average context of a request decoding OSL
-tokens after an ISL-token prompt) unless the row gives ``context_tokens``, and the row's OSL.
+tokens after an ISL-token prompt; ISL + OSL (1 + cv²) / 2 where the row's output lengths spread
+with coefficient of variation ``osl_cv``, `jaxpareto.physics.memory.in_flight_context`) unless the
+row gives ``context_tokens``, and the row's OSL. The row's ``isl_cv`` and ``osl_cv`` (blank: 0)
+are the workload's length spreads.
 
 Prefill. Under the measured profile (``prefill="prompt"``, its default) the context is the ISL
 prompt, prefilled whole (h = 0) with no prefix, and the profile itself lets decode and KV
@@ -33,7 +36,8 @@ from jaxpareto.definitions.hardware import HardwareParams
 from jaxpareto.definitions.model import ModelParams
 from jaxpareto.definitions.settings import LatencySlo, Workload, numeric_fields
 from jaxpareto.mapper import stack_params
-from jaxpareto.measure.validation_set import COLUMNS, row_gpu, row_model
+from jaxpareto.measure.validation_set import COLUMNS, SPREAD_COLUMNS, row_gpu, row_model
+from jaxpareto.physics.memory import in_flight_context
 
 PREFILL = ("isl", "context", "prompt")
 #: Concurrency offered to offline rows: above any concurrency_max, so memory sets the batch.
@@ -62,7 +66,8 @@ class RowInputs:
         concurrency: sessions per replica offered (offline rows: `OFFLINE_CONCURRENCY` unless the
             row gives one; server and static rows: 1, unused).
         think_time_s: Z = 0. context_tokens: L [tokens]. hit_rate: 1 with ``prefill="isl"``.
-        workload: per-row `Workload` (OSL, ΔL = ISL; other fields at their defaults).
+        workload: per-row `Workload` (OSL, ΔL = ISL, the rows' ``isl_cv`` and ``osl_cv``; other fields
+            at their defaults).
         metric: index into the candidate predictions (`METRIC_CODE`).
         server: the row is matched to ``target``.
         target: a server row's load per replica [output tokens/s] (0 elsewhere).
@@ -132,8 +137,10 @@ def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl")
     n = len(records)
     num = functools.partial(np.asarray, dtype=dt)
     isl, osl = num(rows["isl"]), num(rows["osl"])
+    isl_cv, osl_cv = (np.nan_to_num(num(rows[name]), nan=0.0) if name in rows else np.zeros(n, dt)
+                      for name in SPREAD_COLUMNS)
     context = num(rows["context_tokens"])
-    context = np.where(np.isnan(context), isl if prefill == "prompt" else isl + osl / 2.0, context)
+    context = np.where(np.isnan(context), isl if prefill == "prompt" else in_flight_context(isl, osl, osl_cv), context)
     load = rows["load"].to_numpy()
     given = num(rows["concurrency"])
     concurrency = np.where(np.isnan(given), np.where(load == "offline", OFFLINE_CONCURRENCY, 1.0), given)
@@ -151,7 +158,8 @@ def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl")
     # a static row's KV capacity counts sessions of exactly one token of KV, under every profile
     # (the measured profile would otherwise hold L + OSL / 2 per session)
     static_kv = np.where(load == "static", 1.0, 0.0).astype(dt)
-    workload = dataclasses.replace(workload, osl=osl, delta_tokens=isl, kv_context_tokens=static_kv)
+    workload = dataclasses.replace(workload, osl=osl, delta_tokens=isl, kv_context_tokens=static_kv,
+                                   isl_cv=isl_cv.astype(dt), osl_cv=osl_cv.astype(dt))
     names = engine_names(rows)
     row_engines = [r.get("engine") or SEED_ENGINE for r in records]
     factors_off = {name: resolve_engine(name).model_copy(update={"efficiency": {}}).to_params() for name in names}

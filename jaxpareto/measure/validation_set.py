@@ -27,9 +27,8 @@ Rows left out, and why:
   GB300 NVL72: the GB300 is not in the catalog (the catalog's b300 is the HGX part), and the
   GB200 405B row gives no dtype.
 - MLPerf v5.1 llama3.1-8b (8x B200, 8x H200 HPE) and mixtral-8x7b (8x H200 HPE, 8x MI300X):
-  weight dtype not given (and no dataset ISL/OSL found).
-- MLPerf v4.1 mixtral-8x7b (DGX H100): per-system precision and TP not checked; its dataset
-  ISL/OSL were not found.
+  weight dtype not given.
+- MLPerf v4.1 mixtral-8x7b (DGX H100): per-system precision and TP not checked.
 - MLPerf v4.1 server throughputs (DGX H100 21,605.8 and 8x H200 29,228.2 tokens/s): no TTFT or
   TPOT was logged with them in the fact sheet, and a server throughput alone is the operating
   point, not a quantity the model predicts.
@@ -37,9 +36,17 @@ Rows left out, and why:
   the context nor the concurrency.
 - vLLM KV capacity of Qwen2.5-7B: not in the catalog.
 
-Assumptions stated per row in ``notes`` (search the file for "ASSUMED"/"ASSUMPTION"): the mean
-input length of the MLPerf datasets (llama2-70b 512, llama3.1-405b 9,400, deepseek-r1 800:
-none was found in the searchable corpora), TP and KV dtype of most MLPerf submissions, FP8 KV
+The MLPerf rows' request lengths are the benchmark datasets' own: the mean and coefficient of
+variation (``isl``, ``isl_cv``, ``osl_cv``) of the prompts of MLCommons' preprocessed sets
+(OpenOrca's 24,576 for llama2-70b: 222.3 tokens, CV 0.77; 8,313 for llama3.1-405b: 9,428.6, CV
+0.43; 4,388 for deepseek-r1: 803.8, CV 0.50), from the per-prompt lengths extracted in
+openshift-psap/performance-dashboard (each row's notes name the file and commit). OSL is the mean
+the logs or the reference README give; its spread is the reference outputs' (CV 0.79, 0.38 and
+1.25), assumed for the generated ones. The two means those extractions share with the
+references (405B's 684.68 and DeepSeek-R1's 4,043.45 output tokens) agree to the last digit.
+
+Assumptions stated per row in ``notes`` (search the file for "ASSUMED"): TP and KV dtype of most
+MLPerf submissions (DeepSeek-R1's layout and KV dtype are from NVIDIA's launch script), FP8 KV
 for TensorRT-LLM engines, bf16 weights in the vLLM blog, and the InferenceX statistic.
 
 Llama-2-70B is not in the catalog (a catalog test pins its model list), so `LLAMA_2_70B` is
@@ -49,7 +56,9 @@ Optional columns (blank in the rows above) describe the serving run: ``engine`` 
 `ENGINES`) and ``engine_version``; ``mode`` (`MODES`: blank = ``agg``, ``disagg`` = separate
 prefill and decode workers); the parallel layout ``pp``, ``attention_dp``, ``moe_tp``, ``moe_ep``
 (blank: 1, 1, ``tp``, 1); a disaggregated run's pools ``prefill_workers``, ``prefill_tp`` and
-``decode_workers`` (`DISAGGREGATION_COLUMNS`, which a file may leave out). Rows whose layout the model cannot express yet load like any other, and
+``decode_workers`` (`DISAGGREGATION_COLUMNS`, which a file may leave out); the request lengths'
+spread ``isl_cv`` and ``osl_cv`` (`SPREAD_COLUMNS`, blank: fixed lengths; a file may leave them
+out). Rows whose layout the model cannot express yet load like any other, and
 `unsupported_reason` (the loaded ``unsupported`` column) says why; they are kept, never
 approximated.
 
@@ -147,6 +156,8 @@ COLUMNS: dict[str, str] = {
     "isl": "num",
     "osl": "num",
     "context_tokens": "opt_num",
+    "isl_cv": "opt_num",
+    "osl_cv": "opt_num",
     "concurrency": "opt_num",
     "load": "str",
     "load_tokens_per_s": "opt_num",
@@ -162,6 +173,11 @@ COLUMNS: dict[str, str] = {
 #: decode workers of ``tp`` GPUs (x ``attention_dp`` x ``pp``). Optional in a file: a CSV written
 #: before they existed loads with them blank.
 DISAGGREGATION_COLUMNS = ("prefill_workers", "prefill_tp", "decode_workers")
+
+#: The spread of a row's request lengths: coefficients of variation (standard deviation / mean) of
+#: the prompt and output tokens, blank for fixed lengths (``Workload.isl_cv``, ``osl_cv``). Optional
+#: in a file: a CSV written before they existed loads with them blank.
+SPREAD_COLUMNS = ("isl_cv", "osl_cv")
 
 #: Values of blank layout columns: pipeline stages, attention data-parallel ranks, MoE tensor- and
 #: expert-parallel ways (``moe_tp`` blank: the row's ``tp``).
@@ -283,7 +299,7 @@ def load_validation_set(path: str | Path | None = None) -> pd.DataFrame:
         raise JaxparetoError("validation set", f"{path}: not a readable CSV ({error})") from None
     except OSError as error:  # missing file, a folder, no permission
         raise JaxparetoError("validation set", f"cannot read {path}: {error.strerror or error}") from None
-    for name in DISAGGREGATION_COLUMNS:
+    for name in DISAGGREGATION_COLUMNS + SPREAD_COLUMNS:
         if name not in raw.columns:
             raw[name] = ""
     missing = [c for c in COLUMNS if c not in raw.columns]

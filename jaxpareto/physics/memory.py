@@ -38,6 +38,25 @@ class MemoryBudget(NamedTuple):
     feasible: jax.Array
 
 
+def in_flight_context(prompt_tokens: jax.Array, osl: jax.Array, osl_cv: jax.Array) -> jax.Array:
+    """Mean context of the requests decoding at a random instant [tokens] (scalars in, scalar out;
+    plain arithmetic, so NumPy arrays work too).
+
+    A request of O output tokens after a P-token prompt stays O decode steps, its context growing
+    from P to P + O: the batch holds each request in proportion to its O. Averaged over the steps
+    (renewal-reward: sum of sum_{t<O} (P + t) over the sum of O) the context is
+    E[P O] / E[O] + E[O^2] / (2 E[O]); with P and O independent, P + E[O] (1 + cv_O^2) / 2. With
+    fixed lengths (cv_O = 0) that is the seed's mean P + OSL / 2; a spread of output lengths
+    lengthens it, since long answers are the ones a decode step mostly sees.
+
+    Args:
+        prompt_tokens: the mean prompt (context before decoding) P [tokens].
+        osl: mean output tokens E[O] [tokens].
+        osl_cv: coefficient of variation of the output tokens (``Workload.osl_cv``).
+    """
+    return prompt_tokens + 0.5 * osl * (1.0 + osl_cv * osl_cv)
+
+
 def kv_replication(tp: jax.Array, kv_heads: jax.Array) -> jax.Array:
     """r_kv = G / min(G, n_kv): copies of each KV head once TP exceeds the KV heads."""
     return tp / jnp.minimum(tp, kv_heads)

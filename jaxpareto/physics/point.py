@@ -33,7 +33,7 @@ from jaxpareto.physics.layout import expert_exchange, fills_budget, layout_costs
     point_layout, rank_model
 from jaxpareto.physics.limits import LAYOUT_DOES_NOT_SPLIT, LOAD_BEYOND_CAPACITY, REPLICA_DOES_NOT_DIVIDE_BUDGET, \
     context_fits, heads_split, infeasible_reason
-from jaxpareto.physics.memory import _INT32_MAX, memory_budget, session_gb
+from jaxpareto.physics.memory import _INT32_MAX, in_flight_context, memory_budget, session_gb
 from jaxpareto.physics.open_engine import poisson_turn, saturated_tpot_ms
 from jaxpareto.physics.outputs import DECODE_COMPUTE, DECODE_MEMORY, DECODE_NONE, PointOutputs
 from jaxpareto.physics.percentiles import PERCENTILES, TurnSpread, latency_percentiles
@@ -387,8 +387,9 @@ def evaluate_point(
         concurrency = point.concurrency if ranks is None else point.concurrency / ranks
     think_time_s, context_tokens, hit_rate = point.think_time_s, point.context_tokens, point.hit_rate
     lru = options.cache_model == "lru"
-    # the measured profile: decode attends, and KV holds, the turn's mean context L + OSL / 2
-    decode_context = context_tokens + workload.osl / 2.0 if measured else context_tokens
+    # the measured profile: decode attends, and KV holds, the turn's mean in-flight context
+    # L + OSL (1 + cv_OSL^2) / 2 (L + OSL / 2 with fixed lengths)
+    decode_context = in_flight_context(context_tokens, workload.osl, workload.osl_cv) if measured else context_tokens
     kv_context = jnp.where(workload.kv_context_tokens > 0, workload.kv_context_tokens, decode_context)
     memory = memory_budget(hw, model, tp, concurrency, kv_context, engine, None if layout is None else layout.stages)
     heads_ok, context_ok = heads_split(model, tp), context_fits(model, context_tokens + workload.osl)
