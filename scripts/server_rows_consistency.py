@@ -1,4 +1,4 @@
-"""Do the validation set's server rows fit in KV memory at their assumed lengths?
+"""Do the validation set's server rows fit in KV memory at their request lengths?
 
 A server row logs a load X (output tokens/s of the whole system) and a mean TPOT. By Little's law
 over the decode phase, a replica then decodes B = (X / replicas) x TPOT requests at once, and each
@@ -52,7 +52,7 @@ def main() -> None:
     print(markdown_table(["server row", "ISL", "OSL", "output tokens/s per replica", "TPOT ms",
                           "implied batch B", "KV slots (model)", "fits", "mean ISL that would fit"], out))
     print(f"\n{sum(r[7] == 'no' for r in out)} of {len(out)} rows imply more requests decoding than KV memory holds "
-          "at their assumed lengths.")
+          "at their request lengths.")
 
 
 if __name__ == "__main__":

@@ -237,15 +237,32 @@ def test_the_seed_profile_is_unchanged_by_the_engine_axis():
 
 @pytest.mark.parametrize("osl,cv", [(256.0, 0.5), (4043.45, 1.253)])
 def test_in_flight_context_against_a_simulated_batch(osl, cv):
-    """The context a decode step sees, averaged over the steps of many requests of lognormal
-    output lengths (each request present for O steps, its context growing from P to P + O),
-    against L + OSL (1 + cv^2) / 2."""
+    """A continuous batch, step by step: each of 16,384 slots holds a request of a lognormal prompt
+    P and output O (the DeepSeek-R1 set's spread among them), its context growing by one token a
+    step; a finished request is replaced at once. The mean context over the steps against
+    L + OSL (1 + cv^2) / 2."""
     rng = np.random.default_rng(0)
     sigma2 = np.log1p(cv * cv)
-    outputs = rng.lognormal(np.log(osl) - sigma2 / 2, np.sqrt(sigma2), 400_000)
-    prompts = rng.lognormal(np.log(800.0) - 0.1, np.sqrt(0.2), outputs.size)
-    simulated = np.sum(outputs * prompts + outputs**2 / 2) / np.sum(outputs)  # ∫_0^O (P + t) dt per request
-    assert float(in_flight_context(800.0, osl, cv)) == pytest.approx(simulated, rel=0.03)
+
+    def draw(n):
+        outputs = np.maximum(np.rint(rng.lognormal(np.log(osl) - sigma2 / 2, np.sqrt(sigma2), n)), 1.0)
+        return rng.lognormal(np.log(800.0) - 0.1, np.sqrt(0.2), n), outputs
+
+    # start in the steady state: a slot holds a request in proportion to its O, at a uniform
+    # point of its turn (the renewal process' stationary age)
+    pool_prompts, pool_outputs = draw(200_000)
+    pick = rng.choice(pool_outputs.size, 16_384, p=pool_outputs / pool_outputs.sum())
+    prompts, outputs = pool_prompts[pick], pool_outputs[pick]
+    done = np.floor(rng.uniform(0, 1, outputs.size) * outputs)
+    seen = []
+    for step in range(int(2 * osl)):
+        seen.append(np.mean(prompts + done))
+        done += 1.0
+        over = done >= outputs
+        prompts[over], outputs[over] = draw(int(over.sum()))
+        done[over] = 0.0
+    simulated = np.mean(seen)
+    assert float(in_flight_context(800.0, osl, cv)) == pytest.approx(simulated, rel=0.04)
     assert float(in_flight_context(800.0, osl, 0.0)) == 800.0 + osl / 2  # fixed lengths: the seed's mean
 
 
@@ -261,3 +278,16 @@ def test_spread_outputs_hold_the_longer_in_flight_context():
     assert int(out.concurrency_max) == int(same.concurrency_max) < int(shorter.concurrency_max)
     seed = [evaluate_point(_point(concurrency=64), w, efficiency, solver, ModelOptions()) for w in (spread, fixed)]
     assert float(seed[0].concurrency_max) == float(seed[1].concurrency_max)  # the seed's L is the session's own
+
+
+def test_the_optimiser_memory_term_sizes_sessions_as_the_point_does():
+    """`evaluate_with_memory` (the optimiser's memory penalty) holds the same context per session
+    as `evaluate_point`: under the measured profile, the in-flight L + OSL (1 + cv^2) / 2."""
+    from jaxpareto.search.penalty import evaluate_with_memory
+
+    efficiency, solver = _shared()[1:]
+    for options in (ModelOptions(), MEASURED):
+        for workload in (_shared(osl=2048.0)[0], _shared(osl=2048.0, osl_cv=1.2)[0]):
+            out, memory = evaluate_with_memory(_point(concurrency=64, context=4096), workload, efficiency, solver,
+                                               options, names=["concurrency_max"])
+            assert int(memory.concurrency_max) == int(out.concurrency_max)

@@ -5,11 +5,14 @@ import csv
 import importlib.util
 from pathlib import Path
 
+import jax
+import numpy as np
 import pandas as pd
 import pytest
 
 from jaxpareto.definitions import catalog
 from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.measure.predict import predict
 from jaxpareto.measure.validation_set import COLUMNS, ENGINES, default_path, load_validation_set, unsupported_reason
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -177,3 +180,24 @@ def test_shipped_aiconfigurator_set(aic):
     for engine in ENGINES:
         gpus = set(aic.loc[aic["engine"] == engine, "gpu"])
         assert {"h100-sxm", "h200-sxm"} <= gpus and gpus & blackwell, engine
+
+
+def test_length_spreads_are_optional_and_checked(tmp_path):
+    """A file without ``isl_cv``/``osl_cv`` loads with them blank (fixed lengths) and predicts as
+    with them blank; 0 is fixed lengths too; a spread outside Workload's 0-10 or not a number is
+    refused naming the row and the column."""
+    frame = pd.read_csv(default_path(), dtype=str, keep_default_na=False)
+    plain = frame[~frame["id"].str.startswith("mlperf")].head(6)
+    older = tmp_path / "older.csv"
+    plain.drop(columns=["isl_cv", "osl_cv"]).to_csv(older, index=False)
+    rows = load_validation_set(older)
+    assert rows["isl_cv"].isna().all() and rows["osl_cv"].isna().all()
+    zero = plain.copy()
+    zero[["isl_cv", "osl_cv"]] = "0"
+    zeroed = tmp_path / "zero.csv"
+    zero.to_csv(zeroed, index=False)
+    with jax.enable_x64(True):
+        np.testing.assert_array_equal(predict(rows), predict(load_validation_set(zeroed)))
+    for value, message in (("10.5", r"out of range"), ("-0.1", r"out of range"), ("wide", r"not a number")):
+        with pytest.raises(JaxparetoError, match=rf"\(line 2\)\.osl_cv: {message}"):
+            load_validation_set(_shipped_with(tmp_path, "osl_cv", value))

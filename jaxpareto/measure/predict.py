@@ -287,7 +287,7 @@ class Predictor:
 
 def default_prefill(options: ModelOptions) -> str:
     """How rows are prefilled by default: the whole prompt under the measured profile, the
-    seed's ISL within the ISL + OSL / 2 context otherwise (`jaxpareto.measure.row_inputs`)."""
+    seed's ISL within the in-flight context otherwise (`jaxpareto.measure.row_inputs`)."""
     return "prompt" if options.profile == "measured" else "isl"
 
 

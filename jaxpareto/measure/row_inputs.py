@@ -10,8 +10,9 @@ are the workload's length spreads.
 
 Prefill. Under the measured profile (``prefill="prompt"``, its default) the context is the ISL
 prompt, prefilled whole (h = 0) with no prefix, and the profile itself lets decode and KV
-memory see the mean context ISL + OSL / 2. Under the seed (``prefill="isl"``, its default) TTFT
-prefills the ISL prompt tokens while decode and KV memory see the ISL + OSL / 2 context. `evaluate_point` has one context per point, so this is
+memory see the mean in-flight context ISL + OSL (1 + cv²) / 2. Under the seed (``prefill="isl"``,
+its default) TTFT prefills the ISL prompt tokens while decode and KV memory see that in-flight
+context, given as the point's context. `evaluate_point` has one context per point, so this is
 passed as h = 1 with ΔL = ISL (eq. 2 then prefills min(ΔL, L) = ISL): it encodes "only the prompt
 is prefilled", not a cache. ``prefill="context"`` is the literal special case (h = 0, the whole
 context L prefilled), which over-counts prefill by OSL / 2 tokens (9x for ISL/OSL 128/2048).
@@ -115,7 +116,7 @@ def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl")
     Args:
         rows: DataFrame from `jaxpareto.measure.validation_set.load_validation_set`.
         dtype: "float64" or "float32".
-        prefill: "isl" (TTFT prefills the prompt within the ISL + OSL / 2 context), "context" (the
+        prefill: "isl" (TTFT prefills the prompt within the in-flight context), "context" (the
             whole context L) or "prompt" (the context is the prompt, prefilled whole; for the
             measured profile).
 
@@ -156,7 +157,7 @@ def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl")
     workload = Workload(**{f.name: np.full(n, getattr(defaults, f.name), dtype=dt) for f in numeric_fields(Workload)},
                         slo=LatencySlo(*(np.full(n, limit, dtype=dt) for limit in defaults.slo)))
     # a static row's KV capacity counts sessions of exactly one token of KV, under every profile
-    # (the measured profile would otherwise hold L + OSL / 2 per session)
+    # (the measured profile would otherwise hold its in-flight context per session)
     static_kv = np.where(load == "static", 1.0, 0.0).astype(dt)
     workload = dataclasses.replace(workload, osl=osl, delta_tokens=isl, kv_context_tokens=static_kv,
                                    isl_cv=isl_cv.astype(dt), osl_cv=osl_cv.astype(dt))

@@ -46,8 +46,9 @@ the logs or the reference README give; its spread is the reference outputs' (CV 
 references (405B's 684.68 and DeepSeek-R1's 4,043.45 output tokens) agree to the last digit.
 
 Assumptions stated per row in ``notes`` (search the file for "ASSUMED"): TP and KV dtype of most
-MLPerf submissions (DeepSeek-R1's layout and KV dtype are from NVIDIA's launch script), FP8 KV
-for TensorRT-LLM engines, bf16 weights in the vLLM blog, and the InferenceX statistic.
+MLPerf submissions (DeepSeek-R1's layout and KV dtype are those of NVIDIA's GB300 launch script of
+the same round), FP8 KV for TensorRT-LLM engines, bf16 weights in the vLLM blog, and the
+InferenceX statistic.
 
 Llama-2-70B is not in the catalog (a catalog test pins its model list), so `LLAMA_2_70B` is
 defined here from its ``config.json``.
@@ -77,9 +78,11 @@ from pathlib import Path
 import pandas as pd
 
 from jaxpareto.definitions import catalog
+from jaxpareto.definitions.checks import check_number
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.hardware import Hardware
 from jaxpareto.definitions.model import Model
+from jaxpareto.definitions.settings import Workload, numeric_fields
 from jaxpareto.definitions.units import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES
 
 #: config.json of meta-llama/Llama-2-70b-hf, as copied at huggingface.co/TheBloke/Llama-2-70B-fp16
@@ -131,7 +134,8 @@ ENGINES = ("vllm", "sglang", "trtllm")
 MODES = ("agg", "disagg")
 
 # column -> kind: "str" (non-empty), "opt_str" (may be blank), "int", "opt_int" (blank: a
-# default, see `_LAYOUT_DEFAULTS`), "num", "opt_num"
+# default, see `_LAYOUT_DEFAULTS`), "num", "opt_num" (> 0), "opt_cv" (the bounds of the `Workload`
+# field of that name)
 COLUMNS: dict[str, str] = {
     "id": "str",
     "source": "str",
@@ -156,8 +160,8 @@ COLUMNS: dict[str, str] = {
     "isl": "num",
     "osl": "num",
     "context_tokens": "opt_num",
-    "isl_cv": "opt_num",
-    "osl_cv": "opt_num",
+    "isl_cv": "opt_cv",
+    "osl_cv": "opt_cv",
     "concurrency": "opt_num",
     "load": "str",
     "load_tokens_per_s": "opt_num",
@@ -178,6 +182,7 @@ DISAGGREGATION_COLUMNS = ("prefill_workers", "prefill_tp", "decode_workers")
 #: the prompt and output tokens, blank for fixed lengths (``Workload.isl_cv``, ``osl_cv``). Optional
 #: in a file: a CSV written before they existed loads with them blank.
 SPREAD_COLUMNS = ("isl_cv", "osl_cv")
+_WORKLOAD_BOUNDS = {f.name: f.metadata["bounds"] for f in numeric_fields(Workload) if f.name in SPREAD_COLUMNS}
 
 #: Values of blank layout columns: pipeline stages, attention data-parallel ranks, MoE tensor- and
 #: expert-parallel ways (``moe_tp`` blank: the row's ``tp``).
@@ -193,7 +198,7 @@ def _where(row_id: str, line: int, field: str) -> str:
     return f"validation row {row_id!r} (line {line}).{field}"
 
 
-def _parse(kind: str, text: str, where: str):
+def _parse(kind: str, text: str, where: str, column: str = ""):
     text = text.strip()
     if kind in ("str", "opt_str"):
         if kind == "str" and not text:
@@ -207,6 +212,8 @@ def _parse(kind: str, text: str, where: str):
         number = float(text)
     except ValueError:
         raise JaxparetoError(where, f"not a number: {text!r}") from None
+    if kind == "opt_cv":  # a length spread: the bounds of the Workload field it sets
+        return check_number(where, number, **_WORKLOAD_BOUNDS[column])
     if not math.isfinite(number) or number <= 0:
         raise JaxparetoError(where, f"must be a finite number > 0, got {text!r}")
     if kind in ("int", "opt_int"):
@@ -316,7 +323,7 @@ def load_validation_set(path: str | Path | None = None) -> pd.DataFrame:
         def where(field, row_id=row_id, line=line):
             return _where(row_id, line, field)
 
-        row = {name: _parse(kind, record[name], where(name)) for name, kind in COLUMNS.items()}
+        row = {name: _parse(kind, record[name], where(name), name) for name, kind in COLUMNS.items()}
         _fill_defaults(row)
         if row["id"] in seen:
             raise JaxparetoError(where("id"), "duplicate id")
