@@ -3,10 +3,11 @@
 A server row logs a load X (output tokens/s of the whole system) and a mean TPOT. By Little's law
 over the decode phase, a replica then decodes B = (X / replicas) x TPOT requests at once, and each
 holds its KV for the request's in-flight context (ISL + OSL (1 + cv_OSL^2) / 2 on average, as the
-validation evaluates the rows: `jaxpareto.physics.memory.in_flight_context`). The model's KV memory per replica holds ``concurrency_max`` such contexts (the offline row
-of the same system: as many sessions as memory admits). Where B exceeds it, the row's assumed
-input length (or parallelism, or KV dtype) cannot be what the system ran: the last column is the
-mean ISL at which B would fit.
+validation evaluates the rows: `jaxpareto.physics.memory.in_flight_context`). The model's KV
+memory per replica holds ``concurrency_max`` such contexts (the offline row of the same system:
+as many sessions as memory admits). Where B exceeds it, the row's input length (or parallelism,
+or KV dtype) cannot be what the system ran: the last column is the mean ISL at which B would
+fit.
 
 Prints one markdown row per server TPOT row that has an offline row of the same system. No fit,
 no model of time: Little's law and the memory model only. About 20 s on a 2-core CPU.
