@@ -291,3 +291,21 @@ def test_the_optimiser_memory_term_sizes_sessions_as_the_point_does():
             out, memory = evaluate_with_memory(_point(concurrency=64, context=4096), workload, efficiency, solver,
                                                options, names=["concurrency_max"])
             assert int(memory.concurrency_max) == int(out.concurrency_max)
+
+
+def test_the_engine_runs_at_most_its_request_limit_and_the_rest_wait():
+    """An engine's ``max_running_requests`` (vLLM ``max_num_seqs``, TensorRT-LLM
+    ``max_batch_size``) caps the running batch below what KV memory holds: the other sessions wait,
+    R = R_run(M) x B / M as for memory, while the KV slots stay the memory's."""
+    workload, efficiency, solver = _shared()
+    capped = evaluate_point(_point(engine=Engine(name="capped", max_running_requests=16), concurrency=64,
+                                   context=1024), workload, efficiency, solver, MEASURED)
+    free = evaluate_point(_point(engine=Engine(name="free"), concurrency=64, context=1024), workload, efficiency,
+                          solver, MEASURED)
+    assert int(capped.concurrency_max) == int(free.concurrency_max) > 64  # memory holds them all
+    assert float(free.batch_eff) == pytest.approx(64) and float(free.memory_wait_ms) == 0.0
+    assert float(capped.batch_eff) == pytest.approx(16)
+    latency, wait = float(capped.latency_ms), float(capped.memory_wait_ms)
+    assert wait == pytest.approx(latency * (1 - 16 / 64), rel=1e-5)
+    shipped = engines()
+    assert [shipped[name].max_running_requests for name in ("seed", "vllm", "sglang", "trtllm")] == [0, 1024, 0, 2048]

@@ -54,6 +54,11 @@ class Engine(Definition):
         prefill_chunk_tokens: tokens one engine step carries at most (vLLM
             ``max_num_batched_tokens``, SGLang ``chunked_prefill_size``, TensorRT-LLM
             ``max_num_tokens``); 0: the workload's ``prefill_chunk_tokens``.
+        max_running_requests: requests one engine instance (a TP group, or an attention-DP rank)
+            runs at once at most (vLLM ``max_num_seqs``, TensorRT-LLM ``max_batch_size``,
+            SGLang ``max_running_requests``); 0: only KV memory limits them. The others wait,
+            where the model lets requests wait for a slot: the measured profile, the LRU cache
+            model and Poisson arrivals (`jaxpareto.physics.point.turn_state`).
         efficiency: `Efficiency` fields this engine sets (calibrated factors); the others come
             from the shared `Efficiency` of the run.
         sources: field name -> where its value comes from.
@@ -68,6 +73,7 @@ class Engine(Definition):
     memory_total: Literal["reported", "datasheet"] = "reported"
     activation_reserve_gb: float = pydantic.Field(default=0.0, ge=0)
     prefill_chunk_tokens: int = pydantic.Field(default=0, ge=0)
+    max_running_requests: int = pydantic.Field(default=0, ge=0)
     efficiency: dict[str, float] = pydantic.Field(default_factory=dict)
     sources: dict[str, str] = pydantic.Field(default_factory=dict)
 
@@ -93,6 +99,7 @@ class Engine(Definition):
             reported_total=float(self.memory_total == "reported"),
             activation_reserve_gb=self.activation_reserve_gb,
             prefill_chunk_tokens=float(self.prefill_chunk_tokens),
+            max_running_requests=float(self.max_running_requests),
             efficiency=Efficiency(**own),
             efficiency_mask=Efficiency(**mask),
         )
@@ -117,6 +124,7 @@ class EngineParams:
     reported_total: jax.Array | float
     activation_reserve_gb: jax.Array | float
     prefill_chunk_tokens: jax.Array | float
+    max_running_requests: jax.Array | float
     efficiency: Efficiency
     efficiency_mask: Efficiency
 

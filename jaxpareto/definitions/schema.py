@@ -42,7 +42,7 @@ OUTPUTS: dict[str, VariableInfo] = {
     "tier_hit_rate": VariableInfo("1", "share of turns loading their prefix from the host KV tier"),
     "cache_lifetime_s": VariableInfo("s", "how long a paused session's cache survives (TTL, LRU T_c; inf: no eviction)"),
     "gpu_utilization": VariableInfo("1", "share of the GPU's achievable compute used by prefill and decode"),
-    "memory_wait_ms": VariableInfo("ms", "wait per turn for KV memory to run, part of TTFT (LRU cache model)"),
+    "memory_wait_ms": VariableInfo("ms", "wait per turn for KV memory or the engine's running limit, part of TTFT (LRU cache model, measured profile, Poisson arrivals)"),
     "request_throughput": VariableInfo("requests/s", "requests (turns) served per second: X, or the arrival "
                                                      "rate under Poisson arrivals"),
     **{f"p{p}_{metric}_ms": VariableInfo("ms", f"P{p} of {label} (length spread, batch seen and, under Poisson "

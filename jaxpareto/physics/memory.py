@@ -57,6 +57,16 @@ def in_flight_context(prompt_tokens: jax.Array, osl: jax.Array, osl_cv: jax.Arra
     return prompt_tokens + 0.5 * osl * (1.0 + osl_cv * osl_cv)
 
 
+def running_limit(engine) -> jax.Array:
+    """Requests an engine instance runs at once at most [requests]: its ``max_running_requests``
+    (`jaxpareto.definitions.engine.Engine`), inf where it sets none (0) or the point has no
+    engine (the seed)."""
+    if engine is None:
+        return jnp.inf
+    limit = engine.max_running_requests
+    return jnp.where(limit > 0, limit, jnp.inf)
+
+
 def kv_replication(tp: jax.Array, kv_heads: jax.Array) -> jax.Array:
     """r_kv = G / min(G, n_kv): copies of each KV head once TP exceeds the KV heads."""
     return tp / jnp.minimum(tp, kv_heads)

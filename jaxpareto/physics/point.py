@@ -33,7 +33,7 @@ from jaxpareto.physics.layout import expert_exchange, fills_budget, layout_costs
     point_layout, rank_model
 from jaxpareto.physics.limits import LAYOUT_DOES_NOT_SPLIT, LOAD_BEYOND_CAPACITY, REPLICA_DOES_NOT_DIVIDE_BUDGET, \
     context_fits, heads_split, infeasible_reason
-from jaxpareto.physics.memory import _INT32_MAX, in_flight_context, memory_budget, session_gb
+from jaxpareto.physics.memory import _INT32_MAX, in_flight_context, memory_budget, running_limit, session_gb
 from jaxpareto.physics.open_engine import poisson_turn, saturated_tpot_ms
 from jaxpareto.physics.outputs import DECODE_COMPUTE, DECODE_MEMORY, DECODE_NONE, PointOutputs
 from jaxpareto.physics.percentiles import PERCENTILES, TurnSpread, latency_percentiles
@@ -56,7 +56,9 @@ class TurnLatency(NamedTuple):
         context_tokens: L [tokens]. hit_tokens: min(ΔL, L) [tokens].
         hit_rate: h after a TTL (the warm-cache rate the LRU model scales).
         prefill_tokens: L_prefill when it does not depend on B [tokens].
-        concurrency: C_eff [sessions]. slots: sessions the KV memory holds active [sessions].
+        concurrency: C_eff [sessions]. slots: requests that run at once [sessions]: the sessions
+            the KV memory holds active (``kv_slots``), at most the engine's
+            ``max_running_requests``.
         think_time_s: Z [s]. pause_sigma: lognormal σ.
         tier_slots: session caches the host tier holds. tier_load_ms: one context's KV from it [ms].
         chunk_tokens: prefill tokens per engine step (shared prefill).
@@ -79,6 +81,7 @@ class TurnLatency(NamedTuple):
     prefill_tokens: jax.Array = 0.0
     concurrency: jax.Array = 1.0
     slots: jax.Array = 1.0
+    kv_slots: jax.Array = 1.0
     think_time_s: jax.Array = 0.0
     pause_sigma: jax.Array = 1.0
     tier_slots: jax.Array = 0.0
@@ -172,7 +175,7 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
     if options.cache_model == "lru":
         batch_run = jnp.minimum(batch, turn.slots)
         idle = jnp.maximum(concurrency - batch_run, 0.0)
-        free = turn.slots - batch_run
+        free = turn.kv_slots - batch_run  # KV the running sessions leave to the paused ones
         solved = options.pause_distribution == "lognormal"  # T_c is an inner root (else closed form)
         gpu = lru_survival(free, idle, turn.think_time_s, options.pause_distribution, turn.pause_sigma,
                            next(given) if solved else None, polish)
@@ -410,7 +413,8 @@ def evaluate_point(
     rate_per_ms = point.request_rate / MS_PER_S if open_loop else 0.0 * memory.concurrency_max
     if open_loop and ranks is not None:
         rate_per_ms = rate_per_ms / ranks
-    slots = jnp.where(ok, memory.concurrency_max, 1.0)
+    kv_slots = jnp.where(ok, memory.concurrency_max, 1.0)
+    slots = jnp.minimum(kv_slots, running_limit(engine))  # the engine runs at most its limit
 
     hit_rate, hit_tokens, tokens, chunk_tokens = turn_tokens(workload, engine, options, think_time_s, context_tokens,
                                                              hit_rate)
@@ -439,7 +443,8 @@ def evaluate_point(
         ttft_fixed_ms=ttft_fixed_ms + fill_ms + zero, ttft_overhead_ms=efficiency.ttft_overhead_ms + fill_ms + zero,
         osl=workload.osl, decode=coefficients, prefill_ms_per_token=prefill_ms_per_token,
         context_tokens=context_tokens + zero, hit_tokens=hit_tokens + zero, hit_rate=hit_rate + zero,
-        prefill_tokens=tokens, concurrency=concurrency_eff + zero, slots=slots + zero, think_time_s=think_time_s + zero,
+        prefill_tokens=tokens, concurrency=concurrency_eff + zero, slots=slots + zero, kv_slots=kv_slots + zero,
+        think_time_s=think_time_s + zero,
         pause_sigma=workload.pause_sigma + zero, tier_slots=workload.tier_capacity_gb / memory.kv_per_session_gb + zero,
         tier_load_ms=tier_load_ms + zero, chunk_tokens=chunk_tokens + zero,
         rate_per_ms=rate_per_ms + zero, paused_sessions=paused + zero, isl_cv=workload.isl_cv + zero,
@@ -450,8 +455,9 @@ def evaluate_point(
         # float32): a tighter tolerance than that would cycle to max_iter on rounding noise
         floor = INNER_ROOT_EPS * jnp.finfo(think_ms.dtype).eps
         solver = dataclasses.replace(solver, tol=jnp.maximum(solver.tol, floor))
-    # the open loop's batch cannot pass the KV slots: the seed's memory holds the paused sessions too
-    batch_cap = slots - paused if options.memory_caps_concurrency else slots
+    # the open loop's batch cannot pass the KV slots (the seed's memory holds the paused sessions
+    # too) nor the engine's limit
+    batch_cap = jnp.minimum(kv_slots - paused if options.memory_caps_concurrency else kv_slots, slots)
     joint = joint_system(options)
     solution, inner = solve_closed_loop(latency_function(options),
                                         LoopInputs(turn, concurrency_eff, think_ms, rate_per_ms, batch_cap),
