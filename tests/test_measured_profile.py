@@ -309,3 +309,21 @@ def test_the_engine_runs_at_most_its_request_limit_and_the_rest_wait():
     assert wait == pytest.approx(latency * (1 - 16 / 64), rel=1e-5)
     shipped = engines()
     assert [shipped[name].max_running_requests for name in ("seed", "vllm", "sglang", "trtllm")] == [0, 1024, 0, 2048]
+
+
+def test_the_lru_cache_keeps_the_kv_memory_the_request_limit_leaves():
+    """Under the LRU model the paused sessions compete for the KV slots the running requests
+    leave: an engine that runs fewer requests at once leaves more of them, so more of the
+    paused sessions' prefixes survive, while the KV slots themselves stay the memory's."""
+    workload, efficiency, solver = _shared(osl=256.0)
+    lru = ModelOptions(cache_model="lru")
+    runs = {}
+    for limit in (0, 16):
+        point = _point(engine=Engine(name=f"limit{limit}", max_running_requests=limit), concurrency=512,
+                       context=16384, hit=0.9).replace(think_time_s=jnp.float64(5.0))
+        runs[limit] = evaluate_point(point, workload, efficiency, solver, lru)
+    assert int(runs[16].concurrency_max) == int(runs[0].concurrency_max)
+    assert float(runs[16].batch_eff) == pytest.approx(16)
+    assert float(runs[0].batch_eff) > 16
+    assert float(runs[16].hit_rate_eff) > float(runs[0].hit_rate_eff)
+    assert float(runs[16].memory_wait_ms) > 0.0

@@ -54,11 +54,13 @@ class Engine(Definition):
         prefill_chunk_tokens: tokens one engine step carries at most (vLLM
             ``max_num_batched_tokens``, SGLang ``chunked_prefill_size``, TensorRT-LLM
             ``max_num_tokens``); 0: the workload's ``prefill_chunk_tokens``.
-        max_running_requests: requests one engine instance (a TP group, or an attention-DP rank)
-            runs at once at most (vLLM ``max_num_seqs``, TensorRT-LLM ``max_batch_size``,
-            SGLang ``max_running_requests``); 0: only KV memory limits them. The others wait,
-            where the model lets requests wait for a slot: the measured profile, the LRU cache
-            model and Poisson arrivals (`jaxpareto.physics.point.turn_state`).
+        max_running_requests: requests one engine instance (a TP group, an attention-DP rank
+            or a pipeline) runs at once at most (vLLM ``max_num_seqs``, TensorRT-LLM
+            ``max_batch_size``, SGLang ``max_running_requests``); 0: only KV memory limits
+            them. The others wait where the model lets requests wait for a slot: the measured
+            profile and the LRU cache model in the closed loop, and Poisson arrivals
+            (`jaxpareto.physics.point.turn_state`); the seed profile's closed loop and the
+            conditional and disaggregated models do not apply it.
         efficiency: `Efficiency` fields this engine sets (calibrated factors); the others come
             from the shared `Efficiency` of the run.
         sources: field name -> where its value comes from.

@@ -58,7 +58,8 @@ class TurnLatency(NamedTuple):
         prefill_tokens: L_prefill when it does not depend on B [tokens].
         concurrency: C_eff [sessions]. slots: requests that run at once [sessions]: the sessions
             the KV memory holds active (``kv_slots``), at most the engine's
-            ``max_running_requests``.
+            ``max_running_requests``. kv_slots: the sessions the KV memory holds active (None:
+            ``slots``); the LRU model's paused sessions compete for what the running ones leave.
         think_time_s: Z [s]. pause_sigma: lognormal σ.
         tier_slots: session caches the host tier holds. tier_load_ms: one context's KV from it [ms].
         chunk_tokens: prefill tokens per engine step (shared prefill).
@@ -81,7 +82,7 @@ class TurnLatency(NamedTuple):
     prefill_tokens: jax.Array = 0.0
     concurrency: jax.Array = 1.0
     slots: jax.Array = 1.0
-    kv_slots: jax.Array = 1.0
+    kv_slots: jax.Array | None = None
     think_time_s: jax.Array = 0.0
     pause_sigma: jax.Array = 1.0
     tier_slots: jax.Array = 0.0
@@ -175,7 +176,8 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
     if options.cache_model == "lru":
         batch_run = jnp.minimum(batch, turn.slots)
         idle = jnp.maximum(concurrency - batch_run, 0.0)
-        free = turn.kv_slots - batch_run  # KV the running sessions leave to the paused ones
+        kv_slots = turn.slots if turn.kv_slots is None else turn.kv_slots
+        free = kv_slots - batch_run  # KV the running sessions leave to the paused ones
         solved = options.pause_distribution == "lognormal"  # T_c is an inner root (else closed form)
         gpu = lru_survival(free, idle, turn.think_time_s, options.pause_distribution, turn.pause_sigma,
                            next(given) if solved else None, polish)
