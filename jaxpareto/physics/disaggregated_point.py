@@ -23,7 +23,7 @@ from jaxpareto.physics.disaggregation import (BISECTIONS, NEWTON_STEPS, Pools, k
                                               solve_decode_batch)
 from jaxpareto.physics.intensity import operational_intensity
 from jaxpareto.physics.limits import PREFILL_WORKER_TOO_SMALL, context_fits, heads_split, infeasible_reason
-from jaxpareto.physics.memory import _INT32_MAX, in_flight_context, memory_budget
+from jaxpareto.physics.memory import _INT32_MAX, memory_budget, session_contexts
 from jaxpareto.physics.roots import INNER_ROOT_EPS
 from jaxpareto.physics.outputs import DECODE_COMPUTE, DECODE_MEMORY, DECODE_NONE, PointOutputs
 
@@ -69,8 +69,7 @@ def evaluate_disaggregated(point: GridPoint, workload: Workload, efficiency: Eff
     replica_gpus = prefill_workers * prefill_tp + decode_workers * tp
     context_tokens, hit_rate = point.context_tokens, point.hit_rate
     think_ms = point.think_time_s * MS_PER_S
-    decode_context = in_flight_context(context_tokens, workload.osl, workload.osl_cv) if measured else context_tokens
-    kv_context = jnp.where(workload.kv_context_tokens > 0, workload.kv_context_tokens, decode_context)
+    decode_context, kv_context = session_contexts(context_tokens, workload, measured)
 
     memory = memory_budget(hw, model, tp, point.concurrency / decode_workers, kv_context, engine)
     prefill_memory = memory_budget(hw, model, prefill_tp, 1.0, kv_context, engine)

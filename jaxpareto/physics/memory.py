@@ -57,6 +57,14 @@ def in_flight_context(prompt_tokens: jax.Array, osl: jax.Array, osl_cv: jax.Arra
     return prompt_tokens + 0.5 * osl * (1.0 + osl_cv * osl_cv)
 
 
+def session_contexts(context_tokens: jax.Array, workload, measured: bool) -> tuple[jax.Array, jax.Array]:
+    """(the context decode attends to, the context KV memory holds) per session [tokens]: the
+    point's L under the seed, the in-flight context under the measured profile (static
+    ``measured``); KV holds ``workload.kv_context_tokens`` instead where that is set (> 0)."""
+    decode = in_flight_context(context_tokens, workload.osl, workload.osl_cv) if measured else context_tokens
+    return decode, jnp.where(workload.kv_context_tokens > 0, workload.kv_context_tokens, decode)
+
+
 def running_limit(engine) -> jax.Array:
     """Requests an engine instance runs at once at most [requests]: its ``max_running_requests``
     (`jaxpareto.definitions.engine.Engine`), inf where it sets none (0) or the point has no

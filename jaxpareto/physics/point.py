@@ -33,7 +33,7 @@ from jaxpareto.physics.layout import expert_exchange, fills_budget, layout_costs
     point_layout, rank_model
 from jaxpareto.physics.limits import LAYOUT_DOES_NOT_SPLIT, LOAD_BEYOND_CAPACITY, REPLICA_DOES_NOT_DIVIDE_BUDGET, \
     context_fits, heads_split, infeasible_reason
-from jaxpareto.physics.memory import _INT32_MAX, in_flight_context, memory_budget, running_limit, session_gb
+from jaxpareto.physics.memory import _INT32_MAX, memory_budget, running_limit, session_contexts, session_gb
 from jaxpareto.physics.open_engine import poisson_turn, saturated_tpot_ms
 from jaxpareto.physics.outputs import DECODE_COMPUTE, DECODE_MEMORY, DECODE_NONE, PointOutputs
 from jaxpareto.physics.percentiles import PERCENTILES, TurnSpread, latency_percentiles
@@ -394,8 +394,7 @@ def evaluate_point(
     lru = options.cache_model == "lru"
     # the measured profile: decode attends, and KV holds, the turn's mean in-flight context
     # L + OSL (1 + cv_OSL^2) / 2 (L + OSL / 2 with fixed lengths)
-    decode_context = in_flight_context(context_tokens, workload.osl, workload.osl_cv) if measured else context_tokens
-    kv_context = jnp.where(workload.kv_context_tokens > 0, workload.kv_context_tokens, decode_context)
+    decode_context, kv_context = session_contexts(context_tokens, workload, measured)
     memory = memory_budget(hw, model, tp, concurrency, kv_context, engine, None if layout is None else layout.stages)
     heads_ok, context_ok = heads_split(model, tp), context_fits(model, context_tokens + workload.osl)
     if not options.memory_caps_concurrency or open_loop:  # all admitted; memory bounds how many run

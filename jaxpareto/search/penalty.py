@@ -18,7 +18,7 @@ import optax
 from jaxpareto.definitions.axes import GridPoint
 from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.definitions.settings import Efficiency, Solver, Workload
-from jaxpareto.physics.memory import MemoryBudget, in_flight_context, memory_budget
+from jaxpareto.physics.memory import MemoryBudget, memory_budget, session_contexts
 from jaxpareto.definitions.schema import PERCENTILE_VARIABLES
 from jaxpareto.physics.point import PointOutputs, evaluate_point
 
@@ -34,10 +34,8 @@ def evaluate_with_memory(point: GridPoint, workload: Workload, efficiency: Effic
     latency percentiles are computed only when ``names`` (the outputs read; None: all) need them."""
     needed = names is None or bool({*PERCENTILE_VARIABLES} & {*names})
     out = evaluate_point(point, workload, efficiency, solver, options=options, percentiles=needed)
-    # the context each session holds, as `evaluate_point` sizes it (the measured profile: in flight)
-    held = in_flight_context(point.context_tokens, workload.osl, workload.osl_cv) \
-        if options.profile == "measured" else point.context_tokens
-    kv_context = jnp.where(workload.kv_context_tokens > 0, workload.kv_context_tokens, held)
+    # the context each session holds, as `evaluate_point` sizes it
+    _, kv_context = session_contexts(point.context_tokens, workload, options.profile == "measured")
     return out, memory_budget(point.gpu, point.model, point.tp, point.concurrency, kv_context, point.get("engine"))
 
 
