@@ -7,6 +7,7 @@ as subprocesses.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -112,3 +113,14 @@ def benchmark_result(bench: str, args, options: list[str] = (), quick_suffix: bo
         return recorded(name)
     return run_benchmark(bench, (["--quick"] if args.quick else []) + list(options), scratch=args.quick,
                          result_json=name)
+
+
+def aiconfigurator_core(what: str, flag: str) -> Path:
+    """The folder of the ``aiconfigurator_core`` package installed in this Python (AIConfigurator
+    0.12.0's data: ``systems/``); exits naming ``flag``, the option that gives ``what`` instead,
+    when it is not installed."""
+    spec = importlib.util.find_spec("aiconfigurator_core")
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit(f"aiconfigurator is not installed in this Python: `pip install aiconfigurator` (0.12.0), or pass "
+                 f"{flag} {what}")
+    return Path(next(iter(spec.submodule_search_locations)))

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import importlib.util
 import io
 import math
 import re
@@ -50,6 +49,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from _common import aiconfigurator_core
 from jaxpareto.definitions import catalog
 from jaxpareto.measure.validation_set import COLUMNS, load_validation_set, row_model
 
@@ -96,11 +96,7 @@ DROP_DOUBLED = ("tp_size = moe_tp x moe_ep with moe_tp = moe_ep > 1: the GPUs co
 
 def default_source() -> Path:
     """``silicon_sample.csv`` of the ``aiconfigurator`` package installed in this Python."""
-    spec = importlib.util.find_spec("aiconfigurator_core")
-    if spec is None or not spec.submodule_search_locations:
-        sys.exit("aiconfigurator is not installed in this Python: `pip install aiconfigurator` (0.12.0), or pass "
-                 "--source PATH/TO/silicon_sample.csv")
-    return Path(next(iter(spec.submodule_search_locations))) / "systems" / "silicon_sample.csv"
+    return aiconfigurator_core("PATH/TO/silicon_sample.csv", "--source") / "systems" / "silicon_sample.csv"
 
 
 def _size(text: str) -> int | None:

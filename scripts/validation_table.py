@@ -4,10 +4,11 @@ the "Fitted: ..." line below it.
 
 Columns: the seed's equations with the isolated prefill (``jp.validate()``), the same with the
 shared prefill engine (``prefill_model="shared"``), the calibrated factors with the shared
-engine, and the held-out rows (``jp.calibrate``'s default split: 30 % of each source x metric
+engine and the measured GEMM rate (``gemm_rate="measured"``, as ``sweeps/calibration.toml`` is
+fitted), and the held-out rows (``jp.calibrate``'s default split: 30 % of each source x metric
 group, seed 0) before -> after. The calibrated factors come from a fresh ``jp.calibrate`` fit
-(400 Adam steps, the command that wrote ``sweeps/calibration.toml``), or from a calibration
-file with ``--calibration FILE``.
+(400 Adam steps, as ``jaxpareto calibrate --gemm-rate measured`` wrote
+``sweeps/calibration.toml``), or from a calibration file with ``--calibration FILE``.
 
 Run time on a 2-core CPU: about 3 minutes for the full fit (compiling the gradient takes about
 45 s, each of the 400 steps about 0.3 s); ``--quick`` fits 15 steps instead (about 1 minute; the
@@ -30,7 +31,7 @@ import pandas as pd
 import jaxpareto as jp
 from _common import REPO, markdown_table, timed
 
-HEADER = ["metric", "seed, isolated prefill", "seed, shared prefill", "calibrated, shared",
+HEADER = ["metric", "seed, isolated prefill", "seed, shared prefill", "calibrated, shared, measured GEMM rate",
           "held out: before → after"]
 # README row label per validation-set metric, in the README's order; then "all".
 METRICS = {"output_tokens_per_s_total": "output tokens/s", "tpot_ms": "TPOT", "itl_ms": "ITL (vLLM, Llama-3.1-8B)",
@@ -53,9 +54,10 @@ def read_efficiency(path: str) -> jp.Efficiency:
     """The ``[efficiency]`` table of a calibration TOML over the seed's defaults."""
     with open(path, "rb") as f:
         data = tomllib.load(f)
-    fitted_with = data.get("model", {}).get("prefill_model", "shared")
-    if fitted_with != "shared":
-        sys.exit(f"{path} was fitted with prefill_model = {fitted_with!r}; the table's calibrated column is 'shared'")
+    fitted_with = {key: data.get("model", {}).get(key) for key in ("prefill_model", "gemm_rate")}
+    if fitted_with != {"prefill_model": "shared", "gemm_rate": "measured"}:
+        sys.exit(f"{path} was fitted with {fitted_with}; the table's calibrated column is the shared prefill at the "
+                 "measured GEMM rate")
     return jp.Efficiency(**data["efficiency"])
 
 
@@ -75,20 +77,21 @@ def main() -> int:
                        help=f"use this file's factors instead of fitting (e.g. {REPO / 'sweeps' / 'calibration.toml'})")
     args = parser.parse_args()
     shared = jp.ModelOptions(prefill_model="shared")
+    fitted_model = shared._replace(gemm_rate="measured")  # what sweeps/calibration.toml is fitted with
 
     with timed("validate, seed equations"):
         isolated = mape(jp.validate())
+    with timed("validate, seed equations with the shared prefill"):
+        before = jp.validate(options=shared)
     steps = 15 if args.quick else (1 if args.calibration else args.steps)
-    with timed(f"calibrate ({steps} steps)"):
-        # the fit also gives the seed/shared table ("before") and the held-out split
-        result = jp.calibrate(steps=steps, options=shared)
+    with timed(f"calibrate ({steps} steps)"):  # the fit also gives the held-out split
+        result = jp.calibrate(steps=steps, options=fitted_model)
     if args.calibration:
         efficiency = read_efficiency(args.calibration)
         with timed("validate, calibrated"):
-            after = jp.validate(efficiency=efficiency, options=shared)
+            after = jp.validate(efficiency=efficiency, options=fitted_model)
     else:
         efficiency, after = result.efficiency, result.after
-    before = result.before
     seed_shared, calibrated = mape(before), mape(after)
     held_before, held_after = mape(before, result.test), mape(after, result.test)
 

@@ -3,6 +3,7 @@ and the AIConfigurator converter (scripts/import_aiconfigurator.py) with the set
 
 import csv
 import importlib.util
+import sys
 from pathlib import Path
 
 import jax
@@ -16,6 +17,7 @@ from jaxpareto.measure.predict import predict
 from jaxpareto.measure.validation_set import COLUMNS, ENGINES, default_path, load_validation_set, unsupported_reason
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))  # the scripts import their shared helpers (_common) as `python scripts/X.py` does
 spec = importlib.util.spec_from_file_location("import_aiconfigurator", ROOT / "scripts" / "import_aiconfigurator.py")
 importer = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(importer)

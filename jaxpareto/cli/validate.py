@@ -9,7 +9,7 @@ import pandas as pd
 from jaxpareto.cli._common import check_file_out
 from jaxpareto.definitions.calibration_file import calibration_factors, calibration_options
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.definitions.options import PREFILL_MODELS, PROFILES, ModelOptions
+from jaxpareto.definitions.options import GEMM_RATES, PREFILL_MODELS, PROFILES, ModelOptions
 from jaxpareto.definitions.settings import DTYPES, Efficiency
 from jaxpareto.measure.predict import validation_rows
 from jaxpareto.measure.row_inputs import PREFILL, engine_names
@@ -28,14 +28,15 @@ def _adopted(args: argparse.Namespace, field: str, default: str) -> str:
 def _cmd_validate(args: argparse.Namespace) -> int:
     out = check_file_out(args.out, "--csv", args.overwrite) if args.out else None
     options = ModelOptions(prefill_model=_adopted(args, "prefill_model", "isolated"),
-                           profile=_adopted(args, "profile", "seed"), arrivals=args.arrivals)
+                           profile=_adopted(args, "profile", "seed"), arrivals=args.arrivals,
+                           gemm_rate=_adopted(args, "gemm_rate", "peak"))
     rows = validation_rows(args.data)
     efficiency = calibration_factors(args.calibration, engine_names(rows)) if args.calibration else Efficiency()
     table = validate(rows, efficiency=efficiency, dtype=args.dtype, prefill=args.prefill, options=options)
     summary = table.attrs["mape"]
     print(f"validation set: {args.data or 'shipped jaxpareto/data/validation.csv'} ({len(table)} rows); "
           f"efficiency: {args.calibration or 'seed defaults'}; profile: {options.profile}, "
-          f"prefill_model: {options.prefill_model}; server rows: "
+          f"prefill_model: {options.prefill_model}; gemm_rate: {options.gemm_rate}; server rows: "
           f"{'Poisson arrivals' if options.open_loop else 'closed-loop matching'}")
     if out is not None:
         prediction_rows(rows, table).to_csv(out, index=False)
@@ -74,6 +75,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         "--calibration file was fitted with, else isolated)")
     p.add_argument("--profile", choices=PROFILES,
                    help="the seed's equations or the measured profile (default: the calibration's, else seed)")
+    p.add_argument("--gemm-rate", choices=GEMM_RATES,
+                   help="the matmuls at the datasheet's peak or at the rate large GEMMs measurably reach (default: "
+                        "the calibration's, else peak)")
     p.add_argument("--arrivals", choices=("staggered", "poisson"), default="staggered",
                    help="how the server rows' load arrives: the closed loop's Little's-law matching (default) or "
                         "Poisson arrivals at that load (the open loop)")

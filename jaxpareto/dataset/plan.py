@@ -268,7 +268,7 @@ def plan_sweep(
     layout = _layout_given(options, values, workload)
     if calibration is not None:  # adopt the model the factors were fitted with
         fitted = calibration_options(calibration)
-        for field, default in (("prefill_model", "isolated"), ("profile", "seed")):
+        for field, default in (("prefill_model", "isolated"), ("profile", "seed"), ("gemm_rate", "peak")):
             fitted_with = fitted.get(field)
             if fitted_with is not None and getattr(options, field) not in (default, fitted_with):
                 raise JaxparetoError(field, f"the calibration's factors were fitted with {fitted_with!r}; "

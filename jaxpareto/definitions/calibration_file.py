@@ -33,12 +33,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.definitions.options import PREFILL_MODELS, PROFILES
+from jaxpareto.definitions.options import GEMM_RATES, PREFILL_MODELS, PROFILES
 from jaxpareto.definitions.settings import Efficiency
 
 EFFICIENCY_FIELDS = tuple(f.name for f in dataclasses.fields(Efficiency))
 #: [model] keys a calibration file may set, and their allowed values.
-MODEL_FIELDS = {"prefill_model": PREFILL_MODELS, "profile": PROFILES}
+MODEL_FIELDS = {"prefill_model": PREFILL_MODELS, "profile": PROFILES, "gemm_rate": GEMM_RATES}
 
 
 def load_calibration(source: str | Path | Mapping) -> dict[str, float]:

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import pydantic
 
 from jaxpareto.definitions.base import Definition, finite_positive
+from jaxpareto.definitions.options import GEMM_RATES
 
 
 class Hardware(Definition):
@@ -40,6 +41,10 @@ class Hardware(Definition):
         scaleout_gbs: bandwidth per GPU beyond the scale-up domain, one direction [GB/s] (its
             NIC): the link of a TP group larger than the domain. None: unknown (the scale-up
             link is used).
+        gemm_fraction_fp16, gemm_fraction_fp8, gemm_fraction_fp4: the share of the dense peak of
+            that precision that large matrix multiplications measurably reach (in (0, 1]), used
+            under ``gemm_rate="measured"`` (`effective_tflops`). None: not measured
+            (`DEFAULT_GEMM_FRACTION` then).
         sources: field name -> where its value comes from.
 
     Raises:
@@ -57,6 +62,9 @@ class Hardware(Definition):
     interconnect_gbs: float | None = None
     scaleup_domain_gpus: int | None = pydantic.Field(default=None, ge=1)
     scaleout_gbs: float | None = None
+    gemm_fraction_fp16: float | None = pydantic.Field(default=None, gt=0.0, le=1.0)
+    gemm_fraction_fp8: float | None = pydantic.Field(default=None, gt=0.0, le=1.0)
+    gemm_fraction_fp4: float | None = pydantic.Field(default=None, gt=0.0, le=1.0)
     sources: dict[str, str] = pydantic.Field(default_factory=dict)
 
     @pydantic.field_validator(
@@ -81,6 +89,8 @@ class Hardware(Definition):
             interconnect_gbs=nan if self.interconnect_gbs is None else self.interconnect_gbs,
             scaleup_domain_gpus=math.inf if self.scaleup_domain_gpus is None else float(self.scaleup_domain_gpus),
             scaleout_gbs=nan if self.scaleout_gbs is None else self.scaleout_gbs,
+            **{f"gemm_fraction_{p}": nan if getattr(self, f"gemm_fraction_{p}") is None
+               else getattr(self, f"gemm_fraction_{p}") for p in ("fp16", "fp8", "fp4")},
         )
 
 
@@ -90,7 +100,7 @@ class HardwareParams:
     """One GPU as scalars (or, stacked, a table with a leading GPU axis).
 
     Fields have the units of `Hardware`; ``tflops_fp8``/``tflops_fp4``/``interconnect_gbs``/
-    ``scaleout_gbs`` are NaN where absent, ``scaleup_domain_gpus`` inf. ``memory_reported_ratio`` is ``memory_reported_gb / memory_gb``, a ratio so
+    ``scaleout_gbs`` and the ``gemm_fraction_*`` are NaN where absent, ``scaleup_domain_gpus`` inf. ``memory_reported_ratio`` is ``memory_reported_gb / memory_gb``, a ratio so
     that a what-if that scales ``memory_gb`` scales the reported total with it.
     """
 
@@ -103,9 +113,18 @@ class HardwareParams:
     interconnect_gbs: jax.Array | float
     scaleup_domain_gpus: jax.Array | float = math.inf
     scaleout_gbs: jax.Array | float = math.nan
+    gemm_fraction_fp16: jax.Array | float = math.nan
+    gemm_fraction_fp8: jax.Array | float = math.nan
+    gemm_fraction_fp4: jax.Array | float = math.nan
 
 
-def effective_tflops(hw: HardwareParams, compute_bits: jax.Array | float) -> jax.Array:
+# The share of the dense peak a GPU without a measurement is taken to reach, per precision: the
+# medians of the catalog's measured ``gemm_fraction_*`` (NVIDIA's from AIConfigurator's GEMM tables,
+# AMD's MI300X and MI325X from AMD's max-achievable FLOPS; tests/test_gemm_rate.py checks them).
+DEFAULT_GEMM_FRACTION = {"fp16": 0.672, "fp8": 0.5355, "fp4": 0.437}
+
+
+def effective_tflops(hw: HardwareParams, compute_bits: jax.Array | float, gemm_rate: str = "peak") -> jax.Array:
     """Dense tensor throughput F [TFLOPS] the model's matmuls run at on this GPU.
 
     docs/model.md (seed section 5.1): fp16/bf16 and weight-only int4 use the FP16 rate;
@@ -115,10 +134,31 @@ def effective_tflops(hw: HardwareParams, compute_bits: jax.Array | float) -> jax
     Args:
         hw: one GPU (scalars).
         compute_bits: 16, 8 or 4, from `jaxpareto.definitions.units.COMPUTE_BITS` of the weight dtype.
+        gemm_rate: "peak" (the datasheet's dense peak, the seed's) or "measured" (that peak times
+            the precision's ``gemm_fraction``: the rate large GEMMs measurably reach, docs/model.md
+            "Measured matmul rate"; `DEFAULT_GEMM_FRACTION` where the GPU has no measurement).
+            Static.
 
     Returns:
         Scalar F in TFLOPS.
+
+    Raises:
+        ValueError: an unknown ``gemm_rate``.
     """
-    fp8_or_fp16 = jnp.where(jnp.isfinite(hw.tflops_fp8), hw.tflops_fp8, hw.tflops_fp16)
-    fp4_chain = jnp.where(jnp.isfinite(hw.tflops_fp4), hw.tflops_fp4, fp8_or_fp16)
-    return jnp.where(compute_bits <= 4, fp4_chain, jnp.where(compute_bits <= 8, fp8_or_fp16, hw.tflops_fp16))
+    if gemm_rate not in GEMM_RATES:
+        raise ValueError(f"gemm_rate {gemm_rate!r} not in {GEMM_RATES}")
+    peak = _by_precision(hw, compute_bits, hw.tflops_fp16, hw.tflops_fp8, hw.tflops_fp4)
+    if gemm_rate == "peak":
+        return peak
+    measured = {p: jnp.where(jnp.isfinite(f), f, DEFAULT_GEMM_FRACTION[p])
+                for p, f in (("fp16", hw.gemm_fraction_fp16), ("fp8", hw.gemm_fraction_fp8),
+                             ("fp4", hw.gemm_fraction_fp4))}
+    return peak * _by_precision(hw, compute_bits, measured["fp16"], measured["fp8"], measured["fp4"])
+
+
+def _by_precision(hw: HardwareParams, compute_bits, fp16, fp8, fp4):
+    """The value of the precision a model of ``compute_bits`` computes in on this GPU: FP4,
+    else FP8, else FP16, down to the first the GPU has (`effective_tflops`)."""
+    fp8_or_fp16 = jnp.where(jnp.isfinite(hw.tflops_fp8), fp8, fp16)
+    fp4_chain = jnp.where(jnp.isfinite(hw.tflops_fp4), fp4, fp8_or_fp16)
+    return jnp.where(compute_bits <= 4, fp4_chain, jnp.where(compute_bits <= 8, fp8_or_fp16, fp16))

@@ -19,6 +19,7 @@ PROFILES = ("seed", "measured")
 ARRIVALS = ("staggered", "synchronised", "poisson")
 SERVING_MODES = ("aggregated", "disaggregated", "conditional")
 DP_PREFILLS = ("independent", "aligned")
+GEMM_RATES = ("peak", "measured")
 # How the optimiser searches (`jaxpareto.optimize`'s ``method``), and how sessions hold KV.
 SEARCH_METHODS = ("auto", "exhaustive", "bracket", "gradient")
 KV_DEMANDS = ("staggered", "synchronised", "synchronized")
@@ -81,6 +82,10 @@ class ModelOptions(NamedTuple):
             ``attention_dp_config.enable_balance``, or a benchmark at fixed concurrency and
             lengths, whose waves the lockstep keeps in step; a rank then sees its own prefills
             only).
+        gemm_rate: the rate the weights' matmuls run at (`jaxpareto.definitions.hardware.effective_tflops`):
+            "peak" (the datasheet's dense peak of the model's precision, the seed's) or
+            "measured" (that peak times the share large GEMMs measurably reach on that GPU in that
+            precision, the catalog's ``gemm_fraction_*``; docs/model.md, "Measured matmul rate").
     """
 
     expert_routing: str = "seed"
@@ -91,13 +96,14 @@ class ModelOptions(NamedTuple):
     arrivals: str = "staggered"
     serving: str = "aggregated"
     dp_prefill: str = "independent"
+    gemm_rate: str = "peak"
 
     def validate(self) -> "ModelOptions":
         """Self, checked; raises JaxparetoError naming the bad field and the allowed values."""
         for field, allowed in (("expert_routing", EXPERT_ROUTINGS), ("prefill_model", PREFILL_MODELS),
                                ("cache_model", CACHE_MODELS), ("pause_distribution", PAUSE_DISTRIBUTIONS),
                                ("profile", PROFILES), ("arrivals", ARRIVALS), ("serving", SERVING_MODES),
-                               ("dp_prefill", DP_PREFILLS)):
+                               ("dp_prefill", DP_PREFILLS), ("gemm_rate", GEMM_RATES)):
             value = getattr(self, field)
             if value not in allowed:
                 raise JaxparetoError(field, f"unknown {value!r}", allowed)

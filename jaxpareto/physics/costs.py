@@ -108,7 +108,7 @@ def tp_costs(hw, model, tp, tokens, context_tokens, decode_context, chunk_tokens
     a ``context_tokens`` context and decoding at ``decode_context`` (seed eqs. 2-3, the opt-in
     all-reduce and fixed terms, and the measured profile's attention; docs/model.md)."""
     measured = options.profile == "measured"
-    tflops = effective_tflops(hw, model.compute_bits)
+    tflops = effective_tflops(hw, model.compute_bits, options.gemm_rate)
     allreduce = allreduce_time(hw, model, tp, efficiency.allreduce_scale, efficiency.allreduce_latency_us,
                                latency_per_peer=measured)
     prefill_ms_per_token = ttft_ms(model.params_active_b, 1.0, tp, tflops, efficiency.eta_prefill) \

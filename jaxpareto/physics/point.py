@@ -423,7 +423,8 @@ def evaluate_point(
     fill_ms = 0.0  # a prompt's fill of a pipeline delays its first token, in every prefill model
     if layout is not None:  # the ranks' token exchange, the busiest expert GPU, the pipeline's stages
         exchange = expert_exchange(hw, whole_model, tp, layout, workload.expert_imbalance,
-                                   efficiency.allreduce_latency_us, effective_tflops(hw, model.compute_bits),
+                                   efficiency.allreduce_latency_us,
+                                   effective_tflops(hw, model.compute_bits, options.gemm_rate),
                                    options.expert_routing)
         costs = layout_costs(costs, exchange, efficiency.eta_prefill)
         pipeline = pipeline_costs(costs, hw, model, tp, layout, efficiency.allreduce_latency_us,

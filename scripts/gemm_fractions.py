@@ -1,0 +1,87 @@
+"""The share of its dense datasheet peak that each GPU's large matrix multiplications reach, per
+format, from AIConfigurator's measured GEMM tables: the ``gemm_fraction_*`` values of
+``jaxpareto/data/catalog.toml`` (used under ``gemm_rate="measured"``).
+
+Source: ``aiconfigurator_core/systems/data/<gpu>/gemm/<engine>/<version>/gemm_perf.parquet`` of
+the pip package ``aiconfigurator-core`` 0.12.0 (Apache-2.0; a dependency of ``aiconfigurator``):
+the latency [ms] of one (M x K) by (K x N) product per kernel, measured by NVIDIA with each
+engine's own kernels (vLLM, SGLang, TensorRT-LLM).
+
+Rule, per GPU and format (``bfloat16`` -> fp16, ``fp8`` per-tensor -> fp8, ``nvfp4`` -> fp4):
+
+- shapes: M (tokens) in 2,048-16,384 and N, K in {8192, 10240, 16384}, the sizes of a large
+  model's projections under a prefill chunk or a full decode batch, where a GEMM is bound by
+  its compute, not by reading its weights;
+- per engine: the fastest kernel of each shape, its rate 2 M N K / latency, and the median of
+  those rates over the shapes, as a share of the catalog's dense peak;
+- the GPU's value: the median over its engines' tables (an engine with two versions counts
+  each).
+
+Reading parquet needs ``pandas`` and ``pyarrow``, which jaxpareto itself does not; run this in an
+environment that has them (``pip install aiconfigurator-core==0.12.0 pandas pyarrow``).
+
+Usage: python scripts/gemm_fractions.py [--data PATH/TO/aiconfigurator_core/systems/data]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+from _common import aiconfigurator_core
+from jaxpareto.definitions import catalog
+
+# AIConfigurator's system names -> the catalog's GPUs
+GPUS = {"a100_sxm": "a100-sxm-80gb", "h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm", "b200_sxm": "b200",
+        "gb200": "gb200", "b300_sxm": "b300", "l40s": "l40s"}
+# the source's gemm_dtype -> the catalog's precision
+FORMATS = {"bfloat16": "fp16", "fp8": "fp8", "nvfp4": "fp4"}
+TOKENS = (2048, 4096, 8192, 16384)
+SIZES = (8192, 10240, 16384)
+
+
+def default_data() -> Path:
+    """The GEMM tables of the ``aiconfigurator-core`` package installed in this Python."""
+    return aiconfigurator_core("PATH/TO/aiconfigurator_core/systems/data", "--data") / "systems" / "data"
+
+
+def table_fraction(path: Path, source_dtype: str, peak_tflops: float) -> float | None:
+    """Median share of ``peak_tflops`` over the large shapes of one engine's table (None: no rows)."""
+    import pandas as pd
+
+    table = pd.read_parquet(path)
+    rows = table[(table.gemm_dtype == source_dtype) & table.m.isin(TOKENS) & table.n.isin(SIZES)
+                 & table.k.isin(SIZES)]
+    if rows.empty:
+        return None
+    fastest = rows.groupby(["m", "n", "k"]).latency.min().reset_index()
+    tflops = 2.0 * fastest.m * fastest.n * fastest.k / (fastest.latency * 1e-3) / 1e12
+    return float(statistics.median(tflops / peak_tflops))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, help="aiconfigurator_core/systems/data (default: the installed package's)")
+    args = parser.parse_args()
+    data = args.data or default_data()
+    for system, name in GPUS.items():
+        gpu = catalog.gpus()[name]
+        for source_dtype, precision in FORMATS.items():
+            peak = getattr(gpu, f"tflops_{precision}")
+            if peak is None:
+                continue
+            shares = {}
+            for path in sorted(data.glob(f"{system}/gemm/*/*/gemm_perf.parquet")):
+                share = table_fraction(path, source_dtype, peak)
+                if share is not None:
+                    shares[f"{path.parts[-3]} {path.parts[-2]}"] = share
+            if shares:
+                tables = ", ".join(f"{engine} {share:.3f}" for engine, share in shares.items())
+                print(f"{name:14s} gemm_fraction_{precision} = {statistics.median(shares.values()):.3f}  "
+                      f"# of {peak:g} TFLOPS; {tables}")
+
+
+if __name__ == "__main__":
+    main()
