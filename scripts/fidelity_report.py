@@ -36,7 +36,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from jaxpareto.definitions.calibration_file import calibration_factors  # noqa: E402
+from jaxpareto.definitions.calibration_file import calibration_factors, calibration_options  # noqa: E402
 from jaxpareto.definitions.options import GEMM_RATES, ModelOptions  # noqa: E402
 from jaxpareto.definitions.settings import Efficiency  # noqa: E402
 from jaxpareto.measure.calibrate import calibrate, train_mask  # noqa: E402
@@ -131,11 +131,14 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=300, help="Adam steps when fitting here (default 300)")
     parser.add_argument("--aiconfigurator", help="CSV of scripts/aiconfigurator_baseline.py for the side-by-side")
     parser.add_argument("--markdown", help="also write the tables to this Markdown file")
-    parser.add_argument("--gemm-rate", choices=GEMM_RATES, default="peak",
-                        help="the measured profile's matmul rate: the datasheet peak (default) or the rate large GEMMs "
-                             "measurably reach (the seed profile keeps the peak)")
+    parser.add_argument("--gemm-rate", choices=GEMM_RATES,
+                        help="the measured profile's matmul rate: the datasheet peak or the rate GEMMs measurably "
+                             "reach (default: the --calibration file's, else peak; the seed profile keeps the peak)")
     args = parser.parse_args(argv)
-    measured = MEASURED._replace(gemm_rate=args.gemm_rate)
+    fitted_rate = calibration_options(args.calibration)["gemm_rate"] if args.calibration else None
+    if args.gemm_rate and fitted_rate not in (None, args.gemm_rate):
+        parser.error(f"--gemm-rate {args.gemm_rate}: {args.calibration} was fitted at {fitted_rate!r}")
+    measured = MEASURED._replace(gemm_rate=args.gemm_rate or fitted_rate or "peak")
 
     rows = load_validation_set(args.data)
     supported = rows["unsupported"].eq("")

@@ -1,5 +1,6 @@
-"""The share of its dense datasheet peak that each GPU's large matrix multiplications reach, per
-format, from AIConfigurator's measured GEMM tables: the ``gemm_fraction_*`` values of
+"""The share of its dense datasheet peak that each GPU's large matrix multiplications reach, and
+the tokens' worth of time a GEMM adds whatever its size, per format, from AIConfigurator's
+measured GEMM tables: the ``gemm_fraction_*`` and ``gemm_offset_tokens_*`` values of
 ``jaxpareto/data/catalog.toml`` (used under ``gemm_rate="measured"``).
 
 Source: ``aiconfigurator_core/systems/data/<gpu>/gemm/<engine>/<version>/gemm_perf.parquet`` of
@@ -16,6 +17,12 @@ Rule, per GPU and format (``bfloat16`` -> fp16, ``fp8`` per-tensor -> fp8, ``nvf
   those rates over the shapes, as a share of the catalog's dense peak;
 - the GPU's value: the median over its engines' tables (an engine with two versions counts
   each).
+
+The offset m_0, per GPU and format: for each engine and shape (N, K as above), the straight line
+through the fastest kernel's latencies at M = 512, 1,024, 2,048 and 4,096 tokens (least squares;
+past the weights' read, before the rate levels off), m_0 = its intercept / its slope, the tokens'
+worth of time the GEMM adds whatever M (its tiles' ramp and tail); the median over the shapes,
+then over the engines, and 0 where that median is negative (no measurable offset).
 
 Reading parquet needs ``pandas`` and ``pyarrow``, which jaxpareto itself does not; run this in an
 environment that has them (``pip install aiconfigurator-core==0.12.0 pandas pyarrow``).
@@ -40,6 +47,7 @@ GPUS = {"a100_sxm": "a100-sxm-80gb", "h100_sxm": "h100-sxm", "h200_sxm": "h200-s
 FORMATS = {"bfloat16": "fp16", "fp8": "fp8", "nvfp4": "fp4"}
 TOKENS = (2048, 4096, 8192, 16384)
 SIZES = (8192, 10240, 16384)
+RAMP_TOKENS = (512, 1024, 2048, 4096)
 
 
 def default_data() -> Path:
@@ -47,18 +55,38 @@ def default_data() -> Path:
     return aiconfigurator_core("PATH/TO/aiconfigurator_core/systems/data", "--data") / "systems" / "data"
 
 
-def table_fraction(path: Path, source_dtype: str, peak_tflops: float) -> float | None:
-    """Median share of ``peak_tflops`` over the large shapes of one engine's table (None: no rows)."""
+def fastest(path: Path, source_dtype: str, tokens: tuple[int, ...]):
+    """The fastest kernel's latency [ms] per shape (M in ``tokens``, N and K in `SIZES`) of one
+    engine's table, as a DataFrame with columns m, n, k, latency (empty: no rows)."""
     import pandas as pd
 
     table = pd.read_parquet(path)
-    rows = table[(table.gemm_dtype == source_dtype) & table.m.isin(TOKENS) & table.n.isin(SIZES)
+    rows = table[(table.gemm_dtype == source_dtype) & table.m.isin(tokens) & table.n.isin(SIZES)
                  & table.k.isin(SIZES)]
-    if rows.empty:
+    return rows.groupby(["m", "n", "k"]).latency.min().reset_index()
+
+
+def table_fraction(path: Path, source_dtype: str, peak_tflops: float) -> float | None:
+    """Median share of ``peak_tflops`` over the large shapes of one engine's table (None: no rows)."""
+    best = fastest(path, source_dtype, TOKENS)
+    if best.empty:
         return None
-    fastest = rows.groupby(["m", "n", "k"]).latency.min().reset_index()
-    tflops = 2.0 * fastest.m * fastest.n * fastest.k / (fastest.latency * 1e-3) / 1e12
+    tflops = 2.0 * best.m * best.n * best.k / (best.latency * 1e-3) / 1e12
     return float(statistics.median(tflops / peak_tflops))
+
+
+def table_offset(path: Path, source_dtype: str) -> float | None:
+    """Median m_0 [tokens] over the shapes of one engine's table (None: no shape with every
+    `RAMP_TOKENS` size)."""
+    import numpy as np
+
+    best = fastest(path, source_dtype, RAMP_TOKENS)
+    offsets = []
+    for _, shape in best.groupby(["n", "k"]):
+        if len(shape) == len(RAMP_TOKENS):
+            slope, intercept = np.polyfit(shape.m.to_numpy(float), shape.latency.to_numpy(), 1)
+            offsets.append(intercept / slope)
+    return float(statistics.median(offsets)) if offsets else None
 
 
 def main() -> None:
@@ -72,15 +100,22 @@ def main() -> None:
             peak = getattr(gpu, f"tflops_{precision}")
             if peak is None:
                 continue
-            shares = {}
+            shares, offsets = {}, {}
             for path in sorted(data.glob(f"{system}/gemm/*/*/gemm_perf.parquet")):
-                share = table_fraction(path, source_dtype, peak)
+                engine = f"{path.parts[-3]} {path.parts[-2]}"
+                share, offset = table_fraction(path, source_dtype, peak), table_offset(path, source_dtype)
                 if share is not None:
-                    shares[f"{path.parts[-3]} {path.parts[-2]}"] = share
+                    shares[engine] = share
+                if offset is not None:
+                    offsets[engine] = offset
             if shares:
                 tables = ", ".join(f"{engine} {share:.3f}" for engine, share in shares.items())
                 print(f"{name:14s} gemm_fraction_{precision} = {statistics.median(shares.values()):.3f}  "
                       f"# of {peak:g} TFLOPS; {tables}")
+            if offsets:
+                tables = ", ".join(f"{engine} {offset:.0f}" for engine, offset in offsets.items())
+                print(f"{name:14s} gemm_offset_tokens_{precision} = "
+                      f"{max(statistics.median(offsets.values()), 0.0):.0f}  # {tables}")
 
 
 if __name__ == "__main__":

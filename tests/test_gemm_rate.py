@@ -1,5 +1,6 @@
 """``gemm_rate="measured"``: the matmuls at the share of the dense peak that large GEMMs measurably
-reach on each GPU (the catalog's ``gemm_fraction_*``), the datasheet peak by default."""
+reach on each GPU (the catalog's ``gemm_fraction_*``), each GEMM taking as long as m + m_0 tokens
+(``gemm_offset_tokens_*``); the datasheet peak, without an offset, by default."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ import pytest
 import jaxpareto as jp
 from jaxpareto.definitions import catalog
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.definitions.hardware import DEFAULT_GEMM_FRACTION, Hardware, effective_tflops
+from jaxpareto.definitions.hardware import DEFAULT_GEMM_FRACTION, DEFAULT_GEMM_OFFSET_TOKENS, Hardware, \
+    effective_tflops, gemm_offset_tokens
+from jaxpareto.definitions.settings import Efficiency
+from jaxpareto.physics.decode import decode_coefficients, decode_step, tpot_lines
 
 GRID = dict(gpu=["h100-sxm"], model=["llama-3.1-70b"], tp=[4], concurrency=[1, 64], think_time_s=[0.0],
             context_tokens=[8192], hit_rate=[0.0])
@@ -32,25 +36,55 @@ def test_measured_rate_is_the_peak_times_the_precisions_share(gpu, bits, want):
     assert float(effective_tflops(params, bits)) == float(effective_tflops(params, bits, "peak"))
 
 
-def test_default_shares_are_the_catalogs_medians():
+@pytest.mark.parametrize("kind, defaults", [("fraction", DEFAULT_GEMM_FRACTION),
+                                            ("offset_tokens", DEFAULT_GEMM_OFFSET_TOKENS)])
+def test_defaults_are_the_catalogs_medians(kind, defaults):
     gpus = catalog.gpus().values()
-    for precision, default in DEFAULT_GEMM_FRACTION.items():
-        measured = [v for g in gpus if (v := getattr(g, f"gemm_fraction_{precision}")) is not None]
+    for precision, default in defaults.items():
+        measured = [v for g in gpus if (v := getattr(g, f"gemm_{kind}_{precision}")) is not None]
         assert len(measured) >= 3
         assert default == pytest.approx(statistics.median(measured), abs=5e-4), precision
 
 
-def test_every_measured_share_has_a_source():
+def test_every_measurement_has_a_source():
     for name, gpu in catalog.gpus().items():
-        for precision in ("fp16", "fp8", "fp4"):
-            if getattr(gpu, f"gemm_fraction_{precision}") is not None:
-                assert f"gemm_fraction_{precision}" in gpu.sources, (name, precision)
-                assert getattr(gpu, f"tflops_{precision}") is not None, (name, precision)  # a share of a peak it has
+        for kind in ("fraction", "offset_tokens"):
+            for precision in ("fp16", "fp8", "fp4"):
+                if getattr(gpu, f"gemm_{kind}_{precision}") is not None:
+                    assert f"gemm_{kind}_{precision}" in gpu.sources, (name, kind, precision)
+                    assert getattr(gpu, f"tflops_{precision}") is not None, (name, precision)  # of a peak it has
+
+
+@pytest.mark.parametrize("gpu, bits, want", [("b200", 4, 289.0), ("b200", 8, 143.0), ("h100-sxm", 8, 0.0),
+                                             ("h100-sxm", 4, 0.0), ("mi300x", 8, DEFAULT_GEMM_OFFSET_TOKENS["fp8"])])
+def test_offset_of_the_precision_down_the_chain(gpu, bits, want):
+    params = catalog.gpus()[gpu].to_params()
+    assert float(gemm_offset_tokens(params, bits, "measured")) == want
+    assert float(gemm_offset_tokens(params, bits)) == 0.0  # the seed's peak: no offset
+
+
+def test_decode_step_adds_the_offsets_matmul_time_to_the_compute_line_only():
+    """TPOT = max(memory, (B + m_0) x t_matmul) / η_d + fixed: the offset lifts the compute line,
+    never the memory lines, and the lines the exact solver uses agree with the step."""
+    gpu, model = catalog.gpus()["b200"].to_params(), catalog.models()["llama-3.1-70b"].to_params()
+    base = decode_coefficients(gpu, model, 1.0, 4096.0, 4000.0, 0.8, 1.1)
+    lifted = decode_coefficients(gpu, model, 1.0, 4096.0, 4000.0, 0.8, 1.1, offset_tokens=300.0)
+    assert float(lifted.compute_floor_ms) == pytest.approx(300.0 * float(base.compute_ms), rel=1e-6)
+    for batch in (1.0, 64.0, 700.0, 4000.0):
+        a, b = decode_step(base, batch), decode_step(lifted, batch)
+        assert float(b.t_compute_ms) == pytest.approx((batch + 300.0) * float(base.compute_ms), rel=1e-6)
+        assert float(b.t_weight_ms + b.t_kv_ms) == float(a.t_weight_ms + a.t_kv_ms)
+        want = max(float(a.t_weight_ms + a.t_kv_ms) * 1.1, (batch + 300.0) * float(base.compute_ms)) / 0.8
+        assert float(b.tpot_ms) == pytest.approx(want, rel=1e-6)
+        lines = tpot_lines(lifted)
+        by_lines = max(min(float(lines.a_unsat + lines.b_unsat * batch), float(lines.a_sat + lines.b_sat * batch)),
+                       float(lines.a_compute + lines.b_compute * batch))
+        assert by_lines == pytest.approx(float(b.tpot_ms), rel=1e-6)
 
 
 def test_prefill_time_scales_by_the_inverse_share():
     """Seed eq. 2 is all matmul time: TTFT at the measured rate is TTFT at the peak / 0.754 (H100
-    BF16), while the memory-bound decode of one session does not move."""
+    BF16, whose offset is 0), while the memory-bound decode of one session does not move."""
     peak = jp.sweep(**GRID)
     measured = jp.sweep(**GRID, gemm_rate="measured")
     assert measured.attrs["gemm_rate"] == "measured" and peak.attrs["gemm_rate"] == "peak"
@@ -83,3 +117,47 @@ def test_calibration_adopts_its_rate():
         jp.sweep(**GRID, calibration={"efficiency": {}, "model": {"gemm_rate": "peak"}}, gemm_rate="measured")
     with pytest.raises(JaxparetoError, match="calibration.model.gemm_rate"):
         jp.sweep(**GRID, calibration={"efficiency": {}, "model": {"gemm_rate": "datasheet"}})
+
+
+def test_isolated_prefill_adds_the_offset_once_and_exact_agrees_with_damped():
+    """B200 BF16 (m_0 = 22): seed eq. 2's TTFT of L tokens becomes (L + 22) tokens at the measured
+    rate; the exact solver (R(B) still piecewise linear) agrees with the damped one."""
+    grid = dict(GRID, gpu=["b200"], concurrency=[1, 64, 512])
+    peak = jp.sweep(**grid)
+    measured = jp.sweep(**grid, gemm_rate="measured")
+    exact = jp.sweep(**grid, gemm_rate="measured", solver="exact")
+    tokens = float(peak.prefill_tokens.isel(concurrency=0).squeeze())
+    ratio = (measured.ttft_ms / peak.ttft_ms).values
+    np.testing.assert_allclose(ratio, (tokens + 22.0) / tokens / 0.672, rtol=1e-5)
+    np.testing.assert_allclose(exact.tpot_ms.values, measured.tpot_ms.values, rtol=1e-4)
+    np.testing.assert_allclose(exact.batch_eff.values, measured.batch_eff.values, rtol=1e-4)
+
+
+def test_a_calibration_without_a_rate_was_fitted_at_the_peak():
+    """Files written before gemm_rate existed (the shipped hopper-measured) were fitted at the
+    peak: asking for the measured rate with them is refused, and so is asking for the peak, by
+    keyword, with a file fitted at the measured rate."""
+    with pytest.raises(JaxparetoError, match="gemm_rate"):
+        jp.sweep(**GRID, calibration="hopper-measured", gemm_rate="measured")
+    assert jp.sweep(**GRID, calibration="hopper-measured").attrs["gemm_rate"] == "peak"
+    with pytest.raises(JaxparetoError, match="gemm_rate"):
+        jp.sweep(**GRID, calibration={"efficiency": {}, "model": {"gemm_rate": "measured"}}, gemm_rate="peak")
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("gemm_fraction_fp8", float("nan"), "gemm_fraction_fp8"),
+    ("gemm_fraction_fp4", 0.4, "gemm_fraction_fp4: a measurement of fp4"),  # H100 has no FP4
+    ("gemm_offset_tokens_fp8", -3.0, "gemm_offset_tokens_fp8"),
+])
+def test_bad_measurements_are_refused_by_name(field, value, message):
+    gpu = catalog.gpus()["h100-sxm"].model_dump()
+    gpu.update(name="mine", **{field: value})
+    with pytest.raises(JaxparetoError, match=message):
+        Hardware(**gpu)
+
+
+def test_ridge_point_follows_the_rate():
+    peak = jp.sweep(**GRID).ridge_point
+    measured = jp.sweep(**GRID, gemm_rate="measured").ridge_point
+    np.testing.assert_allclose(measured.values, peak.values * 0.754, rtol=1e-6)  # H100 BF16
+    assert "measured" in measured.attrs["long_name"]

@@ -270,9 +270,13 @@ def plan_sweep(
         fitted = calibration_options(calibration)
         for field, default in (("prefill_model", "isolated"), ("profile", "seed"), ("gemm_rate", "peak")):
             fitted_with = fitted.get(field)
-            if fitted_with is not None and getattr(options, field) not in (default, fitted_with):
+            asked = getattr(options, field)
+            # an explicit gemm_rate keyword is an ask even at its default (the file's rate is not the default's)
+            explicit = settings.get(field) if field == "gemm_rate" else None
+            if fitted_with is not None and (asked not in (default, fitted_with)
+                                            or explicit not in (None, fitted_with)):
                 raise JaxparetoError(field, f"the calibration's factors were fitted with {fitted_with!r}; "
-                                            f"they do not transfer to {getattr(options, field)!r}")
+                                            f"they do not transfer to {explicit or asked!r}")
             options = options._replace(**{field: fitted_with or getattr(options, field)})
     if solver.name == "exact" and not options.piecewise_linear:
         raise JaxparetoError("solver", "'exact' needs a piecewise-linear R(B): expert_routing='seed', "
@@ -345,8 +349,8 @@ def _options(options: ModelOptions | None, settings: Mapping, workload: Workload
     Raises:
         JaxparetoError: naming the field and the allowed values.
     """
-    given = {k: v for k, v in settings.items()
-             if k in ModelOptions._fields and not (k == "cache_model" and v is None)}  # None: chosen below
+    given = {k: v for k, v in settings.items()  # None: chosen below, or a calibration's
+             if k in ModelOptions._fields and not (k in ("cache_model", "gemm_rate") and v is None)}
     has_ttl = workload.cache_ttl_s > 0
     if "cache_model" not in given and options is None and has_ttl:
         given["cache_model"] = "ttl"

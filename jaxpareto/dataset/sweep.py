@@ -45,9 +45,10 @@ sweep.__signature__ = inspect.signature(plan_sweep).replace(return_annotation=xr
 
 def with_ridge_points(ds: xr.Dataset, plan: SweepPlan) -> xr.Dataset:
     """Add each (GPU, model)'s ridge point as a coordinate, to read against operational_intensity."""
-    ridge = np.asarray([[ridge_point(g, m) for m in plan.models] for g in plan.gpus])
+    ridge = np.asarray([[ridge_point(g, m, plan.options.gemm_rate) for m in plan.models] for g in plan.gpus])
+    rate = "peak" if plan.options.gemm_rate == "peak" else "measured matmul"
     return ds.assign_coords(ridge_point=(("gpu", "model"), ridge, {
-        "units": "FLOP/byte", "long_name": "ridge point: peak FLOPS at the model's precision / bandwidth"}))
+        "units": "FLOP/byte", "long_name": f"ridge point: {rate} FLOPS at the model's precision / bandwidth"}))
 
 
 def build_dataset(coords: Mapping[str, Sequence], results: Mapping[str, np.ndarray], attrs: Mapping) -> xr.Dataset:

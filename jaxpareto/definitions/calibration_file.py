@@ -9,6 +9,7 @@ decode_overhead_ms = 4.1
 [model]
 prefill_model = "shared"
 profile = "measured"
+gemm_rate = "measured"   # absent: "peak" (files from before the key)
 
 [engine.vllm]          # factors fitted per engine (optional); over [efficiency]
 eta_decode = 0.55
@@ -70,6 +71,7 @@ def calibration_efficiency(source: str | Path | Mapping, base: Efficiency = Effi
 
 def calibration_options(source: str | Path | Mapping) -> dict[str, str]:
     """The ``[model]`` table of a calibration file: the options its factors were fitted with.
+    A file without ``gemm_rate`` was fitted at the datasheet peak (the key came later): "peak".
 
     Raises:
         JaxparetoError: the file is missing, unreadable or not TOML; ``[model]`` is not a table,
@@ -84,7 +86,7 @@ def calibration_options(source: str | Path | Mapping) -> dict[str, str]:
             raise JaxparetoError(f"calibration.model.{key}", "unknown field", tuple(MODEL_FIELDS))
         if value not in MODEL_FIELDS[key]:
             raise JaxparetoError(f"calibration.model.{key}", f"unknown value {value!r}", MODEL_FIELDS[key])
-    return dict(table)
+    return {"gemm_rate": "peak", **table}
 
 
 def calibration_engines(source: str | Path | Mapping) -> dict[str, dict[str, float]]:

@@ -45,11 +45,16 @@ class Hardware(Definition):
             that precision that large matrix multiplications measurably reach (in (0, 1]), used
             under ``gemm_rate="measured"`` (`effective_tflops`). None: not measured
             (`DEFAULT_GEMM_FRACTION` then).
+        gemm_offset_tokens_fp16, gemm_offset_tokens_fp8, gemm_offset_tokens_fp4: m_0 of that
+            precision (>= 0): a GEMM of m tokens measurably takes as long as m + m_0 at the
+            large-GEMM rate (its tiles fill slowly), used under ``gemm_rate="measured"``
+            (`gemm_offset_tokens`). None: not measured (`DEFAULT_GEMM_OFFSET_TOKENS` then).
         sources: field name -> where its value comes from.
 
     Raises:
         pydantic.ValidationError (a ValueError) naming the field, for a missing, non-numeric,
-        non-finite or non-positive number, or an unknown field.
+        non-finite or non-positive number, an unknown field, or a ``gemm_*`` measurement of a
+        precision without its ``tflops_*``.
     """
 
     name: str = pydantic.Field(min_length=1)
@@ -62,9 +67,12 @@ class Hardware(Definition):
     interconnect_gbs: float | None = None
     scaleup_domain_gpus: int | None = pydantic.Field(default=None, ge=1)
     scaleout_gbs: float | None = None
-    gemm_fraction_fp16: float | None = pydantic.Field(default=None, gt=0.0, le=1.0)
-    gemm_fraction_fp8: float | None = pydantic.Field(default=None, gt=0.0, le=1.0)
-    gemm_fraction_fp4: float | None = pydantic.Field(default=None, gt=0.0, le=1.0)
+    gemm_fraction_fp16: float | None = pydantic.Field(default=None, gt=0.0, le=1.0, allow_inf_nan=False)
+    gemm_fraction_fp8: float | None = pydantic.Field(default=None, gt=0.0, le=1.0, allow_inf_nan=False)
+    gemm_fraction_fp4: float | None = pydantic.Field(default=None, gt=0.0, le=1.0, allow_inf_nan=False)
+    gemm_offset_tokens_fp16: float | None = pydantic.Field(default=None, ge=0.0, allow_inf_nan=False)
+    gemm_offset_tokens_fp8: float | None = pydantic.Field(default=None, ge=0.0, allow_inf_nan=False)
+    gemm_offset_tokens_fp4: float | None = pydantic.Field(default=None, ge=0.0, allow_inf_nan=False)
     sources: dict[str, str] = pydantic.Field(default_factory=dict)
 
     @pydantic.field_validator(
@@ -74,6 +82,15 @@ class Hardware(Definition):
     @classmethod
     def _positive(cls, value, info):
         return finite_positive(value, info.field_name)
+
+    @pydantic.model_validator(mode="after")
+    def _measured_precisions(self):
+        for kind in ("fraction", "offset_tokens"):
+            for precision in ("fp8", "fp4"):
+                field = f"gemm_{kind}_{precision}"
+                if getattr(self, field) is not None and getattr(self, f"tflops_{precision}") is None:
+                    raise ValueError(f"{field}: a measurement of {precision}, which this GPU has no tflops_{precision} for")
+        return self
 
     def to_params(self) -> "HardwareParams":
         """Numeric form for the physics; absent precisions become NaN."""
@@ -89,8 +106,9 @@ class Hardware(Definition):
             interconnect_gbs=nan if self.interconnect_gbs is None else self.interconnect_gbs,
             scaleup_domain_gpus=math.inf if self.scaleup_domain_gpus is None else float(self.scaleup_domain_gpus),
             scaleout_gbs=nan if self.scaleout_gbs is None else self.scaleout_gbs,
-            **{f"gemm_fraction_{p}": nan if getattr(self, f"gemm_fraction_{p}") is None
-               else getattr(self, f"gemm_fraction_{p}") for p in ("fp16", "fp8", "fp4")},
+            **{f"gemm_{kind}_{p}": nan if getattr(self, f"gemm_{kind}_{p}") is None
+               else getattr(self, f"gemm_{kind}_{p}") for kind in ("fraction", "offset_tokens")
+               for p in ("fp16", "fp8", "fp4")},
         )
 
 
@@ -100,7 +118,7 @@ class HardwareParams:
     """One GPU as scalars (or, stacked, a table with a leading GPU axis).
 
     Fields have the units of `Hardware`; ``tflops_fp8``/``tflops_fp4``/``interconnect_gbs``/
-    ``scaleout_gbs`` and the ``gemm_fraction_*`` are NaN where absent, ``scaleup_domain_gpus`` inf. ``memory_reported_ratio`` is ``memory_reported_gb / memory_gb``, a ratio so
+    ``scaleout_gbs``, the ``gemm_fraction_*`` and ``gemm_offset_tokens_*`` are NaN where absent, ``scaleup_domain_gpus`` inf. ``memory_reported_ratio`` is ``memory_reported_gb / memory_gb``, a ratio so
     that a what-if that scales ``memory_gb`` scales the reported total with it.
     """
 
@@ -116,12 +134,17 @@ class HardwareParams:
     gemm_fraction_fp16: jax.Array | float = math.nan
     gemm_fraction_fp8: jax.Array | float = math.nan
     gemm_fraction_fp4: jax.Array | float = math.nan
+    gemm_offset_tokens_fp16: jax.Array | float = math.nan
+    gemm_offset_tokens_fp8: jax.Array | float = math.nan
+    gemm_offset_tokens_fp4: jax.Array | float = math.nan
 
 
 # The share of the dense peak a GPU without a measurement is taken to reach, per precision: the
 # medians of the catalog's measured ``gemm_fraction_*`` (NVIDIA's from AIConfigurator's GEMM tables,
 # AMD's MI300X and MI325X from AMD's max-achievable FLOPS; tests/test_gemm_rate.py checks them).
 DEFAULT_GEMM_FRACTION = {"fp16": 0.672, "fp8": 0.5355, "fp4": 0.437}
+# likewise the medians of the catalog's ``gemm_offset_tokens_*`` (NVIDIA's only)
+DEFAULT_GEMM_OFFSET_TOKENS = {"fp16": 22.0, "fp8": 58.0, "fp4": 312.0}
 
 
 def effective_tflops(hw: HardwareParams, compute_bits: jax.Array | float, gemm_rate: str = "peak") -> jax.Array:
@@ -154,6 +177,25 @@ def effective_tflops(hw: HardwareParams, compute_bits: jax.Array | float, gemm_r
                 for p, f in (("fp16", hw.gemm_fraction_fp16), ("fp8", hw.gemm_fraction_fp8),
                              ("fp4", hw.gemm_fraction_fp4))}
     return peak * _by_precision(hw, compute_bits, measured["fp16"], measured["fp8"], measured["fp4"])
+
+
+def gemm_offset_tokens(hw: HardwareParams, compute_bits: jax.Array | float, gemm_rate: str = "peak") -> jax.Array:
+    """m_0 [tokens]: a GEMM of m tokens takes as long as m + m_0 tokens at the rate
+    `effective_tflops` gives (docs/model.md, "Measured matmul rate"): 0 at the datasheet peak
+    (``gemm_rate="peak"``, the seed's), else the GPU's ``gemm_offset_tokens`` of the precision
+    the model computes in (`DEFAULT_GEMM_OFFSET_TOKENS` where not measured). Scalar.
+
+    Raises:
+        ValueError: an unknown ``gemm_rate``.
+    """
+    if gemm_rate not in GEMM_RATES:
+        raise ValueError(f"gemm_rate {gemm_rate!r} not in {GEMM_RATES}")
+    if gemm_rate == "peak":
+        return 0.0 * hw.tflops_fp16
+    measured = {p: jnp.where(jnp.isfinite(m), m, DEFAULT_GEMM_OFFSET_TOKENS[p])
+                for p, m in (("fp16", hw.gemm_offset_tokens_fp16), ("fp8", hw.gemm_offset_tokens_fp8),
+                             ("fp4", hw.gemm_offset_tokens_fp4))}
+    return _by_precision(hw, compute_bits, measured["fp16"], measured["fp8"], measured["fp4"])
 
 
 def _by_precision(hw: HardwareParams, compute_bits, fp16, fp8, fp4):

@@ -142,7 +142,7 @@ _OPTION_KEYS = {"expert_routing": (Literal[EXPERT_ROUTINGS], ModelOptions().expe
                 "arrivals": (Literal[ARRIVALS], ModelOptions().arrivals),
                 "serving": (Literal[SERVING_MODES], ModelOptions().serving),
                 "dp_prefill": (Literal[DP_PREFILLS], ModelOptions().dp_prefill),
-                "gemm_rate": (Literal[GEMM_RATES], ModelOptions().gemm_rate),
+                "gemm_rate": (Literal[GEMM_RATES] | None, None),  # None: a calibration's, else peak
                 "cache_model": (Literal[CACHE_MODELS] | None, None)}
 WorkloadSpec = _table_of("WorkloadSpec", "``[workload]``: `Workload` fields and the model options.", Workload,
                          _OPTION_KEYS)

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxpareto.definitions.engine import EngineParams
-from jaxpareto.definitions.hardware import effective_tflops
+from jaxpareto.definitions.hardware import effective_tflops, gemm_offset_tokens
 from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.definitions.settings import Efficiency, Workload
 from jaxpareto.definitions.units import FLOPS_PER_TFLOPS, MS_PER_S
@@ -111,8 +111,11 @@ def tp_costs(hw, model, tp, tokens, context_tokens, decode_context, chunk_tokens
     tflops = effective_tflops(hw, model.compute_bits, options.gemm_rate)
     allreduce = allreduce_time(hw, model, tp, efficiency.allreduce_scale, efficiency.allreduce_latency_us,
                                latency_per_peer=measured)
-    prefill_ms_per_token = ttft_ms(model.params_active_b, 1.0, tp, tflops, efficiency.eta_prefill) \
-        + allreduce.per_token_ms
+    matmul_ms_per_token = ttft_ms(model.params_active_b, 1.0, tp, tflops, efficiency.eta_prefill)
+    prefill_ms_per_token = matmul_ms_per_token + allreduce.per_token_ms
+    # a GEMM of m tokens takes as long as m + m_0 at the measured rate: once per engine step
+    # (in the decode step's compute floor) and once per isolated prefill (seed eq. 2)
+    offset = gemm_offset_tokens(hw, model.compute_bits, options.gemm_rate)
     attention_tflops = effective_tflops(hw, 16.0) if measured else None
     if measured:  # the turn's attention FLOPs, spread over its prefill tokens
         prefix = jnp.maximum(context_tokens - tokens, 0.0)
@@ -124,8 +127,9 @@ def tp_costs(hw, model, tp, tokens, context_tokens, decode_context, chunk_tokens
         + allreduce.fixed_ms
     coefficients = decode_coefficients(
         hw, model, tp, decode_context, tflops, efficiency.eta_decode, efficiency.elementwise_overhead,
-        attention_tflops)._replace(fixed_ms=step_fixed_ms, allreduce_ms=allreduce.per_token_ms)
-    return TpCosts(prefill_ms_per_token, coefficients, efficiency.ttft_overhead_ms + allreduce.fixed_ms)
+        attention_tflops, offset)._replace(fixed_ms=step_fixed_ms, allreduce_ms=allreduce.per_token_ms)
+    return TpCosts(prefill_ms_per_token, coefficients,
+                   efficiency.ttft_overhead_ms + allreduce.fixed_ms + offset * matmul_ms_per_token)
 
 
 def prefill_alone_ms(costs: TpCosts, tokens: jax.Array, chunk_tokens: jax.Array, efficiency: Efficiency,

@@ -41,6 +41,10 @@ class DecodeCoefficients(NamedTuple):
         batch_floor: the step costs at least a batch of this many (a pipeline of S stages: S,
             each micro-batch one session at least; `jaxpareto.physics.layout.pipeline_costs`); 0
             elsewhere.
+        compute_floor_ms: matmul time every step adds whatever its tokens: a GEMM of m tokens
+            takes as long as m + m_0 at the large-GEMM rate (``gemm_rate="measured"``,
+            `jaxpareto.definitions.hardware.gemm_offset_tokens`), m_0 x the matmul time per token
+            [ms]; 0 in the seed.
     """
 
     nonmoe_ms: jax.Array
@@ -54,6 +58,7 @@ class DecodeCoefficients(NamedTuple):
     fixed_ms: jax.Array = 0.0
     allreduce_ms: jax.Array = 0.0
     batch_floor: jax.Array = 0.0
+    compute_floor_ms: jax.Array = 0.0
 
 
 class DecodeStep(NamedTuple):
@@ -63,7 +68,8 @@ class DecodeStep(NamedTuple):
         t_weight_ms: weight loading: non-expert part plus the distinct routed experts the
             batch touches, min(B x K, E) / G of them per GPU (seed eq. 3a).
         t_kv_ms: KV-cache reads of the whole batch (eq. 3b).
-        t_compute_ms: matmul time at the tensor-core peak (eq. 3c).
+        t_compute_ms: matmul time at the tensor-core peak (eq. 3c), plus the step's
+            ``compute_floor_ms``.
         tpot_ms: max((t_weight + t_kv) x overhead, t_compute) / η_d (eq. 3), plus t_fixed.
         compute_bound: t_compute exceeds the memory time.
         t_fixed_ms: the opt-in terms outside the roofline: per-step overhead and the
@@ -103,6 +109,7 @@ def decode_coefficients(
     eta_decode: jax.Array,
     elementwise_overhead: jax.Array,
     attention_tflops: jax.Array | None = None,
+    offset_tokens: jax.Array | float = 0.0,
 ) -> DecodeCoefficients:
     """Per-point constants of seed eq. 3.
 
@@ -117,10 +124,12 @@ def decode_coefficients(
         attention_tflops: F of the attention kernels per GPU [TFLOPS]; given (the measured
             profile), each session's step also computes its attention over the context
             (`jaxpareto.physics.attention`), split over the G GPUs like the heads.
+        offset_tokens: m_0, the tokens' worth of matmul time every step adds (`DecodeCoefficients`).
     """
     bw = hw.bandwidth_gbs
     matmul_ms = FLOPS_PER_PARAM_PER_TOKEN * model.params_active_b * PARAMS_PER_B / (tp * tflops * FLOPS_PER_TFLOPS) \
         * MS_PER_S
+    floor_ms = offset_tokens * matmul_ms
     if attention_tflops is not None:
         full, window = decode_pairs(context_tokens, model.kv_window_tokens)
         flops = full * model.decode_pair_flops + window * model.decode_window_pair_flops
@@ -135,6 +144,7 @@ def decode_coefficients(
         compute_ms=matmul_ms,
         elementwise_overhead=elementwise_overhead,
         eta_decode=eta_decode,
+        compute_floor_ms=floor_ms,
     )
 
 
@@ -162,7 +172,7 @@ def decode_step(c: DecodeCoefficients, batch: jax.Array, routing: str = "seed") 
     batch = jnp.maximum(batch, c.batch_floor)
     t_weight_ms = c.nonmoe_ms + experts_touched(batch, c.experts, c.experts_per_token, routing) * c.expert_ms
     t_kv_ms = batch * c.kv_ms
-    t_compute_ms = batch * c.compute_ms
+    t_compute_ms = batch * c.compute_ms + c.compute_floor_ms
     t_memory_ms = (t_weight_ms + t_kv_ms) * c.elementwise_overhead
     t_fixed_ms = c.fixed_ms + batch * c.allreduce_ms
     tpot_ms = jnp.maximum(t_memory_ms, t_compute_ms) / c.eta_decode + t_fixed_ms
@@ -177,6 +187,6 @@ def tpot_lines(c: DecodeCoefficients) -> TpotLines:
         b_unsat=scale * (c.experts_per_token * c.expert_ms + c.kv_ms) + c.allreduce_ms,
         a_sat=scale * (c.nonmoe_ms + c.experts * c.expert_ms) + c.fixed_ms,
         b_sat=scale * c.kv_ms + c.allreduce_ms,
-        a_compute=c.fixed_ms,
+        a_compute=c.fixed_ms + c.compute_floor_ms / c.eta_decode,
         b_compute=c.compute_ms / c.eta_decode + c.allreduce_ms,
     )

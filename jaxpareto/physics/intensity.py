@@ -54,7 +54,9 @@ def operational_intensity(
     return flops / (prefill_bytes + decode_bytes)
 
 
-def ridge_point(gpu: Hardware, model: Model) -> float:
-    """Peak FLOPS / bandwidth [FLOP/byte] at the model's compute precision (H100 FP16: 295)."""
-    tflops = float(effective_tflops(gpu.to_params(), COMPUTE_BITS[model.compute_dtype]))
+def ridge_point(gpu: Hardware, model: Model, gemm_rate: str = "peak") -> float:
+    """FLOPS / bandwidth [FLOP/byte] at the model's compute precision: the datasheet peak's (H100
+    FP16: 295), or with ``gemm_rate="measured"`` the rate the model's matmuls run at
+    (`effective_tflops`)."""
+    tflops = float(effective_tflops(gpu.to_params(), COMPUTE_BITS[model.compute_dtype], gemm_rate))
     return tflops * FLOPS_PER_TFLOPS / (gpu.bandwidth_gbs * BYTES_PER_GB)
