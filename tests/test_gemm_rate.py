@@ -161,3 +161,16 @@ def test_ridge_point_follows_the_rate():
     measured = jp.sweep(**GRID, gemm_rate="measured").ridge_point
     np.testing.assert_allclose(measured.values, peak.values * 0.754, rtol=1e-6)  # H100 BF16
     assert "measured" in measured.attrs["long_name"]
+
+
+def test_a_pipeline_pays_the_offset_every_cycle():
+    """A cycle of S stage steps pays m_0 once per stage's GEMMs on 1/S of the layers, m_0 x the
+    whole model's matmul time per token in all: a pipeline holding one session decodes no faster
+    than its TP group (GB200 FP8: m_0 = 221)."""
+    grid = dict(gpu=["gb200"], model=["llama-3.1-70b-fp8"], tp=[1], pp=[1, 2, 4], concurrency=[1],
+                think_time_s=[0.0], context_tokens=[4096], hit_rate=[0.0])
+    ds = jp.sweep(**grid, gemm_rate="measured")
+    compute = ds.t_compute_ms.squeeze().values
+    np.testing.assert_allclose(compute, compute[0], rtol=1e-6)
+    tpot = ds.tpot_ms.squeeze().values
+    assert (tpot[1:] >= tpot[0] * (1 - 1e-6)).all()

@@ -68,8 +68,8 @@ class DecodeStep(NamedTuple):
         t_weight_ms: weight loading: non-expert part plus the distinct routed experts the
             batch touches, min(B x K, E) / G of them per GPU (seed eq. 3a).
         t_kv_ms: KV-cache reads of the whole batch (eq. 3b).
-        t_compute_ms: matmul time at the tensor-core peak (eq. 3c), plus the step's
-            ``compute_floor_ms``.
+        t_compute_ms: matmul time at the tensor-core rate (eq. 3c: the peak, or the measured
+            rate), plus the step's ``compute_floor_ms``.
         tpot_ms: max((t_weight + t_kv) x overhead, t_compute) / η_d (eq. 3), plus t_fixed.
         compute_bound: t_compute exceeds the memory time.
         t_fixed_ms: the opt-in terms outside the roofline: per-step overhead and the
