@@ -173,10 +173,7 @@ def effective_tflops(hw: HardwareParams, compute_bits: jax.Array | float, gemm_r
     peak = _by_precision(hw, compute_bits, hw.tflops_fp16, hw.tflops_fp8, hw.tflops_fp4)
     if gemm_rate == "peak":
         return peak
-    measured = {p: jnp.where(jnp.isfinite(f), f, DEFAULT_GEMM_FRACTION[p])
-                for p, f in (("fp16", hw.gemm_fraction_fp16), ("fp8", hw.gemm_fraction_fp8),
-                             ("fp4", hw.gemm_fraction_fp4))}
-    return peak * _by_precision(hw, compute_bits, measured["fp16"], measured["fp8"], measured["fp4"])
+    return peak * _by_precision(hw, compute_bits, *_measured(hw, "fraction", DEFAULT_GEMM_FRACTION))
 
 
 def gemm_offset_tokens(hw: HardwareParams, compute_bits: jax.Array | float, gemm_rate: str = "peak") -> jax.Array:
@@ -192,10 +189,13 @@ def gemm_offset_tokens(hw: HardwareParams, compute_bits: jax.Array | float, gemm
         raise ValueError(f"gemm_rate {gemm_rate!r} not in {GEMM_RATES}")
     if gemm_rate == "peak":
         return 0.0 * hw.tflops_fp16
-    measured = {p: jnp.where(jnp.isfinite(m), m, DEFAULT_GEMM_OFFSET_TOKENS[p])
-                for p, m in (("fp16", hw.gemm_offset_tokens_fp16), ("fp8", hw.gemm_offset_tokens_fp8),
-                             ("fp4", hw.gemm_offset_tokens_fp4))}
-    return _by_precision(hw, compute_bits, measured["fp16"], measured["fp8"], measured["fp4"])
+    return _by_precision(hw, compute_bits, *_measured(hw, "offset_tokens", DEFAULT_GEMM_OFFSET_TOKENS))
+
+
+def _measured(hw: HardwareParams, kind: str, defaults: dict) -> tuple:
+    """The GPU's ``gemm_<kind>_fp16/fp8/fp4``, each the default where not measured (NaN)."""
+    values = (getattr(hw, f"gemm_{kind}_{p}") for p in ("fp16", "fp8", "fp4"))
+    return tuple(jnp.where(jnp.isfinite(v), v, defaults[p]) for v, p in zip(values, ("fp16", "fp8", "fp4")))
 
 
 def _by_precision(hw: HardwareParams, compute_bits, fp16, fp8, fp4):
