@@ -249,3 +249,36 @@ def test_open_loop_review_findings_stay_fixed():
     assert np.all(many.ttft_ms.values < 2.0 * float(many.ttft_ms[0]))  # the step-bound wait stays small
     odd = jp.sweep(GPU, MODEL, request_rate=[90.0, 110.0], context_tokens=300, osl=16, **short).squeeze()
     assert not odd.feasible.values.any() and (odd.infeasible_reason.values == LOAD_BEYOND_CAPACITY).all()
+
+
+def test_incomplete_beta_derivatives_match_finite_differences():
+    """The KV-slot wait's I_x(a, b) is differentiable in its shape parameters (calibration in the
+    open loop needs them; JAX's betainc has none)."""
+    import jax.numpy as jnp
+    from jax.scipy.special import betainc
+
+    from jaxpareto.physics.queueing import _betainc
+
+    with jax.enable_x64(True):
+        for a, b, x in ((3.7, 120.0, 0.03), (40.0, 900.0, 0.05), (0.8, 12.0, 0.4)):
+            got = jax.grad(_betainc, argnums=(0, 1, 2))(jnp.float64(a), jnp.float64(b), jnp.float64(x))
+            h = 1e-6
+            want = [(betainc(a + h, b, x) - betainc(a - h, b, x)) / (2 * h),
+                    (betainc(a, b + h, x) - betainc(a, b - h, x)) / (2 * h),
+                    (betainc(a, b, x + h) - betainc(a, b, x - h)) / (2 * h)]
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-9)
+
+
+@pytest.mark.slow  # about 2.5 minutes: compiling the forward-mode gradient of the open loop
+def test_calibration_with_the_server_rows_in_the_open_loop_stays_finite():
+    """``calibrate(..., arrivals="poisson")``: the open loop's gradient is formed forward (reverse
+    mode returns NaN through its queueing branches), and the fit moves to finite factors."""
+    from jaxpareto.measure.validation_set import load_validation_set
+
+    rows = load_validation_set(None)
+    rows = rows[rows["load"].eq("server") & rows["model"].eq("llama-2-70b")].reset_index(drop=True)
+    result = jp.calibrate(rows, steps=3, test_fraction=0.0,
+                          options=jp.ModelOptions(prefill_model="shared", arrivals="poisson"))
+    assert np.isfinite(result.loss).all() and result.loss[-1] < result.loss[0]
+    for field in result.fields:
+        assert np.isfinite(getattr(result.efficiency, field))

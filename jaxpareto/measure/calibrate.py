@@ -292,9 +292,18 @@ def calibrate(rows=None, *, fields=None, start: Efficiency = Efficiency(), test_
     u0 = np.tile([_inverse(f, float(getattr(start, f))) for f in fields], (len(groups), 1))
     optimizer = optax.adam(optax.cosine_decay_schedule(learning_rate, steps, alpha=0.05))
 
+    # the open loop's queueing terms select between branches (stable or not, over-dispersed or
+    # not) whose unused side has infinite partial derivatives: reverse mode multiplies those by a
+    # zero cotangent and returns NaN, forward mode drops them. The factors are few (6 per engine
+    # group), so the open loop's gradient is formed forward.
+    open_loop = getattr(options, "arrivals", "staggered") == "poisson"
+
     @jax.jit
     def step(u, state):
-        value, grad = jax.value_and_grad(loss)(u)
+        if open_loop:
+            value, grad = loss(u), jax.jacfwd(loss)(u)
+        else:
+            value, grad = jax.value_and_grad(loss)(u)
         updates, state = optimizer.update(grad, state, u)
         return optax.apply_updates(u, updates), state, value
 
