@@ -142,6 +142,9 @@ def test_a_calibration_without_a_rate_was_fitted_at_the_peak():
     assert jp.sweep(**GRID, calibration="hopper-measured").attrs["gemm_rate"] == "peak"
     with pytest.raises(JaxparetoError, match="gemm_rate"):
         jp.sweep(**GRID, calibration={"efficiency": {}, "model": {"gemm_rate": "measured"}}, gemm_rate="peak")
+    # the same for every option a calibration records: an explicit keyword at its default is an ask
+    with pytest.raises(JaxparetoError, match="prefill_model"):
+        jp.sweep(**GRID, calibration={"efficiency": {}, "model": {"prefill_model": "shared"}}, prefill_model="isolated")
 
 
 @pytest.mark.parametrize("field, value, message", [

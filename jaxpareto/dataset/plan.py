@@ -29,7 +29,8 @@ from jaxpareto.definitions.settings import DTYPES, SOLVERS, Efficiency, Solver, 
 from jaxpareto.definitions.version import __version__
 from jaxpareto.definitions.settings import DEFAULT_CHUNK_POINTS
 from jaxpareto.mapper import GridProblem
-from jaxpareto.definitions.calibration_file import calibration_engines, calibration_options, load_calibration
+from jaxpareto.definitions.calibration_file import MODEL_FIELDS, calibration_engines, calibration_options, \
+    load_calibration
 from jaxpareto.definitions.engine import resolve_engine
 
 # The flat keywords of `plan_sweep`: every settings field, and every option.
@@ -267,17 +268,15 @@ def plan_sweep(
     _check_serving_axes(options, values)
     layout = _layout_given(options, values, workload)
     if calibration is not None:  # adopt the model the factors were fitted with
-        fitted = calibration_options(calibration)
-        for field, default in (("prefill_model", "isolated"), ("profile", "seed"), ("gemm_rate", "peak")):
-            fitted_with = fitted.get(field)
-            asked = getattr(options, field)
-            # an explicit gemm_rate keyword is an ask even at its default (the file's rate is not the default's)
-            explicit = settings.get(field) if field == "gemm_rate" else None
-            if fitted_with is not None and (asked not in (default, fitted_with)
-                                            or explicit not in (None, fitted_with)):
+        for field, fitted_with in calibration_options(calibration).items():
+            # asked: a keyword or spec key (even at the default), or an options object's non-default value
+            asked = settings.get(field)
+            if asked is None and getattr(options, field) != getattr(ModelOptions(), field):
+                asked = getattr(options, field)
+            if asked not in (None, fitted_with):
                 raise JaxparetoError(field, f"the calibration's factors were fitted with {fitted_with!r}; "
-                                            f"they do not transfer to {explicit or asked!r}")
-            options = options._replace(**{field: fitted_with or getattr(options, field)})
+                                            f"they do not transfer to {asked!r}")
+            options = options._replace(**{field: fitted_with})
     if solver.name == "exact" and not options.piecewise_linear:
         raise JaxparetoError("solver", "'exact' needs a piecewise-linear R(B): expert_routing='seed', "
                                        "prefill_model='isolated', cache_model 'given' or 'ttl', arrivals not "
@@ -350,7 +349,7 @@ def _options(options: ModelOptions | None, settings: Mapping, workload: Workload
         JaxparetoError: naming the field and the allowed values.
     """
     given = {k: v for k, v in settings.items()  # None: chosen below, or a calibration's
-             if k in ModelOptions._fields and not (k in ("cache_model", "gemm_rate") and v is None)}
+             if k in ModelOptions._fields and not (v is None and (k == "cache_model" or k in MODEL_FIELDS))}
     has_ttl = workload.cache_ttl_s > 0
     if "cache_model" not in given and options is None and has_ttl:
         given["cache_model"] = "ttl"

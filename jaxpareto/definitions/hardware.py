@@ -168,10 +168,8 @@ def effective_tflops(hw: HardwareParams, compute_bits: jax.Array | float, gemm_r
     Raises:
         ValueError: an unknown ``gemm_rate``.
     """
-    if gemm_rate not in GEMM_RATES:
-        raise ValueError(f"gemm_rate {gemm_rate!r} not in {GEMM_RATES}")
     peak = _by_precision(hw, compute_bits, hw.tflops_fp16, hw.tflops_fp8, hw.tflops_fp4)
-    if gemm_rate == "peak":
+    if _at_peak(gemm_rate):
         return peak
     return peak * _by_precision(hw, compute_bits, *_measured(hw, "fraction", DEFAULT_GEMM_FRACTION))
 
@@ -185,11 +183,16 @@ def gemm_offset_tokens(hw: HardwareParams, compute_bits: jax.Array | float, gemm
     Raises:
         ValueError: an unknown ``gemm_rate``.
     """
-    if gemm_rate not in GEMM_RATES:
-        raise ValueError(f"gemm_rate {gemm_rate!r} not in {GEMM_RATES}")
-    if gemm_rate == "peak":
+    if _at_peak(gemm_rate):
         return 0.0 * hw.tflops_fp16
     return _by_precision(hw, compute_bits, *_measured(hw, "offset_tokens", DEFAULT_GEMM_OFFSET_TOKENS))
+
+
+def _at_peak(gemm_rate: str) -> bool:
+    """``gemm_rate`` is "peak" (else "measured"); raises ValueError for another."""
+    if gemm_rate not in GEMM_RATES:
+        raise ValueError(f"gemm_rate {gemm_rate!r} not in {GEMM_RATES}")
+    return gemm_rate == "peak"
 
 
 def _measured(hw: HardwareParams, kind: str, defaults: dict) -> tuple:

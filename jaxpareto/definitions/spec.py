@@ -137,8 +137,9 @@ def _table_of(name: str, doc: str, settings_cls, extra: dict) -> type[_Table]:
 
 _OPTION_KEYS = {"expert_routing": (Literal[EXPERT_ROUTINGS], ModelOptions().expert_routing),
                 "pause_distribution": (Literal[PAUSE_DISTRIBUTIONS], ModelOptions().pause_distribution),
-                "prefill_model": (Literal[PREFILL_MODELS], ModelOptions().prefill_model),
-                "profile": (Literal[PROFILES], ModelOptions().profile),
+                # None: a calibration's, else ModelOptions' default (as gemm_rate and cache_model)
+                "prefill_model": (Literal[PREFILL_MODELS] | None, None),
+                "profile": (Literal[PROFILES] | None, None),
                 "arrivals": (Literal[ARRIVALS], ModelOptions().arrivals),
                 "serving": (Literal[SERVING_MODES], ModelOptions().serving),
                 "dp_prefill": (Literal[DP_PREFILLS], ModelOptions().dp_prefill),

@@ -300,8 +300,8 @@ def calibrate(rows=None, *, fields=None, start: Efficiency = Efficiency(), test_
 
     @jax.jit
     def step(u, state):
-        if open_loop:
-            value, grad = loss(u), jax.jacfwd(loss)(u)
+        if open_loop:  # the loss is the auxiliary output of its own forward-mode derivative
+            grad, value = jax.jacfwd(lambda x: (loss(x),) * 2, has_aux=True)(u)
         else:
             value, grad = jax.value_and_grad(loss)(u)
         updates, state = optimizer.update(grad, state, u)
