@@ -8,12 +8,16 @@ continuous-batching server with chunked prefill fed the model's own step times
 
 import jax
 import numpy as np
+import pandas as pd
 import pytest
 
 import jaxpareto as jp
+from jaxpareto.cli import main
+from jaxpareto.definitions.calibration_file import calibration_arrivals
 from jaxpareto.definitions.catalog import resolve_gpu, resolve_model
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.hardware import effective_tflops
+from jaxpareto.measure.validation_set import default_path
 from jaxpareto.physics.decode import decode_coefficients, decode_step
 from jaxpareto.physics.limits import LOAD_BEYOND_CAPACITY
 from simulator import model_step, simulate
@@ -273,7 +277,7 @@ def test_incomplete_beta_derivatives_match_finite_differences():
 def test_calibration_with_the_server_rows_in_the_open_loop_stays_finite():
     """``calibrate(..., arrivals="poisson")``: the open loop's gradient is formed forward (reverse
     mode returns NaN through its queueing branches), and the fit moves to finite factors."""
-    from jaxpareto.measure.validation_set import load_validation_set
+    from jaxpareto.measure.validation_set import default_path
 
     rows = load_validation_set(None)
     rows = rows[rows["load"].eq("server") & rows["model"].eq("llama-2-70b")].reset_index(drop=True)
@@ -282,3 +286,30 @@ def test_calibration_with_the_server_rows_in_the_open_loop_stays_finite():
     assert np.isfinite(result.loss).all() and result.loss[-1] < result.loss[0]
     for field in result.fields:
         assert np.isfinite(getattr(result.efficiency, field))
+
+
+def test_a_calibration_fitted_in_the_open_loop_is_validated_in_it(tmp_path, capsys):
+    # how a fit scored the server rows, from its [fit] table ("synchronised" turns are closed-loop too)
+    assert calibration_arrivals({"efficiency": {}, "fit": {"arrivals": "poisson"}}) == "poisson"
+    assert calibration_arrivals({"efficiency": {}, "fit": {"arrivals": "synchronised"}}) == "staggered"
+    assert calibration_arrivals({"efficiency": {}}) == "staggered"
+    with pytest.raises(JaxparetoError, match="calibration.fit.arrivals"):
+        calibration_arrivals({"efficiency": {}, "fit": {"arrivals": "bursty"}})
+    rows = pd.read_csv(default_path(), dtype=str, keep_default_na=False)
+    data = tmp_path / "server.csv"
+    rows[rows["id"].str.startswith("mlperf51-llama2-b200-nvidia-server")].to_csv(data, index=False)
+    fitted = tmp_path / "open.toml"
+    fitted.write_text('[efficiency]\neta_decode = 0.7\n\n[fit]\narrivals = "poisson"\n')
+
+    def predicted(*extra):
+        out = tmp_path / "out.csv"
+        assert main(["validate", "--data", str(data), "--calibration", str(fitted), "--csv", str(out),
+                     "--overwrite", *extra]) == 0
+        return capsys.readouterr().out, pd.read_csv(out)["predicted"].to_numpy()
+
+    said, adopted = predicted()
+    assert "server rows: Poisson arrivals" in said
+    np.testing.assert_array_equal(adopted, predicted("--arrivals", "poisson")[1])
+    said, closed = predicted("--arrivals", "staggered")  # asked for: the closed loop's matching
+    assert "server rows: closed-loop matching" in said
+    assert np.all(np.isfinite(closed)) and not np.allclose(closed, adopted)

@@ -7,7 +7,7 @@ import argparse
 import pandas as pd
 
 from jaxpareto.cli._common import check_file_out
-from jaxpareto.definitions.calibration_file import calibration_factors, calibration_options
+from jaxpareto.definitions.calibration_file import calibration_arrivals, calibration_factors, calibration_options
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.options import GEMM_RATES, PREFILL_MODELS, PROFILES, ModelOptions
 from jaxpareto.definitions.settings import DTYPES, Efficiency
@@ -27,8 +27,10 @@ def _adopted(args: argparse.Namespace, field: str, default: str) -> str:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     out = check_file_out(args.out, "--csv", args.overwrite) if args.out else None
+    # the server rows are scored as the calibration's fit evaluated them, unless asked otherwise
+    arrivals = args.arrivals or (calibration_arrivals(args.calibration) if args.calibration else "staggered")
     options = ModelOptions(prefill_model=_adopted(args, "prefill_model", "isolated"),
-                           profile=_adopted(args, "profile", "seed"), arrivals=args.arrivals,
+                           profile=_adopted(args, "profile", "seed"), arrivals=arrivals,
                            gemm_rate=_adopted(args, "gemm_rate", "peak"))
     rows = validation_rows(args.data)
     efficiency = calibration_factors(args.calibration, engine_names(rows)) if args.calibration else Efficiency()
@@ -61,7 +63,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                                                "metric); --csv writes every row with its prediction")
     p.add_argument("--calibration", metavar="FILE.toml",
                    help="factors of a calibration file (`jaxpareto calibrate`), per engine where it has them; "
-                        "its profile and prefill model are adopted (default: the seed's factors)")
+                        "its profile, prefill model and GEMM rate are adopted, and its server rows scored as its "
+                        "fit scored them (default: the seed's factors)")
     p.add_argument("--data", metavar="FILE.csv", help="validation set (default: the shipped one)")
     p.add_argument("--csv", "--out", dest="out", metavar="FILE.csv",
                    help="write every input row with `predicted`, `error_pct` and `reason` (why a row has no "
@@ -78,8 +81,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--gemm-rate", choices=GEMM_RATES,
                    help="the matmuls at the datasheet's peak or at the rate large GEMMs measurably reach (default: "
                         "the calibration's, else peak)")
-    p.add_argument("--arrivals", choices=("staggered", "poisson"), default="staggered",
-                   help="how the server rows' load arrives: the closed loop's Little's-law matching (default) or "
-                        "Poisson arrivals at that load (the open loop)")
+    p.add_argument("--arrivals", choices=("staggered", "poisson"),
+                   help="how the server rows' load arrives: the closed loop's Little's-law matching or Poisson "
+                        "arrivals at that load, the open loop (default: as the --calibration file's fit evaluated "
+                        "them, [fit] arrivals; else the closed loop)")
     p.set_defaults(func=_cmd_validate)
     return p

@@ -19,7 +19,9 @@ eta_decode = 0.55
 the model options the factors were fitted with, which a sweep using the file adopts (factors
 fitted to one model do not transfer to another). ``[engine.NAME]`` (optional): the factors of
 one serving engine (`jaxpareto.definitions.engine`), which a sweep's ``engine`` axis uses for
-that engine. Other tables (``[fit]``, provenance) are ignored.
+that engine. ``[fit]`` records how the factors were fitted; a sweep ignores it, and ``jaxpareto
+validate`` reads its ``arrivals`` (`calibration_arrivals`: how the measured server rows were
+evaluated) to score those rows the same way.
 
 A calibration is named by its path, or by the name of one that ships with jaxpareto
 (`shipped_calibrations`: ``hopper-measured``, fitted on H100 and H200 runs only).
@@ -34,7 +36,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.definitions.options import GEMM_RATES, PREFILL_MODELS, PROFILES
+from jaxpareto.definitions.options import ARRIVALS, GEMM_RATES, PREFILL_MODELS, PROFILES
 from jaxpareto.definitions.settings import Efficiency
 
 EFFICIENCY_FIELDS = tuple(f.name for f in dataclasses.fields(Efficiency))
@@ -87,6 +89,26 @@ def calibration_options(source: str | Path | Mapping) -> dict[str, str]:
         if value not in MODEL_FIELDS[key]:
             raise JaxparetoError(f"calibration.model.{key}", f"unknown value {value!r}", MODEL_FIELDS[key])
     return {"gemm_rate": "peak", **table}
+
+
+def calibration_arrivals(source: str | Path | Mapping) -> str:
+    """How a calibration's fit evaluated the measured server rows: ``[fit] arrivals`` of the file,
+    "poisson" (the open loop, as MLPerf's server scenario runs) or "staggered" (the closed loop's
+    Little's-law matching; also for files without the key, and for "synchronised", which describes
+    closed-loop turns too). Only `jaxpareto.measure` reads it: a sweep does not adopt it.
+
+    Raises:
+        JaxparetoError: as `load_calibration` for the file; ``[fit]`` not a table, or an
+            ``arrivals`` that is not one of `jaxpareto.definitions.options.ARRIVALS`.
+    """
+    data, where = _read(source)
+    table = data.get("fit", {})
+    if not isinstance(table, Mapping):
+        raise JaxparetoError("calibration.fit", f"{where}: [fit] must be a table")
+    value = table.get("arrivals", "staggered")
+    if value not in ARRIVALS:
+        raise JaxparetoError("calibration.fit.arrivals", f"unknown value {value!r}", ARRIVALS)
+    return "poisson" if value == "poisson" else "staggered"
 
 
 def calibration_engines(source: str | Path | Mapping) -> dict[str, dict[str, float]]:

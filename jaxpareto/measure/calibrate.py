@@ -192,7 +192,8 @@ class CalibrationResult:
                   f"fitted = [{', '.join(repr(f).replace(chr(39), chr(34)) for f in self.fields)}]",
                   f"train_rows = {int((~self.test).sum())}", f"test_rows = {int(self.test.sum())}",
                   f"final_train_loss = {float(self.loss[-1]):.6g}",
-                  f"arrivals = \"{self.options.arrivals}\"  # of the measured runs; not adopted"]
+                  f"arrivals = \"{self.options.arrivals}\"  # of the server rows: validate scores them so; "
+                  "a sweep does not adopt it"]
         if self.train:
             lines.append("train = { " + ", ".join(f'{k} = [{", ".join(chr(34) + str(v) + chr(34) for v in vs)}]'
                                                   for k, vs in self.train.items()) + " }")
