@@ -277,7 +277,7 @@ def test_incomplete_beta_derivatives_match_finite_differences():
 def test_calibration_with_the_server_rows_in_the_open_loop_stays_finite():
     """``calibrate(..., arrivals="poisson")``: the open loop's gradient is formed forward (reverse
     mode returns NaN through its queueing branches), and the fit moves to finite factors."""
-    from jaxpareto.measure.validation_set import default_path
+    from jaxpareto.measure.validation_set import load_validation_set
 
     rows = load_validation_set(None)
     rows = rows[rows["load"].eq("server") & rows["model"].eq("llama-2-70b")].reset_index(drop=True)
@@ -289,12 +289,14 @@ def test_calibration_with_the_server_rows_in_the_open_loop_stays_finite():
 
 
 def test_a_calibration_fitted_in_the_open_loop_is_validated_in_it(tmp_path, capsys):
-    # how a fit scored the server rows, from its [fit] table ("synchronised" turns are closed-loop too)
+    # how a fit evaluated the measured runs, from its [fit] table
     assert calibration_arrivals({"efficiency": {}, "fit": {"arrivals": "poisson"}}) == "poisson"
-    assert calibration_arrivals({"efficiency": {}, "fit": {"arrivals": "synchronised"}}) == "staggered"
+    assert calibration_arrivals({"efficiency": {}, "fit": {"arrivals": "synchronised"}}) == "synchronised"
     assert calibration_arrivals({"efficiency": {}}) == "staggered"
-    with pytest.raises(JaxparetoError, match="calibration.fit.arrivals"):
-        calibration_arrivals({"efficiency": {}, "fit": {"arrivals": "bursty"}})
+    for bad, field in (({"arrivals": "bursty"}, "calibration.fit.arrivals"), ({"arrivals": 3}, "calibration.fit.arrivals"),
+                       ("poisson", "calibration.fit")):
+        with pytest.raises(JaxparetoError, match=field):
+            calibration_arrivals({"efficiency": {}, "fit": bad})
     rows = pd.read_csv(default_path(), dtype=str, keep_default_na=False)
     data = tmp_path / "server.csv"
     rows[rows["id"].str.startswith("mlperf51-llama2-b200-nvidia-server")].to_csv(data, index=False)

@@ -63,6 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="the matmuls at the datasheet's peak, or at the rate large GEMMs measurably reach on the GPU "
                         "(default peak)")
     p.add_argument("--arrivals", choices=ARRIVALS, default="staggered",
-                   help="how the measured runs' turns fell in time (default staggered)")
+                   help="how the measured runs' turns fell in time (default staggered; poisson: the server rows in "
+                        "the open loop); recorded as [fit] arrivals, which `jaxpareto validate` follows")
     p.set_defaults(func=_cmd_calibrate)
     return p

@@ -9,7 +9,7 @@ import pandas as pd
 from jaxpareto.cli._common import check_file_out
 from jaxpareto.definitions.calibration_file import calibration_arrivals, calibration_factors, calibration_options
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.definitions.options import GEMM_RATES, PREFILL_MODELS, PROFILES, ModelOptions
+from jaxpareto.definitions.options import ARRIVALS, GEMM_RATES, PREFILL_MODELS, PROFILES, ModelOptions
 from jaxpareto.definitions.settings import DTYPES, Efficiency
 from jaxpareto.measure.predict import validation_rows
 from jaxpareto.measure.row_inputs import PREFILL, engine_names
@@ -27,7 +27,7 @@ def _adopted(args: argparse.Namespace, field: str, default: str) -> str:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     out = check_file_out(args.out, "--csv", args.overwrite) if args.out else None
-    # the server rows are scored as the calibration's fit evaluated them, unless asked otherwise
+    # the runs are evaluated as the calibration's fit evaluated them, unless asked otherwise
     arrivals = args.arrivals or (calibration_arrivals(args.calibration) if args.calibration else "staggered")
     options = ModelOptions(prefill_model=_adopted(args, "prefill_model", "isolated"),
                            profile=_adopted(args, "profile", "seed"), arrivals=arrivals,
@@ -38,8 +38,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     summary = table.attrs["mape"]
     print(f"validation set: {args.data or 'shipped jaxpareto/data/validation.csv'} ({len(table)} rows); "
           f"efficiency: {args.calibration or 'seed defaults'}; profile: {options.profile}, "
-          f"prefill_model: {options.prefill_model}; gemm_rate: {options.gemm_rate}; server rows: "
-          f"{'Poisson arrivals' if options.open_loop else 'closed-loop matching'}")
+          f"prefill_model: {options.prefill_model}; gemm_rate: {options.gemm_rate}; arrivals: {options.arrivals}, "
+          f"server rows: {'Poisson arrivals' if options.open_loop else 'closed-loop matching'}")
     if out is not None:
         prediction_rows(rows, table).to_csv(out, index=False)
         print(f"wrote {len(table):,} rows with their predictions to {out}")
@@ -81,9 +81,10 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--gemm-rate", choices=GEMM_RATES,
                    help="the matmuls at the datasheet's peak or at the rate large GEMMs measurably reach (default: "
                         "the calibration's, else peak)")
-    p.add_argument("--arrivals", choices=("staggered", "poisson"),
-                   help="how the server rows' load arrives: the closed loop's Little's-law matching or Poisson "
-                        "arrivals at that load, the open loop (default: as the --calibration file's fit evaluated "
-                        "them, [fit] arrivals; else the closed loop)")
+    p.add_argument("--arrivals", choices=ARRIVALS,
+                   help="how the runs' turns fall in time: the closed loop's staggered (the server rows matched by "
+                        "Little's law) or synchronised turns, or Poisson arrivals (the server rows in the open "
+                        "loop) (default: as the --calibration file's fit evaluated them, its [fit] arrivals; "
+                        "else staggered)"),
     p.set_defaults(func=_cmd_validate)
     return p

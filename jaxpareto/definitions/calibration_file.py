@@ -20,8 +20,8 @@ the model options the factors were fitted with, which a sweep using the file ado
 fitted to one model do not transfer to another). ``[engine.NAME]`` (optional): the factors of
 one serving engine (`jaxpareto.definitions.engine`), which a sweep's ``engine`` axis uses for
 that engine. ``[fit]`` records how the factors were fitted; a sweep ignores it, and ``jaxpareto
-validate`` reads its ``arrivals`` (`calibration_arrivals`: how the measured server rows were
-evaluated) to score those rows the same way.
+validate`` reads its ``arrivals`` (`calibration_arrivals`: how the fit evaluated the measured
+runs) to evaluate them the same way.
 
 A calibration is named by its path, or by the name of one that ships with jaxpareto
 (`shipped_calibrations`: ``hopper-measured``, fitted on H100 and H200 runs only).
@@ -92,14 +92,15 @@ def calibration_options(source: str | Path | Mapping) -> dict[str, str]:
 
 
 def calibration_arrivals(source: str | Path | Mapping) -> str:
-    """How a calibration's fit evaluated the measured server rows: ``[fit] arrivals`` of the file,
-    "poisson" (the open loop, as MLPerf's server scenario runs) or "staggered" (the closed loop's
-    Little's-law matching; also for files without the key, and for "synchronised", which describes
-    closed-loop turns too). Only `jaxpareto.measure` reads it: a sweep does not adopt it.
+    """How a calibration's fit evaluated the measured runs: ``[fit] arrivals`` of the file, one of
+    `jaxpareto.definitions.options.ARRIVALS` ("staggered" for a file without the key): the
+    closed loop's staggered or synchronised turns, or "poisson" (the server rows in the open
+    loop, as MLPerf's server scenario runs). ``jaxpareto validate`` evaluates the rows so; a sweep
+    does not adopt it (it describes the measured runs, not the model the factors need).
 
     Raises:
-        JaxparetoError: as `load_calibration` for the file; ``[fit]`` not a table, or an
-            ``arrivals`` that is not one of `jaxpareto.definitions.options.ARRIVALS`.
+        JaxparetoError: the file is missing, unreadable or not TOML; ``[fit]`` is not a table,
+            or its ``arrivals`` is not one of `jaxpareto.definitions.options.ARRIVALS`.
     """
     data, where = _read(source)
     table = data.get("fit", {})
@@ -108,7 +109,7 @@ def calibration_arrivals(source: str | Path | Mapping) -> str:
     value = table.get("arrivals", "staggered")
     if value not in ARRIVALS:
         raise JaxparetoError("calibration.fit.arrivals", f"unknown value {value!r}", ARRIVALS)
-    return "poisson" if value == "poisson" else "staggered"
+    return value
 
 
 def calibration_engines(source: str | Path | Mapping) -> dict[str, dict[str, float]]:

@@ -173,7 +173,8 @@ class CalibrationResult:
     def to_toml(self) -> str:
         """The calibration file: ``[efficiency]`` (read by ``--calibration`` / ``calibration=``),
         ``[engine.NAME]`` per engine when fitted per engine, ``[model]`` (the options the
-        factors need) and ``[fit]`` (provenance and held-out errors; ignored when read)."""
+        factors need) and ``[fit]`` (provenance and held-out errors; a sweep ignores it, and
+        ``jaxpareto validate`` evaluates the rows with its ``arrivals``)."""
         def factor_lines(efficiency):
             return [f"{f.name} = {float(getattr(efficiency, f.name)):.6g}" for f in dataclasses.fields(Efficiency)]
 
@@ -192,8 +193,8 @@ class CalibrationResult:
                   f"fitted = [{', '.join(repr(f).replace(chr(39), chr(34)) for f in self.fields)}]",
                   f"train_rows = {int((~self.test).sum())}", f"test_rows = {int(self.test.sum())}",
                   f"final_train_loss = {float(self.loss[-1]):.6g}",
-                  f"arrivals = \"{self.options.arrivals}\"  # of the server rows: validate scores them so; "
-                  "a sweep does not adopt it"]
+                  f"arrivals = \"{self.options.arrivals}\"  # how the fit evaluated the measured runs: "
+                  "validate does so too; a sweep does not adopt it"]
         if self.train:
             lines.append("train = { " + ", ".join(f'{k} = [{", ".join(chr(34) + str(v) + chr(34) for v in vs)}]'
                                                   for k, vs in self.train.items()) + " }")
