@@ -66,7 +66,13 @@ OUTPUT_NAMES = PointOutputs._fields
 
 def stack_params(rows: Sequence, dtype="float32"):
     """A table pytree (leading axis = rows) from parameter rows of one kind (`HardwareParams`,
-    `ModelParams`, `EngineParams`: any pytree of scalars)."""
+    `ModelParams`, `EngineParams`: any pytree of scalars). A field some rows leave None (an
+    optional term they do not have, e.g. an engine's ``scheduler_delay_steps``) and others set is
+    0 in the former; None in every row, it stays None (no term)."""
+    if rows and dataclasses.is_dataclass(rows[0]):
+        mixed = {f.name for f in dataclasses.fields(rows[0])
+                 if len({getattr(r, f.name) is None for r in rows}) > 1}
+        rows = [dataclasses.replace(r, **{name: 0.0 for name in mixed if getattr(r, name) is None}) for r in rows]
     return jax.tree_util.tree_map(lambda *leaves: np.asarray(leaves, dtype=dtype), *rows)
 
 

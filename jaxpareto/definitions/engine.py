@@ -61,6 +61,15 @@ class Engine(Definition):
             profile and the LRU cache model in the closed loop, and Poisson arrivals
             (`jaxpareto.physics.point.turn_state`); the seed profile's closed loop and the
             conditional and disaggregated models do not apply it.
+        scheduler_delay_steps: engine steps a request's first token waits beyond the model's own
+            prefill and queueing, d >= 0 (TTFT += d x the mean step, `jaxpareto.physics.point`):
+            an overlap scheduler, which launches step n + 1 before step n's outputs are
+            processed, 1 (TensorRT-LLM's PyTorch backend, on by default: "one extra decoding
+            step", its overlap-scheduler documentation; SGLang's zero-overhead scheduler the
+            same way); multi-step scheduling of k steps per scheduler call (vLLM V0
+            ``num_scheduler_steps``), (k - 1) / 2 on average, a request arriving anywhere in
+            a window; TensorRT-LLM's attention-DP balancing, up to ``batching_wait_iters``.
+            0 (default): none (the shipped engines' fitted TTFT overheads hold their mean).
         efficiency: `Efficiency` fields this engine sets (calibrated factors); the others come
             from the shared `Efficiency` of the run.
         sources: field name -> where its value comes from.
@@ -76,6 +85,7 @@ class Engine(Definition):
     activation_reserve_gb: float = pydantic.Field(default=0.0, ge=0)
     prefill_chunk_tokens: int = pydantic.Field(default=0, ge=0)
     max_running_requests: int = pydantic.Field(default=0, ge=0)
+    scheduler_delay_steps: float = pydantic.Field(default=0.0, ge=0)
     efficiency: dict[str, float] = pydantic.Field(default_factory=dict)
     sources: dict[str, str] = pydantic.Field(default_factory=dict)
 
@@ -102,6 +112,8 @@ class Engine(Definition):
             activation_reserve_gb=self.activation_reserve_gb,
             prefill_chunk_tokens=float(self.prefill_chunk_tokens),
             max_running_requests=float(self.max_running_requests),
+            # none: no term in the program (an engine table that mixes takes 0 for it, `stack_params`)
+            scheduler_delay_steps=float(self.scheduler_delay_steps) if self.scheduler_delay_steps > 0 else None,
             efficiency=Efficiency(**own),
             efficiency_mask=Efficiency(**mask),
         )
@@ -118,7 +130,8 @@ class EngineParams:
 
     ``after_weights`` is 1.0 for ``memory_basis="after_weights"``, ``reported_total`` 1.0 for
     ``memory_total="reported"``; ``efficiency_mask`` holds 1.0 for each `Efficiency` field the
-    engine sets and 0.0 where the shared factor applies.
+    engine sets and 0.0 where the shared factor applies. ``scheduler_delay_steps`` is None for an
+    engine without one, so that a program of such engines carries no delay term at all.
     """
 
     gpu_memory_utilization: jax.Array | float
@@ -127,6 +140,7 @@ class EngineParams:
     activation_reserve_gb: jax.Array | float
     prefill_chunk_tokens: jax.Array | float
     max_running_requests: jax.Array | float
+    scheduler_delay_steps: jax.Array | float | None
     efficiency: Efficiency
     efficiency_mask: Efficiency
 

@@ -37,7 +37,7 @@ from jaxpareto.definitions.hardware import HardwareParams
 from jaxpareto.definitions.model import ModelParams
 from jaxpareto.definitions.settings import LatencySlo, Workload, numeric_fields
 from jaxpareto.mapper import stack_params
-from jaxpareto.measure.validation_set import COLUMNS, SPREAD_COLUMNS, row_gpu, row_model
+from jaxpareto.measure.validation_set import COLUMNS, SETTING_COLUMNS, SPREAD_COLUMNS, row_gpu, row_model
 from jaxpareto.physics.memory import in_flight_context
 
 PREFILL = ("isl", "context", "prompt")
@@ -128,7 +128,7 @@ def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl")
     """
     _check_choice("dtype", dtype, DTYPES)
     _check_choice("prefill", prefill, PREFILL)
-    missing = [c for c in COLUMNS if c not in rows.columns]
+    missing = [c for c in COLUMNS if c not in rows.columns and c not in SETTING_COLUMNS]
     if missing:
         raise JaxparetoError("rows", f"missing columns {missing}", list(COLUMNS))
     if len(rows) == 0:
@@ -164,9 +164,16 @@ def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl")
     names = engine_names(rows)
     row_engines = [r.get("engine") or SEED_ENGINE for r in records]
     factors_off = {name: resolve_engine(name).model_copy(update={"efficiency": {}}).to_params() for name in names}
+    engine = stack_params([factors_off[name] for name in row_engines], dt)
+    for name in SETTING_COLUMNS:  # the run's own setting where it is published, else its engine's
+        given = num(rows[name]) if name in rows else np.full(n, np.nan, dt)
+        engines_value = getattr(engine, name)  # None: no engine of the rows sets it
+        if engines_value is not None or not np.isnan(given).all():
+            fallback = 0.0 if engines_value is None else engines_value
+            engine = dataclasses.replace(engine, **{name: np.where(np.isnan(given), fallback, given).astype(dt)})
     return RowInputs(
         hw=stack_params([row_gpu(r).to_params() for r in records], dt),
-        engine=stack_params([factors_off[name] for name in row_engines], dt),
+        engine=engine,
         engine_index=np.asarray([names.index(name) for name in row_engines], np.int32),
         model=stack_params([row_model(r).to_params() for r in records], dt),
         tp=tp,

@@ -59,7 +59,9 @@ prefill and decode workers); the parallel layout ``pp``, ``attention_dp``, ``moe
 (blank: 1, 1, ``tp``, 1); a disaggregated run's pools ``prefill_workers``, ``prefill_tp`` and
 ``decode_workers`` (`DISAGGREGATION_COLUMNS`, which a file may leave out); the request lengths'
 spread ``isl_cv`` and ``osl_cv`` (`SPREAD_COLUMNS`, blank: fixed lengths; a file may leave them
-out). Rows whose layout the model cannot express yet load like any other, and
+out); the run's own engine settings where its configuration is published (`SETTING_COLUMNS`,
+blank: its engine's; a file may leave them out): ``scheduler_delay_steps``, the steps a request's
+first token waits for the scheduler (`jaxpareto.definitions.engine.Engine`). Rows whose layout the model cannot express yet load like any other, and
 `unsupported_reason` (the loaded ``unsupported`` column) says why; they are kept, never
 approximated.
 
@@ -135,7 +137,7 @@ MODES = ("agg", "disagg")
 
 # column -> kind: "str" (non-empty), "opt_str" (may be blank), "int", "opt_int" (blank: a
 # default, see `_LAYOUT_DEFAULTS`), "num", "opt_num" (> 0), "opt_cv" (the bounds of the `Workload`
-# field of that name)
+# field of that name), "opt_steps" (>= 0)
 COLUMNS: dict[str, str] = {
     "id": "str",
     "source": "str",
@@ -166,6 +168,7 @@ COLUMNS: dict[str, str] = {
     "load": "str",
     "load_tokens_per_s": "opt_num",
     "capacity_tokens_per_s": "opt_num",
+    "scheduler_delay_steps": "opt_steps",
     "metric": "str",
     "statistic": "str",
     "value": "num",
@@ -182,6 +185,9 @@ DISAGGREGATION_COLUMNS = ("prefill_workers", "prefill_tp", "decode_workers")
 #: the prompt and output tokens, blank for fixed lengths (``Workload.isl_cv``, ``osl_cv``). Optional
 #: in a file: a CSV written before they existed loads with them blank.
 SPREAD_COLUMNS = ("isl_cv", "osl_cv")
+#: The run's own engine settings where its configuration is published, over its engine's
+#: (`jaxpareto.definitions.engine.Engine`; blank: the engine's). Optional in a file.
+SETTING_COLUMNS = ("scheduler_delay_steps",)
 _WORKLOAD_BOUNDS = {f.name: f.metadata["bounds"] for f in numeric_fields(Workload) if f.name in SPREAD_COLUMNS}
 
 #: Values of blank layout columns: pipeline stages, attention data-parallel ranks, MoE tensor- and
@@ -214,6 +220,10 @@ def _parse(kind: str, text: str, where: str, column: str = ""):
         raise JaxparetoError(where, f"not a number: {text!r}") from None
     if kind == "opt_cv":  # a length spread: the bounds of the Workload field it sets
         return check_number(where, number, **_WORKLOAD_BOUNDS[column])
+    if kind == "opt_steps":
+        if not math.isfinite(number) or number < 0:
+            raise JaxparetoError(where, f"must be a finite number >= 0, got {text!r}")
+        return number
     if not math.isfinite(number) or number <= 0:
         raise JaxparetoError(where, f"must be a finite number > 0, got {text!r}")
     if kind in ("int", "opt_int"):
@@ -306,7 +316,7 @@ def load_validation_set(path: str | Path | None = None) -> pd.DataFrame:
         raise JaxparetoError("validation set", f"{path}: not a readable CSV ({error})") from None
     except OSError as error:  # missing file, a folder, no permission
         raise JaxparetoError("validation set", f"cannot read {path}: {error.strerror or error}") from None
-    for name in DISAGGREGATION_COLUMNS + SPREAD_COLUMNS:
+    for name in DISAGGREGATION_COLUMNS + SPREAD_COLUMNS + SETTING_COLUMNS:
         if name not in raw.columns:
             raw[name] = ""
     missing = [c for c in COLUMNS if c not in raw.columns]

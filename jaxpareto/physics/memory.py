@@ -75,6 +75,14 @@ def running_limit(engine) -> jax.Array:
     return jnp.where(limit > 0, limit, jnp.inf)
 
 
+def scheduler_delay_steps(engine) -> jax.Array | None:
+    """Engine steps a request's first token waits for the scheduler beyond the model's own
+    prefill and queueing: the engine's ``scheduler_delay_steps``
+    (`jaxpareto.definitions.engine.Engine`); None where the point has no engine or no engine of
+    its table sets one (no term in the program)."""
+    return None if engine is None else engine.scheduler_delay_steps
+
+
 def kv_replication(tp: jax.Array, kv_heads: jax.Array) -> jax.Array:
     """r_kv = G / min(G, n_kv): copies of each KV head once TP exceeds the KV heads."""
     return tp / jnp.minimum(tp, kv_heads)

@@ -33,7 +33,8 @@ from jaxpareto.physics.layout import expert_exchange, fills_budget, layout_costs
     point_layout, rank_model
 from jaxpareto.physics.limits import LAYOUT_DOES_NOT_SPLIT, LOAD_BEYOND_CAPACITY, REPLICA_DOES_NOT_DIVIDE_BUDGET, \
     context_fits, heads_split, infeasible_reason
-from jaxpareto.physics.memory import _INT32_MAX, memory_budget, running_limit, session_contexts, session_gb
+from jaxpareto.physics.memory import _INT32_MAX, memory_budget, running_limit, scheduler_delay_steps, \
+    session_contexts, session_gb
 from jaxpareto.physics.open_engine import poisson_turn, saturated_tpot_ms
 from jaxpareto.physics.outputs import DECODE_COMPUTE, DECODE_MEMORY, DECODE_NONE, PointOutputs
 from jaxpareto.physics.percentiles import PERCENTILES, TurnSpread, latency_percentiles
@@ -70,6 +71,9 @@ class TurnLatency(NamedTuple):
         isl_cv: the prefill tokens' coefficient of variation (the M/G/1 wait's c_S²).
         lockstep_ranks: D, attention-DP ranks stepping together (`jaxpareto.physics.engine`);
             None: one TP group (static: the default path carries no lockstep term).
+        scheduler_delay_steps: d, engine steps the first token waits for the scheduler
+            (`jaxpareto.definitions.engine.Engine`): TTFT gains d x TPOT (the mean step); None:
+            no engine, no term (static).
     """
 
     ttft_ms: jax.Array
@@ -94,6 +98,7 @@ class TurnLatency(NamedTuple):
     paused_sessions: jax.Array = 0.0
     isl_cv: jax.Array = 0.0
     lockstep_ranks: jax.Array | None = None
+    scheduler_delay_steps: jax.Array | None = None
 
 
 class TurnState(NamedTuple):
@@ -229,6 +234,11 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         if open_loop:  # one prefill at a time at the GPUs' full speed: an M/G/1 queue
             queue_wait, queue_busy = mg1_wait_ms(turn.rate_per_ms, isolated_ttft, mix.scv)
             ttft = ttft + queue_wait
+    # the engine's scheduler holds the first token back d steps (an overlap scheduler: one); the
+    # where keeps an engine without a delay bit for bit as it was (and 0 x inf out)
+    delay = turn.scheduler_delay_steps
+    if delay is not None:
+        ttft = jnp.where(delay > 0, ttft + delay * tpot, ttft)
     wait = zero
     if queue:
         wait = (ttft + tpot * turn.osl) * (jnp.maximum(batch / turn.slots, 1.0) - 1.0)
@@ -312,16 +322,19 @@ def turn_latency_lines(turn: TurnLatency, open_loop: bool = False, queue: bool =
     """
     tpot = tpot_lines(turn.decode)
     ttft = 0.0 if open_loop else turn.ttft_ms  # the open loop solves OSL x TPOT alone
-    intercepts = [ttft + turn.osl * tpot.a_unsat, ttft + turn.osl * tpot.a_sat, ttft + turn.osl * tpot.a_compute]
-    slopes = [turn.osl * tpot.b_unsat, turn.osl * tpot.b_sat, turn.osl * tpot.b_compute]
+    # R = TTFT + d TPOT + OSL TPOT: the scheduler's d steps ride on TPOT's lines (closed loop)
+    delay = turn.scheduler_delay_steps
+    steps = turn.osl if open_loop or delay is None else turn.osl + delay
+    intercepts = [ttft + steps * tpot.a_unsat, ttft + steps * tpot.a_sat, ttft + steps * tpot.a_compute]
+    slopes = [steps * tpot.b_unsat, steps * tpot.b_sat, steps * tpot.b_compute]
     if open_loop:  # the step is at B + 1: each line moves up by its slope
         intercepts = [a + b for a, b in zip(intercepts, slopes)]
     floor = turn.decode.batch_floor
-    bubble = ttft + turn.osl * decode_step(turn.decode, floor).tpot_ms
+    bubble = ttft + steps * decode_step(turn.decode, floor).tpot_ms
     intercepts.append(jnp.where(floor > 0, bubble, jnp.nan))
     slopes.append(0.0 * bubble)
     if queue:
-        full = ttft + turn.osl * decode_step(turn.decode, turn.slots + (1.0 if open_loop else 0.0)).tpot_ms
+        full = ttft + steps * decode_step(turn.decode, turn.slots + (1.0 if open_loop else 0.0)).tpot_ms
         intercepts.append(full if open_loop else 0.0 * full)
         slopes.append(0.0 * full if open_loop else full / turn.slots)
     return jnp.stack(intercepts), jnp.stack(slopes)
@@ -451,6 +464,7 @@ def evaluate_point(
         tier_load_ms=tier_load_ms + zero, chunk_tokens=chunk_tokens + zero,
         rate_per_ms=rate_per_ms + zero, paused_sessions=paused + zero, isl_cv=workload.isl_cv + zero,
         lockstep_ranks=None if ranks is None or options.dp_prefill == "aligned" else ranks + zero,
+        scheduler_delay_steps=None if scheduler_delay_steps(engine) is None else scheduler_delay_steps(engine) + zero,
     )
     if options.prefill_model == "shared" or options.cache_model == "lru" or measured:
         # R(B) then holds inner roots solved to the dtype's rounding (about 1e-6 relative in
