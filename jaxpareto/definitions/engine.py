@@ -69,7 +69,8 @@ class Engine(Definition):
             same way); multi-step scheduling of k steps per scheduler call (vLLM V0
             ``num_scheduler_steps``), (k - 1) / 2 on average, a request arriving anywhere in
             a window; TensorRT-LLM's attention-DP balancing, up to ``batching_wait_iters``.
-            0 (default): none (the shipped engines' fitted TTFT overheads hold their mean).
+            0 (default): none (the shipped engines' fitted TTFT overheads hold their mean). The
+            disaggregated model does not apply it.
         efficiency: `Efficiency` fields this engine sets (calibrated factors); the others come
             from the shared `Efficiency` of the run.
         sources: field name -> where its value comes from.
