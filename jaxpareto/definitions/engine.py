@@ -70,7 +70,7 @@ class Engine(Definition):
             ``num_scheduler_steps``), (k - 1) / 2 on average, a request arriving anywhere in
             a window; TensorRT-LLM's attention-DP balancing, up to ``batching_wait_iters``.
             0 (default): none (the shipped engines' fitted TTFT overheads hold their mean). The
-            disaggregated model does not apply it.
+            disaggregated and conditional serving models do not apply it.
         efficiency: `Efficiency` fields this engine sets (calibrated factors); the others come
             from the shared `Efficiency` of the run.
         sources: field name -> where its value comes from.
@@ -86,7 +86,7 @@ class Engine(Definition):
     activation_reserve_gb: float = pydantic.Field(default=0.0, ge=0)
     prefill_chunk_tokens: int = pydantic.Field(default=0, ge=0)
     max_running_requests: int = pydantic.Field(default=0, ge=0)
-    scheduler_delay_steps: float = pydantic.Field(default=0.0, ge=0)
+    scheduler_delay_steps: float = pydantic.Field(default=0.0, ge=0, allow_inf_nan=False)
     efficiency: dict[str, float] = pydantic.Field(default_factory=dict)
     sources: dict[str, str] = pydantic.Field(default_factory=dict)
 

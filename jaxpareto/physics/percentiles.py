@@ -159,6 +159,9 @@ class TurnSpread(NamedTuple):
         prefill_dispersion: F_c, the index of dispersion of the prefills landing in a request's
             decode steps (1: Poisson; the open loop's clusters,
             `jaxpareto.physics.open_engine`).
+        fixed_ms: the part of TTFT every request waits alike, no prefill's work (the scheduler's
+            delay, `jaxpareto.definitions.engine.Engine.scheduler_delay_steps`) [ms]: it shifts
+            the TTFT and E2E quantiles, and is not spread with the prompt lengths.
     """
 
     ttft_ms: jax.Array
@@ -176,6 +179,7 @@ class TurnSpread(NamedTuple):
     turn_rate_per_ms: jax.Array
     prefill_dispersion: jax.Array = 1.0
     tpot_cap_ms: jax.Array = float("inf")
+    fixed_ms: jax.Array = 0.0
 
 
 class LatencyPercentiles(NamedTuple):
@@ -195,7 +199,7 @@ def latency_percentiles(spread: TurnSpread, with_wait: bool = True) -> LatencyPe
         `LatencyPercentiles`; NaN where the inputs are (an infeasible or unstable point).
     """
     mix = spread.mix
-    service = jnp.maximum(spread.ttft_ms - spread.wait_ms, 1e-9)
+    service = jnp.maximum(spread.ttft_ms - spread.wait_ms - spread.fixed_ms, 1e-9)
     weights = jnp.stack([mix.hit_share, 1.0 - mix.hit_share])
     prefill_means = service * jnp.stack([mix.hit_scale, mix.miss_scale])
     sigma_in = lognormal_sigma(mix.cv)
@@ -235,4 +239,6 @@ def latency_percentiles(spread: TurnSpread, with_wait: bool = True) -> LatencyPe
     means = prefill_means + decode_ms
     variance = (prefill_means * mix.cv) ** 2 + decode_ms ** 2 * decode_cv2
     e2el = ttft._replace(means=means, sigmas=lognormal_sigma(jnp.sqrt(variance) / means))
-    return LatencyPercentiles(delay_quantiles(ttft, with_wait), tpot, itl, delay_quantiles(e2el, with_wait))
+    shifted = lambda quantiles: tuple(q + spread.fixed_ms for q in quantiles)  # noqa: E731
+    return LatencyPercentiles(shifted(delay_quantiles(ttft, with_wait)), tpot, itl,
+                              shifted(delay_quantiles(e2el, with_wait)))

@@ -234,17 +234,23 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         if open_loop:  # one prefill at a time at the GPUs' full speed: an M/G/1 queue
             queue_wait, queue_busy = mg1_wait_ms(turn.rate_per_ms, isolated_ttft, mix.scv)
             ttft = ttft + queue_wait
-    # the engine's scheduler holds the first token back d steps (an overlap scheduler: one); the
-    # where keeps an engine without a delay bit for bit as it was (and 0 x inf out)
-    delay = turn.scheduler_delay_steps
-    if delay is not None:
-        ttft = jnp.where(delay > 0, ttft + delay * tpot, ttft)
+    # the engine's scheduler holds the first token back d steps (an overlap scheduler: one)
+    if turn.scheduler_delay_steps is not None:
+        ttft = ttft + scheduler_wait_ms(turn.scheduler_delay_steps, tpot)
     wait = zero
     if queue:
         wait = (ttft + tpot * turn.osl) * (jnp.maximum(batch / turn.slots, 1.0) - 1.0)
         ttft = ttft + wait
     return TurnState(ttft + tpot * turn.osl, wait, ttft, tpot, step, batch_run, work, lifetime, load, mix,
                      queue_wait, queue_busy, *steps, seen, roots)
+
+
+def scheduler_wait_ms(delay_steps: jax.Array, tpot_ms: jax.Array) -> jax.Array:
+    """d x TPOT [ms], the scheduler's delay of the first token (`TurnLatency`): 0 at d = 0
+    whatever TPOT (no 0 x inf), inf for d > 0 where TPOT is, and differentiable in d at 0."""
+    finite = jnp.isfinite(tpot_ms)
+    wait = delay_steps * jnp.where(finite, tpot_ms, 0.0)
+    return jnp.where(finite | (delay_steps <= 0), wait, jnp.inf)
 
 
 def tpot_slope_ms(state: TurnState, step_slope_ms: jax.Array) -> jax.Array:
@@ -520,7 +526,9 @@ def evaluate_point(
         spread = TurnSpread(state.ttft_ms, state.queue_wait_ms, state.queue_busy, state.mix, state.tpot_ms,
                             workload.osl, workload.osl_cv, state.decode_step_ms, state.mixed_step_ms,
                             state.mixed_share, batch_variance, step_slope, turns_per_s / MS_PER_S,
-                            state.prefill_dispersion, saturated_tpot)
+                            state.prefill_dispersion, saturated_tpot,
+                            0.0 if turn.scheduler_delay_steps is None
+                            else scheduler_wait_ms(turn.scheduler_delay_steps, state.tpot_ms))
         safe = jax.tree_util.tree_map(lambda v: jnp.where(ok, v, 1.0), spread)  # no NaN into the bisections
         found = latency_percentiles(safe, with_wait=open_loop)
         percentile_outputs = {f"p{p}_{name}": masked(values[i]) for name, values in found._asdict().items()
