@@ -61,7 +61,8 @@ prefill and decode workers); the parallel layout ``pp``, ``attention_dp``, ``moe
 spread ``isl_cv`` and ``osl_cv`` (`SPREAD_COLUMNS`, blank: fixed lengths; a file may leave them
 out); the run's own engine settings where its configuration is published (`SETTING_COLUMNS`,
 blank: its engine's; a file may leave them out): ``scheduler_delay_steps``, the steps a request's
-first token waits for the scheduler (`jaxpareto.definitions.engine.Engine`). Rows whose layout the model cannot express yet load like any other, and
+first token waits for the scheduler (`jaxpareto.definitions.engine.Engine`). Rows whose layout
+the model cannot express yet load like any other, and
 `unsupported_reason` (the loaded ``unsupported`` column) says why; they are kept, never
 approximated.
 
