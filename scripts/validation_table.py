@@ -16,8 +16,8 @@ the benchmark runs them (with ``--calibration``: as that file's fit did, its ``[
 Run time on a 2-core CPU: about 6 minutes for the full fit in the open loop (about 3 in the
 closed loop); ``--quick`` fits 15 steps instead (about 1 minute; the
 calibrated columns then differ from the README's); ``--calibration sweeps/calibration.toml``
-skips the fit (one step, for the held-out split) and reproduces the README's numbers (about
-1 minute).
+skips the fit (the held-out split is `jp.calibrate`'s, without fitting) and reproduces the
+README's numbers (about a minute).
 
 Usage: python scripts/validation_table.py [--quick | --steps N | --calibration FILE.toml]
                                           [--arrivals staggered|synchronised|poisson]
@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tomllib
 
 import numpy as np
 import pandas as pd
 
 import jaxpareto as jp
-from jaxpareto.definitions.calibration_file import calibration_arrivals
+from jaxpareto.definitions.calibration_file import calibration_arrivals, calibration_efficiency, calibration_options
+from jaxpareto.measure.calibrate import split_rows
+from jaxpareto.measure.predict import validation_rows
 from jaxpareto.definitions.options import ARRIVALS
 from _common import REPO, markdown_table, timed
 
@@ -57,14 +58,13 @@ def mape(table: pd.DataFrame, mask=None) -> dict[str, float]:
 
 
 def read_efficiency(path: str) -> jp.Efficiency:
-    """The ``[efficiency]`` table of a calibration TOML over the seed's defaults."""
-    with open(path, "rb") as f:
-        data = tomllib.load(f)
-    fitted_with = {key: data.get("model", {}).get(key) for key in ("prefill_model", "gemm_rate")}
+    """The factors of a calibration file, which must have been fitted with the model of the
+    table's calibrated column (the shared prefill at the measured GEMM rate)."""
+    fitted_with = {key: calibration_options(path).get(key) for key in ("prefill_model", "gemm_rate")}
     if fitted_with != {"prefill_model": "shared", "gemm_rate": "measured"}:
         sys.exit(f"{path} was fitted with {fitted_with}; the table's calibrated column is the shared prefill at the "
                  "measured GEMM rate")
-    return jp.Efficiency(**data["efficiency"])
+    return calibration_efficiency(path)
 
 
 def fitted_line(eff: jp.Efficiency) -> str:
@@ -94,23 +94,24 @@ def main() -> int:
         isolated = mape(seed_table)
     with timed("validate, seed equations with the shared prefill"):
         before = jp.validate(options=shared)
-    steps = 15 if args.quick else (1 if args.calibration else args.steps)
-    with timed(f"calibrate ({steps} steps)"):  # the fit also gives the held-out split
-        result = jp.calibrate(steps=steps, options=fitted_model)
     if args.calibration:
         efficiency = read_efficiency(args.calibration)
         with timed("validate, calibrated"):
             after = jp.validate(efficiency=efficiency, options=fitted_model)
+        test = split_rows(validation_rows(None))  # `jp.calibrate`'s default split, without a fit
     else:
-        efficiency, after = result.efficiency, result.after
+        steps = 15 if args.quick else args.steps
+        with timed(f"calibrate ({steps} steps)"):
+            result = jp.calibrate(steps=steps, options=fitted_model)
+        efficiency, after, test = result.efficiency, result.after, result.test
     seed_shared, calibrated = mape(before), mape(after)
-    held_before, held_after = mape(before, result.test), mape(after, result.test)
+    held_before, held_after = mape(before, test), mape(after, test)
 
     rows = []
     for metric, label in [*METRICS.items(), ("all", "all")]:
         rows.append([label, f"{isolated[metric]:.1f}", f"{seed_shared[metric]:.1f}", f"{calibrated[metric]:.1f}",
                      f"{held_before[metric]:.1f} → {held_after[metric]:.1f}"])
-    n_rows, n_test = len(before), int(np.sum(result.test))
+    n_rows, n_test = len(before), int(np.sum(test))
     loop = "in the open loop (Poisson arrivals)" if arrivals == "poisson" else "by the closed loop's matching"
     print(f"MAPE (%) over all {n_rows} rows, and on the {n_test} held-out rows (before → after calibration); "
           f"server rows {loop}:")

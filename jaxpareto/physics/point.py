@@ -458,6 +458,7 @@ def evaluate_point(
     tier_load_ms = jnp.where(link > 0, load_gb / jnp.where(link > 0, link, 1.0) * MS_PER_S, jnp.inf)
 
     zero = 0.0 * tokens
+    delay_steps = scheduler_delay_steps(engine)  # None: no engine of the table sets one, no term
     isolated_ttft = prefill_alone_ms(costs, tokens, chunk_tokens, efficiency, options) + fill_ms
     turn = TurnLatency(
         ttft_ms=isolated_ttft,
@@ -470,7 +471,7 @@ def evaluate_point(
         tier_load_ms=tier_load_ms + zero, chunk_tokens=chunk_tokens + zero,
         rate_per_ms=rate_per_ms + zero, paused_sessions=paused + zero, isl_cv=workload.isl_cv + zero,
         lockstep_ranks=None if ranks is None or options.dp_prefill == "aligned" else ranks + zero,
-        scheduler_delay_steps=None if scheduler_delay_steps(engine) is None else scheduler_delay_steps(engine) + zero,
+        scheduler_delay_steps=None if delay_steps is None else delay_steps + zero,
     )
     if options.prefill_model == "shared" or options.cache_model == "lru" or measured:
         # R(B) then holds inner roots solved to the dtype's rounding (about 1e-6 relative in
