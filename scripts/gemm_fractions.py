@@ -39,6 +39,7 @@ from pathlib import Path
 
 from _common import aiconfigurator_core
 from jaxpareto.definitions import catalog
+from jaxpareto.definitions.hardware import GEMM_KERNELS
 
 # AIConfigurator's system names -> the catalog's GPUs
 GPUS = {"a100_sxm": "a100-sxm-80gb", "h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm", "b200_sxm": "b200",
@@ -116,6 +117,14 @@ def main() -> None:
                 tables = ", ".join(f"{engine} {offset:.0f}" for engine, offset in offsets.items())
                 print(f"{name:14s} gemm_offset_tokens_{precision} = "
                       f"{max(statistics.median(offsets.values()), 0.0):.0f}  # {tables}")
+            for kernels in GEMM_KERNELS:  # each engine's own kernels: the median over its versions
+                share = [v for engine, v in shares.items() if engine.split()[0] == kernels]
+                offset = [v for engine, v in offsets.items() if engine.split()[0] == kernels]
+                if share:
+                    print(f"{name:14s} engine_gemm.{kernels}.gemm_fraction_{precision} = {statistics.median(share):.3f}")
+                if offset:
+                    print(f"{name:14s} engine_gemm.{kernels}.gemm_offset_tokens_{precision} = "
+                          f"{max(statistics.median(offset), 0.0):.0f}")
 
 
 if __name__ == "__main__":

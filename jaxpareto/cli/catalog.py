@@ -13,12 +13,17 @@ from jaxpareto.definitions import catalog
 def _cmd_catalog(args: argparse.Namespace) -> int:
     if args.csv:
         check_file_out(args.csv, "--csv", args.overwrite)
-    gpus = pd.DataFrame([g.model_dump(exclude={"sources"}) for g in catalog.gpus().values()])
+    gpus = pd.DataFrame([g.model_dump(exclude={"sources", "engine_gemm"}) for g in catalog.gpus().values()])
+    gpus = gpus[sorted(gpus.columns, key=lambda c: c.startswith("gemm_"))]  # name first, the measurements last
+    kernels = pd.DataFrame(_kernel_rows())
     models = pd.DataFrame([_model_row(m) for m in catalog.models().values()]).convert_dtypes()
     with pd.option_context("display.width", 250, "display.max_columns", 30):
         print("GPUs (memory GB as the datasheet states it and as the driver reports it, bandwidth GB/s, dense TFLOPS, "
               "scale-up interconnect GB/s one way within scaleup_domain_gpus, scale-out GB/s one way beyond):")
         print(gpus.to_string(index=False, na_rep="-"))
+        print("\nGEMM kernels per engine (the share of the dense peak large GEMMs reach and the offset m_0 in tokens "
+              "that each engine's own kernels measured, per precision; the GPU's values above are the medians):")
+        print(kernels.to_string(index=False, na_rep="-"))
         print("\nModels (params in billions; active without the untied input table, published: the publisher's "
               "figure; KV bytes per token of context; state MB per session whatever its length; layers by kind):")
         shown = models.dropna(axis=1, how="all")
@@ -34,6 +39,12 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
                 for field, source in entry.sources.items():
                     print(f"  {kind} {name}.{field}: {source}")
     return 0
+
+
+def _kernel_rows() -> list[dict]:
+    """One row per GPU and engine kernels it has measurements of (`Hardware.engine_gemm`)."""
+    return [{"gpu": name, "kernels": kernels, **measured.model_dump()}
+            for name, gpu in catalog.gpus().items() for kernels, measured in gpu.engine_gemm.items()]
 
 
 def _layers(model) -> str:

@@ -32,6 +32,7 @@ import pydantic
 
 from jaxpareto.definitions.base import Definition
 from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.definitions.hardware import GEMM_KERNELS, GemmKernels
 from jaxpareto.definitions.settings import Efficiency
 
 MEMORY_BASES = ("total", "after_weights")
@@ -71,6 +72,11 @@ class Engine(Definition):
             a window; TensorRT-LLM's attention-DP balancing, up to ``batching_wait_iters``.
             0 (default): none (the shipped engines' fitted TTFT overheads hold their mean). The
             disaggregated and conditional serving models do not apply it.
+        gemm_kernels: whose GEMM kernels the engine runs, one of
+            `jaxpareto.definitions.hardware.GEMM_KERNELS` ("vllm", "sglang", "trtllm"): under
+            ``gemm_rate="measured"`` its matmuls reach the share and take the offset that a GPU
+            measured for those kernels (`jaxpareto.definitions.hardware.Hardware.engine_gemm`),
+            where it has them. None (default): the GPU's own values, the medians over engines.
         efficiency: `Efficiency` fields this engine sets (calibrated factors); the others come
             from the shared `Efficiency` of the run.
         sources: field name -> where its value comes from.
@@ -87,6 +93,7 @@ class Engine(Definition):
     prefill_chunk_tokens: int = pydantic.Field(default=0, ge=0)
     max_running_requests: int = pydantic.Field(default=0, ge=0)
     scheduler_delay_steps: float = pydantic.Field(default=0.0, ge=0, allow_inf_nan=False)
+    gemm_kernels: GemmKernels | None = None
     efficiency: dict[str, float] = pydantic.Field(default_factory=dict)
     sources: dict[str, str] = pydantic.Field(default_factory=dict)
 
@@ -115,6 +122,8 @@ class Engine(Definition):
             max_running_requests=float(self.max_running_requests),
             # none: no term in the program (an engine table that mixes takes 0 for it, `stack_params`)
             scheduler_delay_steps=float(self.scheduler_delay_steps) if self.scheduler_delay_steps > 0 else None,
+            # 1 + the kernels' index; none: no lookup in the program (a mixed table takes 0, the GPU's)
+            gemm_kernels=None if self.gemm_kernels is None else float(GEMM_KERNELS.index(self.gemm_kernels) + 1),
             efficiency=Efficiency(**own),
             efficiency_mask=Efficiency(**mask),
         )
@@ -132,7 +141,10 @@ class EngineParams:
     ``after_weights`` is 1.0 for ``memory_basis="after_weights"``, ``reported_total`` 1.0 for
     ``memory_total="reported"``; ``efficiency_mask`` holds 1.0 for each `Efficiency` field the
     engine sets and 0.0 where the shared factor applies. ``scheduler_delay_steps`` is None for an
-    engine without one, so that a program of such engines carries no delay term at all.
+    engine without one, so that a program of such engines carries no delay term at all;
+    ``gemm_kernels`` is 1 + the index of the engine's kernels in
+    `jaxpareto.definitions.hardware.GEMM_KERNELS`, None for an engine that names none (0 where a
+    table mixes the two: the GPU's own measurements).
     """
 
     gpu_memory_utilization: jax.Array | float
@@ -144,6 +156,7 @@ class EngineParams:
     scheduler_delay_steps: jax.Array | float | None
     efficiency: Efficiency
     efficiency_mask: Efficiency
+    gemm_kernels: jax.Array | float | None = None
 
 
 def seed_engine() -> Engine:

@@ -9,16 +9,53 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Literal, get_args
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pydantic
 
 from jaxpareto.definitions.base import Definition, finite_positive
 from jaxpareto.definitions.options import GEMM_RATES
 
 
-class Hardware(Definition):
+#: GEMM kernel libraries a GPU may carry measurements of (`Hardware.engine_gemm`): each serving
+#: engine runs its own (vLLM's CUTLASS and Triton kernels, SGLang's sgl-kernel, TensorRT-LLM's),
+#: and they fill a GPU's tiles differently (AIConfigurator measures each engine's GEMMs apart)
+GemmKernels = Literal["vllm", "sglang", "trtllm"]
+GEMM_KERNELS: tuple[str, ...] = get_args(GemmKernels)
+GEMM_PRECISIONS = ("fp16", "fp8", "fp4")
+_GEMM_KINDS = ("fraction", "offset_tokens")
+
+
+class GemmMeasurements(Definition):
+    """What a GPU's matrix multiplications measurably reach, per precision (used under
+    ``gemm_rate="measured"``): `Hardware`'s own values (the medians over the engines measured),
+    and, in `Hardware.engine_gemm`, those of one engine's kernels.
+
+    Attributes:
+        gemm_fraction_fp16, gemm_fraction_fp8, gemm_fraction_fp4: the share of the dense peak of
+            that precision that large matrix multiplications reach, in (0, 1] (`effective_tflops`).
+            None: not measured.
+        gemm_offset_tokens_fp16, gemm_offset_tokens_fp8, gemm_offset_tokens_fp4: m_0 of that
+            precision (>= 0): a GEMM of m tokens takes as long as m + m_0 at the large-GEMM rate
+            (its tiles fill slowly; `gemm_offset_tokens`). None: not measured.
+
+    Raises:
+        pydantic.ValidationError (a ValueError) naming the field: a share outside (0, 1], a
+        negative or non-finite offset, an unknown field.
+    """
+
+    gemm_fraction_fp16: float | None = pydantic.Field(default=None, gt=0.0, le=1.0, allow_inf_nan=False)
+    gemm_fraction_fp8: float | None = pydantic.Field(default=None, gt=0.0, le=1.0, allow_inf_nan=False)
+    gemm_fraction_fp4: float | None = pydantic.Field(default=None, gt=0.0, le=1.0, allow_inf_nan=False)
+    gemm_offset_tokens_fp16: float | None = pydantic.Field(default=None, ge=0.0, allow_inf_nan=False)
+    gemm_offset_tokens_fp8: float | None = pydantic.Field(default=None, ge=0.0, allow_inf_nan=False)
+    gemm_offset_tokens_fp4: float | None = pydantic.Field(default=None, ge=0.0, allow_inf_nan=False)
+
+
+class Hardware(GemmMeasurements):
     """One GPU.
 
     Attributes:
@@ -49,6 +86,11 @@ class Hardware(Definition):
             precision (>= 0): a GEMM of m tokens measurably takes as long as m + m_0 at the
             large-GEMM rate (its tiles fill slowly), used under ``gemm_rate="measured"``
             (`gemm_offset_tokens`). None: not measured (`DEFAULT_GEMM_OFFSET_TOKENS` then).
+            These six are the GPU's own values: the medians over the engines measured.
+        engine_gemm: engine kernels (one of `GEMM_KERNELS`) -> `GemmMeasurements`, the same
+            measurements of that engine's own GEMM kernels; an engine whose ``gemm_kernels``
+            names them computes at them (`engine_hardware`), the GPU's own values filling what
+            they leave out. Empty: every engine at the GPU's values.
         sources: field name -> where its value comes from.
 
     Raises:
@@ -67,12 +109,7 @@ class Hardware(Definition):
     interconnect_gbs: float | None = None
     scaleup_domain_gpus: int | None = pydantic.Field(default=None, ge=1)
     scaleout_gbs: float | None = None
-    gemm_fraction_fp16: float | None = pydantic.Field(default=None, gt=0.0, le=1.0, allow_inf_nan=False)
-    gemm_fraction_fp8: float | None = pydantic.Field(default=None, gt=0.0, le=1.0, allow_inf_nan=False)
-    gemm_fraction_fp4: float | None = pydantic.Field(default=None, gt=0.0, le=1.0, allow_inf_nan=False)
-    gemm_offset_tokens_fp16: float | None = pydantic.Field(default=None, ge=0.0, allow_inf_nan=False)
-    gemm_offset_tokens_fp8: float | None = pydantic.Field(default=None, ge=0.0, allow_inf_nan=False)
-    gemm_offset_tokens_fp4: float | None = pydantic.Field(default=None, ge=0.0, allow_inf_nan=False)
+    engine_gemm: dict[GemmKernels, GemmMeasurements] = pydantic.Field(default_factory=dict)
     sources: dict[str, str] = pydantic.Field(default_factory=dict)
 
     @pydantic.field_validator(
@@ -85,11 +122,14 @@ class Hardware(Definition):
 
     @pydantic.model_validator(mode="after")
     def _measured_precisions(self):
-        for kind in ("fraction", "offset_tokens"):
-            for precision in ("fp8", "fp4"):
-                field = f"gemm_{kind}_{precision}"
-                if getattr(self, field) is not None and getattr(self, f"tflops_{precision}") is None:
-                    raise ValueError(f"{field}: a measurement of {precision}, which this GPU has no tflops_{precision} for")
+        tables = {"": self, **{f"engine_gemm.{k}.": v for k, v in self.engine_gemm.items()}}
+        for where, table in tables.items():
+            for kind in _GEMM_KINDS:
+                for precision in ("fp8", "fp4"):
+                    field = f"gemm_{kind}_{precision}"
+                    if getattr(table, field) is not None and getattr(self, f"tflops_{precision}") is None:
+                        raise ValueError(f"{where}{field}: a measurement of {precision}, which this GPU has no "
+                                         f"tflops_{precision} for")
         return self
 
     def to_params(self) -> "HardwareParams":
@@ -107,9 +147,17 @@ class Hardware(Definition):
             scaleup_domain_gpus=math.inf if self.scaleup_domain_gpus is None else float(self.scaleup_domain_gpus),
             scaleout_gbs=nan if self.scaleout_gbs is None else self.scaleout_gbs,
             **{f"gemm_{kind}_{p}": nan if getattr(self, f"gemm_{kind}_{p}") is None
-               else getattr(self, f"gemm_{kind}_{p}") for kind in ("fraction", "offset_tokens")
-               for p in ("fp16", "fp8", "fp4")},
+               else getattr(self, f"gemm_{kind}_{p}") for kind in _GEMM_KINDS for p in GEMM_PRECISIONS},
+            **{f"gemm_{kind}_engines": self._engine_table(kind) for kind in _GEMM_KINDS},
         )
+
+    def _engine_table(self, kind: str) -> np.ndarray:
+        """(kernels, precisions) array of the engines' ``gemm_<kind>_*``, NaN where absent."""
+        def value(kernels, precision):
+            measured = self.engine_gemm.get(kernels)
+            found = None if measured is None else getattr(measured, f"gemm_{kind}_{precision}")
+            return math.nan if found is None else found
+        return np.array([[value(k, p) for p in GEMM_PRECISIONS] for k in GEMM_KERNELS])
 
 
 @jax.tree_util.register_dataclass
@@ -118,8 +166,11 @@ class HardwareParams:
     """One GPU as scalars (or, stacked, a table with a leading GPU axis).
 
     Fields have the units of `Hardware`; ``tflops_fp8``/``tflops_fp4``/``interconnect_gbs``/
-    ``scaleout_gbs``, the ``gemm_fraction_*`` and ``gemm_offset_tokens_*`` are NaN where absent, ``scaleup_domain_gpus`` inf. ``memory_reported_ratio`` is ``memory_reported_gb / memory_gb``, a ratio so
-    that a what-if that scales ``memory_gb`` scales the reported total with it.
+    ``scaleout_gbs``, the ``gemm_fraction_*`` and ``gemm_offset_tokens_*`` are NaN where absent,
+    ``scaleup_domain_gpus`` inf. ``memory_reported_ratio`` is ``memory_reported_gb / memory_gb``, a
+    ratio so that a what-if that scales ``memory_gb`` scales the reported total with it.
+    ``gemm_fraction_engines`` and ``gemm_offset_tokens_engines`` are (kernels, precisions) arrays
+    (`GEMM_KERNELS` x `GEMM_PRECISIONS`) of `Hardware.engine_gemm`, NaN where absent.
     """
 
     memory_gb: jax.Array | float
@@ -137,6 +188,12 @@ class HardwareParams:
     gemm_offset_tokens_fp16: jax.Array | float = math.nan
     gemm_offset_tokens_fp8: jax.Array | float = math.nan
     gemm_offset_tokens_fp4: jax.Array | float = math.nan
+    gemm_fraction_engines: jax.Array = dataclasses.field(default_factory=lambda: _no_engine_table())
+    gemm_offset_tokens_engines: jax.Array = dataclasses.field(default_factory=lambda: _no_engine_table())
+
+
+def _no_engine_table() -> np.ndarray:
+    return np.full((len(GEMM_KERNELS), len(GEMM_PRECISIONS)), math.nan)
 
 
 # The share of the dense peak a GPU without a measurement is taken to reach, per precision: the
@@ -186,6 +243,35 @@ def gemm_offset_tokens(hw: HardwareParams, compute_bits: jax.Array | float, gemm
     if _at_peak(gemm_rate):
         return 0.0 * hw.tflops_fp16
     return _by_precision(hw, compute_bits, *_measured(hw, "offset_tokens", DEFAULT_GEMM_OFFSET_TOKENS))
+
+
+def engine_hardware(hw: HardwareParams, gemm_kernels: jax.Array | float | None) -> HardwareParams:
+    """``hw`` with the GEMM measurements of an engine's own kernels (docs/model.md, "Measured
+    matmul rate"): ``gemm_kernels`` is the engine's code (`EngineParams.gemm_kernels`: 1 + the
+    index in `GEMM_KERNELS`; 0 or None: the GPU's own values, unchanged). Each ``gemm_fraction_*``
+    and ``gemm_offset_tokens_*`` becomes that engine's value where the GPU has one (finite), and
+    stays the GPU's elsewhere. Scalar; used under ``gemm_rate="measured"`` only (the peak reads
+    none of them)."""
+    if gemm_kernels is None:
+        return hw
+    row = jnp.clip(jnp.asarray(gemm_kernels).astype(jnp.int32) - 1, 0, len(GEMM_KERNELS) - 1)
+    named = jnp.asarray(gemm_kernels) >= 1
+    updates = {}
+    for kind in _GEMM_KINDS:
+        table = jnp.asarray(getattr(hw, f"gemm_{kind}_engines"))[row]
+        for j, precision in enumerate(GEMM_PRECISIONS):
+            own = getattr(hw, f"gemm_{kind}_{precision}")
+            updates[f"gemm_{kind}_{precision}"] = jnp.where(named & jnp.isfinite(table[j]), table[j], own)
+    return dataclasses.replace(hw, **updates)
+
+
+def engine_gpu(hw: HardwareParams, engine, options) -> HardwareParams:
+    """The GPU as ``engine`` (an `EngineParams`, or None) computes on it under the model
+    ``options``: `engine_hardware` at the engine's ``gemm_kernels`` where the matmuls run at the
+    measured rate, else ``hw`` itself (the peak reads no measurement)."""
+    if engine is None or options.gemm_rate == "peak":
+        return hw
+    return engine_hardware(hw, engine.gemm_kernels)
 
 
 def _at_peak(gemm_rate: str) -> bool:

@@ -33,7 +33,7 @@ import pandas as pd
 from jaxpareto.definitions.engine import SEED_ENGINE, EngineParams, resolve_engine
 from jaxpareto.definitions.settings import DTYPES
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.definitions.hardware import HardwareParams
+from jaxpareto.definitions.hardware import GEMM_KERNELS, HardwareParams
 from jaxpareto.definitions.model import ModelParams
 from jaxpareto.definitions.settings import LatencySlo, Workload, numeric_fields
 from jaxpareto.mapper import stack_params
@@ -110,6 +110,16 @@ def engine_names(rows: pd.DataFrame) -> tuple[str, ...]:
     return tuple(sorted(set(column.replace("", SEED_ENGINE))))
 
 
+def _setting(rows: pd.DataFrame, name: str, dtype) -> np.ndarray:
+    """A `SETTING_COLUMNS` column as the engine parameter's numbers, NaN where blank or absent
+    (``gemm_kernels``: 1 + the index in `GEMM_KERNELS`, as `EngineParams` codes them)."""
+    if name not in rows:
+        return np.full(len(rows), np.nan, dtype)
+    if name == "gemm_kernels":
+        return np.asarray([GEMM_KERNELS.index(v) + 1.0 if v else np.nan for v in rows[name].fillna("")], dtype)
+    return np.asarray(rows[name], dtype=dtype)
+
+
 def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl") -> RowInputs:
     """Arrays of the rows for the JAX function (see `RowInputs`).
 
@@ -166,7 +176,7 @@ def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl")
     factors_off = {name: resolve_engine(name).model_copy(update={"efficiency": {}}).to_params() for name in names}
     engine = stack_params([factors_off[name] for name in row_engines], dt)
     for name in SETTING_COLUMNS:  # the run's own setting where it is published, else its engine's
-        given = num(rows[name]) if name in rows else np.full(n, np.nan, dt)
+        given = _setting(rows, name, dt)
         engines_value = getattr(engine, name)  # None: no engine of the rows sets it
         if engines_value is not None or not np.isnan(given).all():
             fallback = 0.0 if engines_value is None else engines_value

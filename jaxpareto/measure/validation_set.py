@@ -61,7 +61,9 @@ prefill and decode workers); the parallel layout ``pp``, ``attention_dp``, ``moe
 spread ``isl_cv`` and ``osl_cv`` (`SPREAD_COLUMNS`, blank: fixed lengths; a file may leave them
 out); the run's own engine settings where its configuration is published (`SETTING_COLUMNS`,
 blank: its engine's; a file may leave them out): ``scheduler_delay_steps``, the steps a request's
-first token waits for the scheduler (`jaxpareto.definitions.engine.Engine`). Rows whose layout
+first token waits for the scheduler, and ``gemm_kernels``, whose GEMM kernels the run computed
+with (one of `jaxpareto.definitions.hardware.GEMM_KERNELS`: the GPU's measurements of them apply
+under ``gemm_rate="measured"``; `jaxpareto.definitions.engine.Engine`). Rows whose layout
 the model cannot express yet load like any other, and
 `unsupported_reason` (the loaded ``unsupported`` column) says why; they are kept, never
 approximated.
@@ -83,7 +85,7 @@ import pandas as pd
 from jaxpareto.definitions import catalog
 from jaxpareto.definitions.checks import check_number
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.definitions.hardware import Hardware
+from jaxpareto.definitions.hardware import GEMM_KERNELS, Hardware
 from jaxpareto.definitions.model import Model
 from jaxpareto.definitions.settings import Workload, numeric_fields
 from jaxpareto.definitions.units import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES
@@ -138,7 +140,7 @@ MODES = ("agg", "disagg")
 
 # column -> kind: "str" (non-empty), "opt_str" (may be blank), "int", "opt_int" (blank: a
 # default, see `_LAYOUT_DEFAULTS`), "num", "opt_num" (> 0), "opt_cv" (the bounds of the `Workload`
-# field of that name), "opt_steps" (>= 0)
+# field of that name), "opt_steps" (>= 0), "opt_kernels" (blank or one of `GEMM_KERNELS`)
 COLUMNS: dict[str, str] = {
     "id": "str",
     "source": "str",
@@ -170,6 +172,7 @@ COLUMNS: dict[str, str] = {
     "load_tokens_per_s": "opt_num",
     "capacity_tokens_per_s": "opt_num",
     "scheduler_delay_steps": "opt_steps",
+    "gemm_kernels": "opt_kernels",
     "metric": "str",
     "statistic": "str",
     "value": "num",
@@ -188,7 +191,7 @@ DISAGGREGATION_COLUMNS = ("prefill_workers", "prefill_tp", "decode_workers")
 SPREAD_COLUMNS = ("isl_cv", "osl_cv")
 #: The run's own engine settings where its configuration is published, over its engine's
 #: (`jaxpareto.definitions.engine.Engine`; blank: the engine's). Optional in a file.
-SETTING_COLUMNS = ("scheduler_delay_steps",)
+SETTING_COLUMNS = ("scheduler_delay_steps", "gemm_kernels")
 _WORKLOAD_BOUNDS = {f.name: f.metadata["bounds"] for f in numeric_fields(Workload) if f.name in SPREAD_COLUMNS}
 
 #: Values of blank layout columns: pipeline stages, attention data-parallel ranks, MoE tensor- and
@@ -210,6 +213,10 @@ def _parse(kind: str, text: str, where: str, column: str = ""):
     if kind in ("str", "opt_str"):
         if kind == "str" and not text:
             raise JaxparetoError(where, "is empty")
+        return text
+    if kind == "opt_kernels":
+        if text and text not in GEMM_KERNELS:
+            raise JaxparetoError(where, f"unknown GEMM kernels {text!r}", list(GEMM_KERNELS))
         return text
     if not text:
         if kind.startswith("opt_"):

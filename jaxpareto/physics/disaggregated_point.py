@@ -13,6 +13,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from jaxpareto.definitions.axes import GridPoint
+from jaxpareto.definitions.hardware import engine_gpu
 from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.definitions.schema import PERCENTILE_VARIABLES
 from jaxpareto.definitions.settings import Efficiency, Solver, Workload
@@ -63,7 +64,7 @@ def evaluate_disaggregated(point: GridPoint, workload: Workload, efficiency: Eff
     measured = options.profile == "measured"
     engine = point.get("engine")
     efficiency = engine_efficiency(efficiency, engine)
-    hw, model, tp = point.gpu, point.model, point.tp
+    hw, model, tp = engine_gpu(point.gpu, engine, options), point.model, point.tp
     prefill_tp = jnp.where(point.prefill_tp > 0, point.prefill_tp, tp)
     prefill_workers, decode_workers = point.prefill_workers, point.decode_workers
     replica_gpus = prefill_workers * prefill_tp + decode_workers * tp

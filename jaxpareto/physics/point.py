@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxpareto.definitions.axes import GridPoint
-from jaxpareto.definitions.hardware import effective_tflops
+from jaxpareto.definitions.hardware import effective_tflops, engine_gpu
 from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.definitions.schema import PERCENTILE_VARIABLES
 from jaxpareto.definitions.settings import SOLVERS, Efficiency, Solver, Workload
@@ -396,7 +396,7 @@ def evaluate_point(
     if solver.name not in SOLVERS or (solver.name == "exact" and not options.piecewise_linear):
         raise ValueError(f"solver {solver.name!r} not in {SOLVERS}, or 'exact' with {options} (not piecewise linear)")
     open_loop = options.open_loop
-    hw, model, tp = point.gpu, point.model, point.tp
+    hw, model, tp = engine_gpu(point.gpu, engine, options), point.model, point.tp
     # a parallel layout (physics/layout.py): one of D alike attention-DP ranks stands for the
     # replica, over its pipeline stages
     layout = point_layout(point)

@@ -308,7 +308,8 @@ def continuous_search(cells: GridPoint, workload, efficiency, solver, tp_choices
     u0 = jnp.linspace(log_lo, log_hi, starts + 2)[1:-1] if starts > 1 else jnp.asarray([(log_lo + log_hi) / 2])
     u0 = u0.astype(cells.think_time_s.dtype)
     shape = (cells.think_time_s.shape[0], tp_choices.shape[0], starts)
-    flat = lambda a: jnp.broadcast_to(a, shape).reshape(-1)  # noqa: E731  (cells x TP x starts, one axis)
+    # cells x TP x starts on one axis; a leaf's own trailing axes (a GPU's per-engine GEMM table) kept
+    flat = lambda a: jnp.broadcast_to(a, shape + a.shape[3:]).reshape((-1,) + a.shape[3:])  # noqa: E731
     points = jax.tree_util.tree_map(lambda a: flat(a[:, None, None]), cells).replace(tp=flat(tp_choices[None, :, None]))
     descend = functools.partial(_descend, objective=objective, sign=sign, constraints=constraints, steps=steps,
                                 options=options)
