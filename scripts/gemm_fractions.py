@@ -24,6 +24,10 @@ past the weights' read, before the rate levels off), m_0 = its intercept / its s
 worth of time the GEMM adds whatever M (its tiles' ramp and tail); the median over the shapes,
 then over the engines, and 0 where that median is negative (no measurable offset).
 
+Per engine (the ``[gpu.<name>.engine_gemm.<engine>]`` tables, which an engine naming its
+``gemm_kernels`` computes at): the same two values of that engine's tables alone, the median over
+its versions (SGLang's two on H100), and an offset 0 where negative.
+
 Reading parquet needs ``pandas`` and ``pyarrow``, which jaxpareto itself does not; run this in an
 environment that has them (``pip install aiconfigurator-core==0.12.0 pandas pyarrow``).
 

@@ -4,10 +4,11 @@ the "Fitted: ..." line below it.
 
 Columns: the seed's equations with the isolated prefill (``jp.validate()``), the same with the
 shared prefill engine (``prefill_model="shared"``), the calibrated factors with the shared
-engine and the measured GEMM rate (``gemm_rate="measured"``, as ``sweeps/calibration.toml`` is
+engine, the measured GEMM rate and attention's FLOPs (``gemm_rate="measured"``,
+``attention="flops"``, as ``sweeps/calibration.toml`` is
 fitted), and the held-out rows (``jp.calibrate``'s default split: 30 % of each source x metric
 group, seed 0) before -> after. The calibrated factors come from a fresh ``jp.calibrate`` fit
-(400 Adam steps, as ``jaxpareto calibrate --gemm-rate measured --arrivals poisson`` wrote
+(400 Adam steps, as ``jaxpareto calibrate --gemm-rate measured --attention flops --arrivals poisson`` wrote
 ``sweeps/calibration.toml``), or from a calibration file with ``--calibration FILE``. Every column
 evaluates the runs alike: by default the MLPerf server rows in the open loop, Poisson arrivals as
 the benchmark runs them (with ``--calibration``: as that file's fit did, its ``[fit] arrivals``);
@@ -38,7 +39,7 @@ from jaxpareto.measure.predict import validation_rows
 from jaxpareto.definitions.options import ARRIVALS
 from _common import REPO, markdown_table, timed
 
-HEADER = ["metric", "seed, isolated prefill", "seed, shared prefill", "calibrated, shared, measured GEMM rate",
+HEADER = ["metric", "seed, isolated prefill", "seed, shared prefill", "calibrated, shared, measured GEMM rate, attention FLOPs",
           "held out: before → after"]
 # README row label per validation-set metric, in the README's order; then "all".
 METRICS = {"output_tokens_per_s_total": "output tokens/s", "tpot_ms": "TPOT", "itl_ms": "ITL (vLLM, Llama-3.1-8B)",
@@ -57,13 +58,16 @@ def mape(table: pd.DataFrame, mask=None) -> dict[str, float]:
     return out
 
 
+# the model of the calibrated column, as `jaxpareto calibrate` fitted sweeps/calibration.toml
+FITTED_MODEL = {"prefill_model": "shared", "gemm_rate": "measured", "attention": "flops"}
+
+
 def read_efficiency(path: str) -> jp.Efficiency:
     """The factors of a calibration file, which must have been fitted with the model of the
-    table's calibrated column (the shared prefill at the measured GEMM rate)."""
-    fitted_with = {key: calibration_options(path).get(key) for key in ("prefill_model", "gemm_rate")}
-    if fitted_with != {"prefill_model": "shared", "gemm_rate": "measured"}:
-        sys.exit(f"{path} was fitted with {fitted_with}; the table's calibrated column is the shared prefill at the "
-                 "measured GEMM rate")
+    table's calibrated column (`FITTED_MODEL`)."""
+    fitted_with = {key: calibration_options(path).get(key) for key in FITTED_MODEL}
+    if fitted_with != FITTED_MODEL:
+        sys.exit(f"{path} was fitted with {fitted_with}; the table's calibrated column is {FITTED_MODEL}")
     return calibration_efficiency(path)
 
 
@@ -87,7 +91,7 @@ def main() -> int:
     args = parser.parse_args()
     arrivals = args.arrivals or (calibration_arrivals(args.calibration) if args.calibration else "poisson")
     shared = jp.ModelOptions(prefill_model="shared", arrivals=arrivals)
-    fitted_model = shared._replace(gemm_rate="measured")  # what sweeps/calibration.toml is fitted with
+    fitted_model = shared._replace(**FITTED_MODEL)  # what sweeps/calibration.toml is fitted with
 
     with timed("validate, seed equations"):
         seed_table = jp.validate(options=jp.ModelOptions(arrivals=arrivals))

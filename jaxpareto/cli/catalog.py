@@ -29,7 +29,8 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
         shown = models.dropna(axis=1, how="all")
         print(shown.astype(object).where(shown.notna(), "-").to_string(index=False))
     if args.csv:
-        table = pd.concat([gpus.assign(kind="gpu"), models.assign(kind="model")], ignore_index=True)
+        table = pd.concat([gpus.assign(kind="gpu"), kernels.rename(columns={"gpu": "name"}).assign(kind="engine_gemm"),
+                           models.assign(kind="model")], ignore_index=True)
         write_csv(table[["kind", *[c for c in table.columns if c != "kind"]]], args.csv, args.overwrite,
                   "catalog entries")
     if args.sources:
@@ -79,7 +80,8 @@ def _model_row(model) -> dict:
 def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("catalog", help="list the catalog's GPUs and models")
     p.add_argument("--sources", action="store_true", help="also print where every value comes from")
-    add_csv_option(p, "the GPU and model tables (one row per entry, a kind column)")
+    add_csv_option(p, "the GPU, per-engine GEMM and model tables (one row per entry, a kind column: gpu, engine_gemm "
+                      "with its kernels, model)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --csv file")
     p.set_defaults(func=_cmd_catalog)
     return p

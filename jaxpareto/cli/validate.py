@@ -9,7 +9,7 @@ import pandas as pd
 from jaxpareto.cli._common import check_file_out
 from jaxpareto.definitions.calibration_file import calibration_arrivals, calibration_factors, calibration_options
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.definitions.options import ARRIVALS, GEMM_RATES, PREFILL_MODELS, PROFILES, ModelOptions
+from jaxpareto.definitions.options import ARRIVALS, ATTENTION, GEMM_RATES, PREFILL_MODELS, PROFILES, ModelOptions
 from jaxpareto.definitions.settings import DTYPES, Efficiency
 from jaxpareto.measure.predict import validation_rows
 from jaxpareto.measure.row_inputs import PREFILL, engine_names
@@ -31,14 +31,15 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     arrivals = args.arrivals or (calibration_arrivals(args.calibration) if args.calibration else "staggered")
     options = ModelOptions(prefill_model=_adopted(args, "prefill_model", "isolated"),
                            profile=_adopted(args, "profile", "seed"), arrivals=arrivals,
-                           gemm_rate=_adopted(args, "gemm_rate", "peak"))
+                           gemm_rate=_adopted(args, "gemm_rate", "peak"), attention=_adopted(args, "attention", "profile"))
     rows = validation_rows(args.data)
     efficiency = calibration_factors(args.calibration, engine_names(rows)) if args.calibration else Efficiency()
     table = validate(rows, efficiency=efficiency, dtype=args.dtype, prefill=args.prefill, options=options)
     summary = table.attrs["mape"]
     print(f"validation set: {args.data or 'shipped jaxpareto/data/validation.csv'} ({len(table)} rows); "
           f"efficiency: {args.calibration or 'seed defaults'}; profile: {options.profile}, "
-          f"prefill_model: {options.prefill_model}; gemm_rate: {options.gemm_rate}; arrivals: {options.arrivals}, "
+          f"prefill_model: {options.prefill_model}; gemm_rate: {options.gemm_rate}; attention: {options.attention}; "
+          f"arrivals: {options.arrivals}, "
           f"server rows: {'Poisson arrivals' if options.open_loop else 'closed-loop matching'}")
     if out is not None:
         prediction_rows(rows, table).to_csv(out, index=False)
@@ -63,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                                                "metric); --csv writes every row with its prediction")
     p.add_argument("--calibration", metavar="FILE.toml",
                    help="factors of a calibration file (`jaxpareto calibrate`), per engine where it has them; "
-                        "its profile, prefill model and GEMM rate are adopted, and its server rows scored as its "
+                        "its profile, prefill model, GEMM rate and attention are adopted, and its server rows scored as its "
                         "fit scored them (default: the seed's factors)")
     p.add_argument("--data", metavar="FILE.csv", help="validation set (default: the shipped one)")
     p.add_argument("--csv", "--out", dest="out", metavar="FILE.csv",
@@ -81,6 +82,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--gemm-rate", choices=GEMM_RATES,
                    help="the matmuls at the datasheet's peak or at the rate large GEMMs measurably reach (default: "
                         "the calibration's, else peak)")
+    p.add_argument("--attention", choices=ATTENTION,
+                   help="attention as the profile counts it, or its FLOPs too (default: the calibration's, else "
+                        "profile)")
     p.add_argument("--arrivals", choices=ARRIVALS,
                    help="how the runs' turns fall in time: the closed loop's staggered (the server rows matched by "
                         "Little's law) or synchronised turns, or Poisson arrivals (the server rows in the open "

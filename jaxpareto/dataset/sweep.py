@@ -46,7 +46,9 @@ sweep.__signature__ = inspect.signature(plan_sweep).replace(return_annotation=xr
 def with_ridge_points(ds: xr.Dataset, plan: SweepPlan) -> xr.Dataset:
     """Add each (GPU, model)'s ridge point as a coordinate, to read against operational_intensity."""
     ridge = np.asarray([[ridge_point(g, m, plan.options.gemm_rate) for m in plan.models] for g in plan.gpus])
-    rate = "peak" if plan.options.gemm_rate == "peak" else "measured matmul"
+    # at the measured rate, the GPU's own share (the median over engines): an engine's kernels
+    # move its operational intensity's ridge by their share (docs/model.md, "Measured matmul rate")
+    rate = "peak" if plan.options.gemm_rate == "peak" else "measured matmul (the GPU's median over engines)"
     return ds.assign_coords(ridge_point=(("gpu", "model"), ridge, {
         "units": "FLOP/byte", "long_name": f"ridge point: {rate} FLOPS at the model's precision / bandwidth"}))
 

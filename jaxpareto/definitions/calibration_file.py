@@ -10,6 +10,7 @@ decode_overhead_ms = 4.1
 prefill_model = "shared"
 profile = "measured"
 gemm_rate = "measured"   # absent: "peak" (files from before the key)
+attention = "flops"      # absent: "profile" (files from before the key)
 
 [engine.vllm]          # factors fitted per engine (optional); over [efficiency]
 eta_decode = 0.55
@@ -36,12 +37,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.definitions.options import ARRIVALS, GEMM_RATES, PREFILL_MODELS, PROFILES
+from jaxpareto.definitions.options import ARRIVALS, ATTENTION, GEMM_RATES, PREFILL_MODELS, PROFILES
 from jaxpareto.definitions.settings import Efficiency
 
 EFFICIENCY_FIELDS = tuple(f.name for f in dataclasses.fields(Efficiency))
 #: [model] keys a calibration file may set, and their allowed values.
-MODEL_FIELDS = {"prefill_model": PREFILL_MODELS, "profile": PROFILES, "gemm_rate": GEMM_RATES}
+MODEL_FIELDS = {"prefill_model": PREFILL_MODELS, "profile": PROFILES, "gemm_rate": GEMM_RATES, "attention": ATTENTION}
 
 
 def load_calibration(source: str | Path | Mapping) -> dict[str, float]:
@@ -73,7 +74,8 @@ def calibration_efficiency(source: str | Path | Mapping, base: Efficiency = Effi
 
 def calibration_options(source: str | Path | Mapping) -> dict[str, str]:
     """The ``[model]`` table of a calibration file: the options its factors were fitted with.
-    A file without ``gemm_rate`` was fitted at the datasheet peak (the key came later): "peak".
+    A file without ``gemm_rate`` was fitted at the datasheet peak (the key came later): "peak";
+    one without ``attention``, with attention as its profile counts it: "profile".
 
     Raises:
         JaxparetoError: the file is missing, unreadable or not TOML; ``[model]`` is not a table,
@@ -88,7 +90,7 @@ def calibration_options(source: str | Path | Mapping) -> dict[str, str]:
             raise JaxparetoError(f"calibration.model.{key}", "unknown field", tuple(MODEL_FIELDS))
         if value not in MODEL_FIELDS[key]:
             raise JaxparetoError(f"calibration.model.{key}", f"unknown value {value!r}", MODEL_FIELDS[key])
-    return {"gemm_rate": "peak", **table}
+    return {"gemm_rate": "peak", "attention": "profile", **table}
 
 
 def calibration_arrivals(source: str | Path | Mapping) -> str:

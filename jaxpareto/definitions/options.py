@@ -20,6 +20,7 @@ ARRIVALS = ("staggered", "synchronised", "poisson")
 SERVING_MODES = ("aggregated", "disaggregated", "conditional")
 DP_PREFILLS = ("independent", "aligned")
 GEMM_RATES = ("peak", "measured")
+ATTENTION = ("profile", "flops")
 # How the optimiser searches (`jaxpareto.optimize`'s ``method``), and how sessions hold KV.
 SEARCH_METHODS = ("auto", "exhaustive", "bracket", "gradient")
 KV_DEMANDS = ("staggered", "synchronised", "synchronized")
@@ -86,6 +87,11 @@ class ModelOptions(NamedTuple):
             "peak" (the datasheet's dense peak of the model's precision, the seed's) or
             "measured" (that peak times the share large GEMMs measurably reach on that GPU in that
             precision, the catalog's ``gemm_fraction_*``; docs/model.md, "Measured matmul rate").
+        attention: what attention costs (docs/model.md, "Attention FLOPs"): "profile" (as the
+            profile counts it: under the seed's equations its KV reads alone, eq. 3b; the
+            measured profile adds its FLOPs) or "flops" (its FLOPs under either profile: the
+            causal pairs of each prefill and every decode step's reads of its context, at the
+            BF16 rate; `jaxpareto.physics.attention`).
     """
 
     expert_routing: str = "seed"
@@ -97,13 +103,14 @@ class ModelOptions(NamedTuple):
     serving: str = "aggregated"
     dp_prefill: str = "independent"
     gemm_rate: str = "peak"
+    attention: str = "profile"
 
     def validate(self) -> "ModelOptions":
         """Self, checked; raises JaxparetoError naming the bad field and the allowed values."""
         for field, allowed in (("expert_routing", EXPERT_ROUTINGS), ("prefill_model", PREFILL_MODELS),
                                ("cache_model", CACHE_MODELS), ("pause_distribution", PAUSE_DISTRIBUTIONS),
                                ("profile", PROFILES), ("arrivals", ARRIVALS), ("serving", SERVING_MODES),
-                               ("dp_prefill", DP_PREFILLS), ("gemm_rate", GEMM_RATES)):
+                               ("dp_prefill", DP_PREFILLS), ("gemm_rate", GEMM_RATES), ("attention", ATTENTION)):
             value = getattr(self, field)
             if value not in allowed:
                 raise JaxparetoError(field, f"unknown {value!r}", allowed)
@@ -122,6 +129,11 @@ class ModelOptions(NamedTuple):
     def disaggregated(self) -> bool:
         """Prefill runs (at least in part) on a pool of its own (``serving`` not "aggregated")."""
         return self.serving != "aggregated"
+
+    @property
+    def attention_flops(self) -> bool:
+        """Attention's FLOPs are counted (the measured profile, or ``attention="flops"``)."""
+        return self.profile == "measured" or self.attention == "flops"
 
     @property
     def open_loop(self) -> bool:

@@ -1,4 +1,5 @@
-"""Attention work of prefill and decode (the measured profile; the seed counts none).
+"""Attention work of prefill and decode (the measured profile, or ``attention="flops"``; the seed
+counts none).
 
 The seed's eq. 2 and eq. 3c count 2 x P_active FLOPs per token: the matmuls with the weights.
 Attention's own FLOPs, the scores QK^T and the weighted values PV, grow with the span a query

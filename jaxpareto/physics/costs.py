@@ -106,7 +106,7 @@ def tp_costs(hw, model, tp, tokens, context_tokens, decode_context, chunk_tokens
              options: ModelOptions) -> TpCosts:
     """The costs of serving ``model`` on ``tp`` GPUs of ``hw`` for turns prefilling ``tokens`` of
     a ``context_tokens`` context and decoding at ``decode_context`` (seed eqs. 2-3, the opt-in
-    all-reduce and fixed terms, and the measured profile's attention; docs/model.md)."""
+    all-reduce and fixed terms, and attention's FLOPs where counted; docs/model.md)."""
     measured = options.profile == "measured"
     tflops = effective_tflops(hw, model.compute_bits, options.gemm_rate)
     allreduce = allreduce_time(hw, model, tp, efficiency.allreduce_scale, efficiency.allreduce_latency_us,
@@ -116,8 +116,8 @@ def tp_costs(hw, model, tp, tokens, context_tokens, decode_context, chunk_tokens
     # a GEMM of m tokens takes as long as m + m_0 at the measured rate: once per engine step
     # (in the decode step's compute floor) and once per isolated prefill (seed eq. 2)
     offset = gemm_offset_tokens(hw, model.compute_bits, options.gemm_rate)
-    attention_tflops = effective_tflops(hw, 16.0) if measured else None
-    if measured:  # the turn's attention FLOPs, spread over its prefill tokens
+    attention_tflops = effective_tflops(hw, 16.0) if options.attention_flops else None
+    if options.attention_flops:  # the turn's attention FLOPs, spread over its prefill tokens
         prefix = jnp.maximum(context_tokens - tokens, 0.0)
         flops = model.attention_pair_flops * causal_pairs(tokens, prefix) \
             + model.attention_window_pair_flops * window_pairs(tokens, prefix, model.kv_window_tokens)

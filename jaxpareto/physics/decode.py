@@ -31,8 +31,8 @@ class DecodeCoefficients(NamedTuple):
         kv_ms: one session's KV reads per GPU, `jaxpareto.physics.memory.session_gb` / (G x BW)
             [ms]: L x κ / (min(G, n_kv) x BW) for full attention, plus its sliding-window KV and
             fixed recurrent state (linear and Mamba layers), each read once per step.
-        compute_ms: one session's matmuls 2 x P_active / (G x F) [ms] (plus its attention under the
-            measured profile).
+        compute_ms: one session's matmuls 2 x P_active / (G x F) [ms] (plus its attention where
+            its FLOPs are counted: the measured profile, ``attention="flops"``).
         elementwise_overhead: multiplier on memory time (1.10).
         eta_decode: η_d.
         fixed_ms: time every step adds whatever the batch (`Efficiency.decode_overhead_ms` and
@@ -121,8 +121,8 @@ def decode_coefficients(
         tflops: F per GPU [TFLOPS] (`jaxpareto.definitions.hardware.effective_tflops`).
         eta_decode: η_d.
         elementwise_overhead: memory-time multiplier.
-        attention_tflops: F of the attention kernels per GPU [TFLOPS]; given (the measured
-            profile), each session's step also computes its attention over the context
+        attention_tflops: F of the attention kernels per GPU [TFLOPS]; given (attention's FLOPs
+            counted: the measured profile, or ``attention="flops"``), each session's step also computes its attention over the context
             (`jaxpareto.physics.attention`), split over the G GPUs like the heads.
         offset_tokens: m_0, the tokens' worth of matmul time every step adds (`DecodeCoefficients`).
     """
