@@ -21,15 +21,20 @@ GRID = dict(gpu="h100-sxm", model="llama-3.1-8b", tp=[1, 2], concurrency=[1, 256
             context_tokens=[8192], hit_rate=[0.0, 0.5])
 
 
+def _pairs(new, prefix):
+    """Causal (query, key) pairs of ``new`` queries after ``prefix`` cached keys: n P + n (n + 1) / 2."""
+    return new * prefix + new * (new + 1.0) / 2.0
+
+
 def test_prefill_gains_its_causal_attention_flops_at_the_bf16_rate():
-    """Seed eq. 2 plus the causal pairs of the prefilled span after its cached prefix: (n P + n (n
-    + 1) / 2) pairs x 4 x heads x head_dim FLOPs x layers, on G GPUs at the BF16 peak, / η_p."""
-    one = dict(GRID, tp=[1], concurrency=[1], hit_rate=[0.0, 0.5])
+    """Seed eq. 2 plus the attention of the mean turn over its hits and misses: a hit's ΔL = 2,128
+    queries after the L - ΔL cached, a miss's L after none, x 4 x heads x head_dim FLOPs x layers per
+    pair, on G GPUs at the BF16 peak, / η_p."""
+    one = dict(GRID, tp=[1], concurrency=[1], hit_rate=[0.0, 0.5, 1.0])
     plain, flops = jp.sweep(**one), jp.sweep(**one, attention="flops")
     model = catalog.models()["llama-3.1-8b"]
-    n = plain.prefill_tokens.values.ravel().astype(np.float64)
-    prefix = 8192.0 - n
-    pairs = n * prefix + n * (n + 1.0) / 2.0
+    h, delta, context = np.array([0.0, 0.5, 1.0]), 2128.0, 8192.0
+    pairs = h * _pairs(delta, context - delta) + (1.0 - h) * _pairs(context, 0.0)
     want_ms = model.to_params().attention_pair_flops * pairs / (989.0e12 * Efficiency().eta_prefill) * 1e3
     np.testing.assert_allclose((flops.ttft_ms - plain.ttft_ms).values.ravel(), want_ms, rtol=1e-4)
     assert flops.attrs["attention"] == "flops" and plain.attrs["attention"] == "profile"
@@ -82,3 +87,37 @@ def test_validate_adopts_the_calibrations_attention_and_refuses_another(tmp_path
     assert "attention: flops" in capsys.readouterr().out
     assert main(["validate", "--calibration", str(path), "--data", str(data), "--attention", "profile"]) == 2
     assert "--attention: the calibration's factors were fitted with 'flops'" in capsys.readouterr().err
+
+
+def test_under_the_measured_profile_either_choice_is_the_same_model():
+    """The measured profile counts attention's FLOPs whatever the option says: a calibration
+    fitted with it (hopper-measured, no ``attention`` key) takes either without complaint."""
+    grid = dict(GRID, concurrency=[1, 64])
+    both = [jp.sweep(**grid, calibration="hopper-measured", attention=a).ttft_ms for a in ("profile", "flops")]
+    np.testing.assert_array_equal(both[0], both[1])
+
+
+def test_decode_context_moves_decode_and_kv_but_not_the_prompts_prefill():
+    """``decode_context_tokens``: decode (reads and attention) and KV memory at the in-flight
+    context, the prompt's prefill after no prefix: TPOT and KV as a point of that context, TTFT
+    as one of the prompt alone (the validation set's standard-serving encoding)."""
+    one = dict(gpu="h100-sxm", model="llama-3.1-8b", tp=[1], concurrency=[1, 32], think_time_s=[0.0],
+               hit_rate=[0.0], attention="flops")
+    split = jp.sweep(**one, context_tokens=[1024], decode_context_tokens=8192.0)
+    whole, prompt = jp.sweep(**one, context_tokens=[8192]), jp.sweep(**one, context_tokens=[1024])
+    np.testing.assert_allclose(split.tpot_ms, whole.tpot_ms.values, rtol=1e-6)
+    np.testing.assert_allclose(split.kv_per_session_gb, whole.kv_per_session_gb.values, rtol=1e-6)
+    np.testing.assert_allclose(split.ttft_ms, prompt.ttft_ms.values, rtol=1e-6)
+
+
+def test_validation_rows_prefill_their_prompt_after_no_prefix():
+    from jaxpareto.measure.predict import validation_rows
+    from jaxpareto.measure.row_inputs import row_inputs
+    from jaxpareto.physics.memory import in_flight_context
+    rows = validation_rows(None)
+    rows = rows[rows["id"].str.startswith("mlperf51-dsr1-b200")].reset_index(drop=True)
+    inputs = row_inputs(rows, prefill="isl")
+    isl, osl, cv = (rows[c].to_numpy(float) for c in ("isl", "osl", "osl_cv"))
+    np.testing.assert_array_equal(inputs.context_tokens, isl)  # the prompt: no cached prefix
+    np.testing.assert_allclose(inputs.workload.decode_context_tokens, in_flight_context(isl, osl, cv))
+    assert (inputs.hit_rate == 1.0).all() and (inputs.workload.delta_tokens == isl).all()

@@ -309,13 +309,14 @@ def test_budget_search_ranks_attention_dp_layouts_at_their_exhaustive_best():
 
 def _pipeline(model_name, tp, stages, routing="seed", chunk=8192.0, tokens=20000.0, latency_us=0.0, overhead_ms=0.0):
     from jaxpareto.definitions.hardware import effective_tflops
-    from jaxpareto.physics.costs import tp_costs
+    from jaxpareto.physics.costs import TurnTokens, tp_costs
     from jaxpareto.physics.layout import pipeline_costs
 
     hw, model = _f64(catalog.gpus()["h100-sxm"].to_params()), _f64(catalog.models()[model_name].to_params())
     options = __import__("jaxpareto").ModelOptions(expert_routing=routing)
-    costs = tp_costs(hw, model, jnp.float64(tp), jnp.float64(tokens), jnp.float64(32768.0), jnp.float64(32768.0),
-                     jnp.float64(chunk), _f64(Efficiency()), options)
+    turn = TurnTokens(jnp.float64(0.0), jnp.float64(tokens), jnp.float64(tokens), jnp.float64(chunk))
+    costs = tp_costs(hw, model, jnp.float64(tp), turn, jnp.float64(32768.0), jnp.float64(32768.0), _f64(Efficiency()),
+                     options)
     layout = _layout(1, 1)._replace(stages=jnp.float64(stages))
     piped = pipeline_costs(costs, hw, model, jnp.float64(tp), layout, jnp.float64(latency_us),
                            jnp.float64(overhead_ms), jnp.float64(chunk), jnp.float64(tokens), routing)

@@ -18,8 +18,10 @@ from jaxpareto.measure.validate import prediction_rows, validate
 
 def _adopted(args: argparse.Namespace, field: str, default: str) -> str:
     """The option a calibration file was fitted with, unless the command line asks for another."""
-    fitted = calibration_options(args.calibration).get(field) if args.calibration else None
-    given = getattr(args, field)
+    fitted_with = calibration_options(args.calibration) if args.calibration else {}
+    fitted, given = fitted_with.get(field), getattr(args, field)
+    if field == "attention" and fitted_with.get("profile") == "measured":
+        fitted = None  # the measured profile counts attention's FLOPs whatever the option says
     if given is not None and fitted not in (None, given):
         raise JaxparetoError(f"--{field.replace('_', '-')}", f"the calibration's factors were fitted with {fitted!r}")
     return given or fitted or default
@@ -31,7 +33,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     arrivals = args.arrivals or (calibration_arrivals(args.calibration) if args.calibration else "staggered")
     options = ModelOptions(prefill_model=_adopted(args, "prefill_model", "isolated"),
                            profile=_adopted(args, "profile", "seed"), arrivals=arrivals,
-                           gemm_rate=_adopted(args, "gemm_rate", "peak"), attention=_adopted(args, "attention", "profile"))
+                           gemm_rate=_adopted(args, "gemm_rate", "peak"),
+                           attention=_adopted(args, "attention", "profile"))
     rows = validation_rows(args.data)
     efficiency = calibration_factors(args.calibration, engine_names(rows)) if args.calibration else Efficiency()
     table = validate(rows, efficiency=efficiency, dtype=args.dtype, prefill=args.prefill, options=options)
@@ -64,8 +67,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                                                "metric); --csv writes every row with its prediction")
     p.add_argument("--calibration", metavar="FILE.toml",
                    help="factors of a calibration file (`jaxpareto calibrate`), per engine where it has them; "
-                        "its profile, prefill model, GEMM rate and attention are adopted, and its server rows scored as its "
-                        "fit scored them (default: the seed's factors)")
+                        "its profile, prefill model, GEMM rate and attention are adopted, and its server rows scored "
+                        "as its fit scored them (default: the seed's factors)")
     p.add_argument("--data", metavar="FILE.csv", help="validation set (default: the shipped one)")
     p.add_argument("--csv", "--out", dest="out", metavar="FILE.csv",
                    help="write every input row with `predicted`, `error_pct` and `reason` (why a row has no "

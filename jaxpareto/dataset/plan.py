@@ -268,11 +268,14 @@ def plan_sweep(
     _check_serving_axes(options, values)
     layout = _layout_given(options, values, workload)
     if calibration is not None:  # adopt the model the factors were fitted with
-        for field, fitted_with in calibration_options(calibration).items():
+        fitted = calibration_options(calibration)
+        for field, fitted_with in fitted.items():
             # asked: a keyword or spec key (even at the default), or an options object's non-default value
             asked = settings.get(field)
             if asked is None and getattr(options, field) != getattr(ModelOptions(), field):
                 asked = getattr(options, field)
+            if field == "attention" and fitted.get("profile") == "measured":
+                asked = None  # the measured profile counts attention's FLOPs whatever the option says
             if asked not in (None, fitted_with):
                 raise JaxparetoError(field, f"the calibration's factors were fitted with {fitted_with!r}; "
                                             f"they do not transfer to {asked!r}")

@@ -74,8 +74,9 @@ class Model(Definition):
         params_active_published_b: the publisher's active-parameter figure, for display (Meta
             and Qwen count the input table, DeepSeek and OpenAI do not) [billions].
         attention_heads: query heads (config.json ``num_attention_heads``); with ``head_dim``
-            (GQA) or the MLA dimensions it sets the attention FLOPs of the measured profile
-            (`jaxpareto.physics.attention`). None: those FLOPs are not counted.
+            (GQA) or the MLA dimensions it sets the attention FLOPs, counted by the measured
+            profile and by ``attention="flops"`` (`jaxpareto.physics.attention`). None: those
+            FLOPs are not counted.
         qk_nope_head_dim, v_head_dim: MLA's per-head query/key width without RoPE and value
             width (DeepSeek-V3: 128 and 128).
         sources: field name -> where its value comes from.

@@ -123,6 +123,11 @@ class Workload(_Validated):
             turn's output plus the new tool result (seed code agent: 128 + 2000 = 2128).
         kv_context_tokens: context L̄ held in KV memory per session [tokens]; 0 means "the
             point's own context_tokens" (the default).
+        decode_context_tokens: the context each decode step attends to (its KV reads, and its
+            attention FLOPs where counted) [tokens]; 0 (default): the point's L under the seed's
+            equations, the turn's in-flight context under the measured profile. Standard serving
+            sets it to the prompt plus the outputs in flight, a context the prompt's prefill does
+            not attend to (the validation set's rows, `jaxpareto.measure.row_inputs`).
         cache_ttl_s: prefix-cache retention [s] for ``cache_model="ttl"``.
         pause_sigma: log-spread σ of lognormal pauses (TTL and LRU cache models).
         prefill_chunk_tokens: prefill tokens per engine step at most, for
@@ -157,6 +162,7 @@ class Workload(_Validated):
     osl: float = setting(128.0, low=0, low_inclusive=False, units="tokens")
     delta_tokens: float = setting(2128.0, low=0, units="tokens")
     kv_context_tokens: float = setting(0.0, low=0, units="tokens", unset=True)
+    decode_context_tokens: float = setting(0.0, low=0, units="tokens", unset=True)
     cache_ttl_s: float = setting(0.0, low=0, units="s", unset=True)
     pause_sigma: float = setting(1.0, low=0, low_inclusive=False)
     prefill_chunk_tokens: float = setting(8192.0, low=1, units="tokens")

@@ -12,10 +12,11 @@ Prefill. Under the measured profile (``prefill="prompt"``, its default) the cont
 prompt, prefilled whole (h = 0) with no prefix, and the profile itself lets decode and KV
 memory see the mean in-flight context ISL + OSL (1 + cv²) / 2. Under the seed (``prefill="isl"``,
 its default) TTFT prefills the ISL prompt tokens while decode and KV memory see that in-flight
-context, given as the point's context. `evaluate_point` has one context per point, so this is
-passed as h = 1 with ΔL = ISL (eq. 2 then prefills min(ΔL, L) = ISL): it encodes "only the prompt
-is prefilled", not a cache. ``prefill="context"`` is the literal special case (h = 0, the whole
-context L prefilled), which over-counts prefill by OSL / 2 tokens (9x for ISL/OSL 128/2048).
+context: the point's context L is the prompt, prefilled whole (h = 1 with ΔL = ISL, so eq. 2
+prefills min(ΔL, L) = ISL after no prefix), and the in-flight context (or the row's
+``context_tokens``) is the workload's ``decode_context_tokens``, which decode and KV memory see.
+``prefill="context"`` is the literal special case (h = 0, the whole context L prefilled), which
+over-counts prefill by OSL / 2 tokens (9x for ISL/OSL 128/2048).
 
 How each load is evaluated, and what is per TP group or per system, is described in
 `jaxpareto.measure.predict`.
@@ -66,7 +67,8 @@ class RowInputs:
         gpus: GPUs of the whole system.
         concurrency: sessions per replica offered (offline rows: `OFFLINE_CONCURRENCY` unless the
             row gives one; server and static rows: 1, unused).
-        think_time_s: Z = 0. context_tokens: L [tokens]. hit_rate: 1 with ``prefill="isl"``.
+        think_time_s: Z = 0. context_tokens: L [tokens] (the prompt with ``prefill="isl"``). hit_rate: 1 with
+            ``prefill="isl"``.
         workload: per-row `Workload` (OSL, ΔL = ISL, the rows' ``isl_cv`` and ``osl_cv``; other fields
             at their defaults).
         metric: index into the candidate predictions (`METRIC_CODE`).
@@ -152,6 +154,10 @@ def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl")
                       for name in SPREAD_COLUMNS)
     context = num(rows["context_tokens"])
     context = np.where(np.isnan(context), isl if prefill == "prompt" else in_flight_context(isl, osl, osl_cv), context)
+    # "isl": the point's context is the prompt (its prefill attends to no prefix), the in-flight
+    # context the one decode and KV memory see
+    decode_context = np.where(prefill == "isl", context, 0.0).astype(dt)
+    context = np.where(prefill == "isl", isl, context)
     load = rows["load"].to_numpy()
     given = num(rows["concurrency"])
     concurrency = np.where(np.isnan(given), np.where(load == "offline", OFFLINE_CONCURRENCY, 1.0), given)
@@ -170,6 +176,7 @@ def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl")
     # (the measured profile would otherwise hold its in-flight context per session)
     static_kv = np.where(load == "static", 1.0, 0.0).astype(dt)
     workload = dataclasses.replace(workload, osl=osl, delta_tokens=isl, kv_context_tokens=static_kv,
+                                   decode_context_tokens=decode_context,
                                    isl_cv=isl_cv.astype(dt), osl_cv=osl_cv.astype(dt))
     names = engine_names(rows)
     row_engines = [r.get("engine") or SEED_ENGINE for r in records]

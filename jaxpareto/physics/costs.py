@@ -1,8 +1,8 @@
 """A model's costs on a TP group of GPUs: the per-token prefill time, the decode step's
-coefficients and a prefill alone (seed eqs. 2-3, the opt-in all-reduce and fixed terms, and the
-measured profile's attention and roofline; docs/model.md). Shared by the aggregated model
-(`jaxpareto.physics.point`) and the disaggregated one, whose two pools each have their own TP
-(`jaxpareto.physics.disaggregated_point`).
+coefficients and a prefill alone (seed eqs. 2-3, the opt-in all-reduce and fixed terms,
+attention's FLOPs where counted, and the measured profile's roofline; docs/model.md). Shared by
+the aggregated model (`jaxpareto.physics.point`) and the disaggregated one, whose two pools each
+have their own TP (`jaxpareto.physics.disaggregated_point`).
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ class TpCosts(NamedTuple):
 
     Attributes:
         prefill_ms_per_token: c_p, eq. 2's time for one prefill token, with its share of the
-            turn's attention under the measured profile [ms].
+            turn's attention where its FLOPs are counted (`turn_attention_flops`) [ms].
         decode: the decode step's coefficients, with the step's fixed time and all-reduce.
         ttft_fixed_ms: the opt-in fixed TTFT terms (request overhead, all-reduce latency) [ms].
     """
@@ -102,10 +102,22 @@ class TpCosts(NamedTuple):
     ttft_fixed_ms: jax.Array
 
 
-def tp_costs(hw, model, tp, tokens, context_tokens, decode_context, chunk_tokens, efficiency: Efficiency,
+def turn_attention_flops(model, turn: TurnTokens, context_tokens: jax.Array) -> jax.Array:
+    """The mean attention FLOPs of a turn's prefill over its hits and misses (docs/model.md,
+    "Attention FLOPs"): a hit prefills its ΔL tokens after the L - ΔL cached, a miss the whole L
+    after none; causal pairs (`jaxpareto.physics.attention`) x FLOPs per pair, full and
+    sliding-window layers. Scalar [FLOP]."""
+    def flops(new, prefix):
+        return model.attention_pair_flops * causal_pairs(new, prefix) \
+            + model.attention_window_pair_flops * window_pairs(new, prefix, model.kv_window_tokens)
+    hit = flops(turn.hit_tokens, jnp.maximum(context_tokens - turn.hit_tokens, 0.0))
+    return turn.hit_rate * hit + (1.0 - turn.hit_rate) * flops(context_tokens, 0.0 * context_tokens)
+
+
+def tp_costs(hw, model, tp, turn: TurnTokens, context_tokens, decode_context, efficiency: Efficiency,
              options: ModelOptions) -> TpCosts:
-    """The costs of serving ``model`` on ``tp`` GPUs of ``hw`` for turns prefilling ``tokens`` of
-    a ``context_tokens`` context and decoding at ``decode_context`` (seed eqs. 2-3, the opt-in
+    """The costs of serving ``model`` on ``tp`` GPUs of ``hw`` for ``turn`` (`TurnTokens`) of a
+    ``context_tokens`` context, decoding at ``decode_context`` (seed eqs. 2-3, the opt-in
     all-reduce and fixed terms, and attention's FLOPs where counted; docs/model.md)."""
     measured = options.profile == "measured"
     tflops = effective_tflops(hw, model.compute_bits, options.gemm_rate)
@@ -118,11 +130,9 @@ def tp_costs(hw, model, tp, tokens, context_tokens, decode_context, chunk_tokens
     offset = gemm_offset_tokens(hw, model.compute_bits, options.gemm_rate)
     attention_tflops = effective_tflops(hw, 16.0) if options.attention_flops else None
     if options.attention_flops:  # the turn's attention FLOPs, spread over its prefill tokens
-        prefix = jnp.maximum(context_tokens - tokens, 0.0)
-        flops = model.attention_pair_flops * causal_pairs(tokens, prefix) \
-            + model.attention_window_pair_flops * window_pairs(tokens, prefix, model.kv_window_tokens)
-        attention_ms = flops / (tp * attention_tflops * FLOPS_PER_TFLOPS) * MS_PER_S / efficiency.eta_prefill
-        prefill_ms_per_token = prefill_ms_per_token + attention_ms / jnp.maximum(tokens, 1.0)
+        attention_ms = turn_attention_flops(model, turn, context_tokens) / (tp * attention_tflops * FLOPS_PER_TFLOPS) \
+            * MS_PER_S / efficiency.eta_prefill
+        prefill_ms_per_token = prefill_ms_per_token + attention_ms / jnp.maximum(turn.tokens, 1.0)
     step_fixed_ms = efficiency.decode_overhead_ms + model.layers * efficiency.layer_overhead_us / 1000.0 \
         + allreduce.fixed_ms
     coefficients = decode_coefficients(

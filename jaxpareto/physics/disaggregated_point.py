@@ -83,10 +83,10 @@ def evaluate_disaggregated(point: GridPoint, workload: Workload, efficiency: Eff
     ok = reason == 0
     sessions = jnp.where(ok, memory.concurrency_eff, 1.0)  # per decode worker; safe stand-in when infeasible
 
-    hit_rate, hit_tokens, tokens, chunk_tokens = turn_tokens(workload, engine, options, point.think_time_s,
-                                                             context_tokens, hit_rate)
-    decode_costs = tp_costs(hw, model, tp, tokens, context_tokens, decode_context, chunk_tokens, efficiency, options)
-    prefill_costs = tp_costs(hw, model, prefill_tp, tokens, context_tokens, decode_context, chunk_tokens, efficiency,
+    turn = turn_tokens(workload, engine, options, point.think_time_s, context_tokens, hit_rate)
+    hit_rate, hit_tokens, tokens, chunk_tokens = turn
+    decode_costs = tp_costs(hw, model, tp, turn, context_tokens, decode_context, efficiency, options)
+    prefill_costs = tp_costs(hw, model, prefill_tp, turn, context_tokens, decode_context, efficiency,
                              options)
 
     # the two kinds of turn, a hit (ΔL tokens) and a miss (L), each local or remote

@@ -60,8 +60,10 @@ def in_flight_context(prompt_tokens: jax.Array, osl: jax.Array, osl_cv: jax.Arra
 def session_contexts(context_tokens: jax.Array, workload, measured: bool) -> tuple[jax.Array, jax.Array]:
     """(the context decode attends to, the context KV memory holds) per session [tokens]: the
     point's L under the seed, the in-flight context under the measured profile (static
-    ``measured``); KV holds ``workload.kv_context_tokens`` instead where that is set (> 0)."""
+    ``measured``), or ``workload.decode_context_tokens`` where that is set (> 0); KV holds
+    ``workload.kv_context_tokens`` instead where that is set (> 0)."""
     decode = in_flight_context(context_tokens, workload.osl, workload.osl_cv) if measured else context_tokens
+    decode = jnp.where(workload.decode_context_tokens > 0, workload.decode_context_tokens, decode)
     return decode, jnp.where(workload.kv_context_tokens > 0, workload.kv_context_tokens, decode)
 
 

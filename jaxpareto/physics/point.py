@@ -436,9 +436,9 @@ def evaluate_point(
     kv_slots = jnp.where(ok, memory.concurrency_max, 1.0)
     slots = jnp.minimum(kv_slots, running_limit(engine))  # the engine runs at most its limit
 
-    hit_rate, hit_tokens, tokens, chunk_tokens = turn_tokens(workload, engine, options, think_time_s, context_tokens,
-                                                             hit_rate)
-    costs = tp_costs(hw, model, tp, tokens, context_tokens, decode_context, chunk_tokens, efficiency, options)
+    turn = turn_tokens(workload, engine, options, think_time_s, context_tokens, hit_rate)
+    hit_rate, hit_tokens, tokens, chunk_tokens = turn
+    costs = tp_costs(hw, model, tp, turn, context_tokens, decode_context, efficiency, options)
     fill_ms = 0.0  # a prompt's fill of a pipeline delays its first token, in every prefill model
     if layout is not None:  # the ranks' token exchange, the busiest expert GPU, the pipeline's stages
         exchange = expert_exchange(hw, whole_model, tp, layout, workload.expert_imbalance,
