@@ -69,16 +69,14 @@ def test_what_the_kernels_did_not_measure_stays_the_gpus():
 @pytest.mark.parametrize("gpu, kernels", [("h200-sxm", "trtllm"), ("b200", "sglang"), ("h100-sxm", "vllm")])
 def test_a_sweep_equals_the_gpu_carrying_the_engines_values_as_its_own(gpu, kernels):
     """Brute force: the engine's kernels on the catalog GPU give the numbers of a nameless engine
-    on a copy of the GPU whose own values are those kernels', in both loops."""
+    on a copy of the GPU whose own values are those kernels' (the lookup is at the top of every
+    point's physics, before either loop: the closed loop's numbers stand for both)."""
     engine = engines()[kernels]
     nameless = engine.model_copy(update={"name": f"{kernels}-nameless", "gemm_kernels": None})
-    for loop in ({}, {"arrivals": "poisson", "request_rate": [0.5, 4.0], "concurrency": None,
-                      "think_time_s": None}):
-        grid = {k: v for k, v in {**GRID, **loop}.items() if v is not None}
-        named = jp.sweep(gpu=gpu, engine=engine, gemm_rate="measured", **grid)
-        copied = jp.sweep(gpu=_as_own(gpu, kernels), engine=nameless, gemm_rate="measured", **grid)
-        for name in ("ttft_ms", "tpot_ms", "output_tokens_per_s_per_gpu"):
-            np.testing.assert_allclose(named[name].values, copied[name].values, rtol=1e-6, equal_nan=True)
+    named = jp.sweep(gpu=gpu, engine=engine, gemm_rate="measured", **GRID)
+    copied = jp.sweep(gpu=_as_own(gpu, kernels), engine=nameless, gemm_rate="measured", **GRID)
+    for name in ("ttft_ms", "tpot_ms", "output_tokens_per_s_per_gpu"):
+        np.testing.assert_allclose(named[name].values, copied[name].values, rtol=1e-6, equal_nan=True)
 
 
 def test_at_the_peak_the_kernels_change_nothing():
@@ -131,17 +129,15 @@ def test_every_engine_measurement_is_sourced_and_lies_around_the_gpus_median():
 
 def test_a_validation_row_naming_its_kernels_overrides_its_engine(tmp_path):
     raw = pd.read_csv(default_path(), dtype=str, keep_default_na=False)
-    rows = raw[raw["id"].str.startswith("mlperf51-llama2-h200-nebius-server")]
+    rows = raw[raw["id"] == "mlperf41-llama2-h200-offline"]
     assert (rows["gemm_kernels"] == "trtllm").all()  # NVIDIA's harness runs TensorRT-LLM
     blank = rows.assign(id=rows["id"] + "-blank", gemm_kernels="")  # the engine's: none (seed)
     pd.concat([rows, blank]).to_csv(tmp_path / "both.csv", index=False)
-    options = jp.ModelOptions(prefill_model="shared", arrivals="poisson", gemm_rate="measured")
-    out = jp.validate(load_validation_set(tmp_path / "both.csv"), options=options)
-    named = out[~out["id"].str.endswith("-blank")].set_index("metric")["predicted"]
-    unnamed = out[out["id"].str.endswith("-blank")].set_index("metric")["predicted"]
-    # TensorRT-LLM's offset (62 tokens, the median 0) keeps throughput growing with the batch: at
-    # the server's share of capacity the replica runs a larger batch at a longer step
-    assert named["tpot_ms"] > 1.5 * unnamed["tpot_ms"]
+    options = jp.ModelOptions(prefill_model="shared", gemm_rate="measured")
+    out = jp.validate(load_validation_set(tmp_path / "both.csv"), options=options)["predicted"].to_numpy()
+    # TensorRT-LLM's offset (62 tokens, the median 0) costs every compute-bound step 62 tokens'
+    # matmuls: the offline replica, at its KV memory's batch, serves a little less
+    assert 0.9 * out[1] < out[0] < 0.995 * out[1]
     rows.drop(columns="gemm_kernels").to_csv(tmp_path / "without.csv", index=False)  # a file may leave it out
     assert (load_validation_set(tmp_path / "without.csv")["gemm_kernels"] == "").all()
     rows.assign(gemm_kernels="cublas").to_csv(tmp_path / "bad.csv", index=False)
