@@ -44,13 +44,13 @@ def model_step(gpu: str, model: str, context_tokens: int, max_batch: int = 2048)
                                        eff.elementwise_overhead)
     per_token = float(ttft_ms(params.params_active_b, 1.0, 1, tflops, eff.eta_prefill))
     steps = jax.vmap(lambda n: decode_step(coefficients, n))(np.arange(float(max_batch)))
-    # T(n, p) = max(memory(n), compute(n) + p c_p): `step_ms` at p = 0 is the memory side here
-    memory = np.asarray(step_ms(steps, eff.eta_decode, eff.elementwise_overhead, 0.0, per_token)
-                        - steps.t_fixed_ms, np.float64)
+    # T(n, p) = max(memory(n), compute(n) + p c_p) + fixed(n), as `step_ms` puts it
+    memory = np.asarray((steps.t_weight_ms + steps.t_kv_ms) * eff.elementwise_overhead / eff.eta_decode, np.float64)
     compute = np.asarray(steps.t_compute_ms / eff.eta_decode, np.float64)
-    if not np.all(memory >= compute):
-        raise ValueError("the tabulation assumes memory-bound decode steps")
-    return lambda n, p: max(memory[n], compute[n] + p * per_token)
+    fixed = np.broadcast_to(np.asarray(steps.t_fixed_ms, np.float64), memory.shape)
+    check = np.asarray(step_ms(steps, eff.eta_decode, eff.elementwise_overhead, 0.0, per_token), np.float64)
+    np.testing.assert_allclose(np.maximum(memory, compute) + fixed, check, rtol=1e-5)
+    return lambda n, p: max(memory[n], compute[n] + p * per_token) + fixed[n]
 
 
 def lognormal(rng, mean: float, cv: float, n: int) -> np.ndarray:

@@ -66,13 +66,16 @@ class EngineTurn(NamedTuple):
             step in progress).
         decode_step_ms, mixed_step_ms: T_0 and T_f, a step without and with prefill [ms].
         seen_load: ρ', the share of time in prefill steps that the turn sees (the open loop: the
-            prefill queue's load, `jaxpareto.physics.open_engine`).
+            chance that a prompt queues behind others, `jaxpareto.physics.open_engine`).
         mixed_share: the share of time the turn decodes in steps as long as a prefill step: ρ',
             or with attention-DP ranks in lockstep 1 - (1 - ρ')(1 - ρ)^(D - 1).
         dispersion: F_c, the index of dispersion of the prefills landing in a turn's decode
             steps (the open loop; 1 in the closed loop).
         load_root: the closed loop's s = -ln(1 - ρ) and its relative residual (X R - B) / B
             (`shared_turn`); None elsewhere.
+        service_scv: the squared coefficient of variation of ``service_ms`` where the steps
+            give it (the open loop under one chunk: the step in progress and the step that
+            carries the prompt, the prompt lengths included); 0 elsewhere.
     """
 
     ttft_ms: jax.Array
@@ -85,6 +88,7 @@ class EngineTurn(NamedTuple):
     mixed_share: jax.Array = 0.0
     dispersion: jax.Array = 1.0
     load_root: InnerRoot | None = None
+    service_scv: jax.Array = 0.0
 
 
 def step_ms(step: DecodeStep, eta_decode: jax.Array, elementwise_overhead: jax.Array,

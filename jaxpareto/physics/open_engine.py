@@ -26,11 +26,25 @@ from it directly:
   (the Palm expectation of a clustered count after one of its points: Daley and Vere-Jones,
   An Introduction to the Theory of Point Processes, 2003, section 6.3): TPOT gains
   (F_c - 1) / 2 x μ / OSL.
-- **TTFT** is the prefill's own steps, max(L / P, 1) T_f, plus, arriving while no prefill runs,
-  the decode step in progress (T_0 / 2 on average), plus the first-come first-served wait for
-  the prefill steps ahead: the M/G/1 (Pollaczek-Khinchine) wait S ρ / (1 - ρ) x (1 + c_S²) / 2
-  with S the prefill's time alone (`jaxpareto.physics.queueing`) and ρ the load at full steps
-  (below m when several prompts under one chunk share a step).
+- **TTFT**, for a prompt of a chunk or more: its own steps, (L / P) T(B, P), plus, arriving
+  while no prefill runs, the decode step in progress (T_0 / 2 on average), plus the
+  first-come first-served wait for the prefill steps ahead: the M/G/1 (Pollaczek-Khinchine)
+  wait S ρ / (1 - ρ) x (1 + c_S²) / 2 with S the prefill's time alone
+  (`jaxpareto.physics.queueing`) and ρ the load at full steps.
+- **TTFT under one chunk**, from the chain's law π (the bulk-service queue's waiting time,
+  Bailey 1954; Chaudhry and Templeton, A First Course in Bulk Queues, 1983, ch. 4): a prompt
+  arriving in any step, with or without prefill, waits for it to end, the residual of a
+  length-biased step Σ π_j E[T_j²] / (2 Σ π_j T_j); it is then served in a step that carries
+  it, which a step serving s_j prompts is s_j times as likely to be (Σ π_j s_j T_j / Σ π_j s_j);
+  and the c_j prompts carried past that step plus the A that arrived before it in the same step
+  (a Poisson count of a uniform share of λ T_j), x tokens in all, hold it ⌈(x + L_own) / P⌉ - 1
+  full steps more (chunks fill token by token; L_own lognormal of the prompts' spread). The
+  prompt lengths' spread enters the steps' second moments to first order, (dT/dp)² s_j Var(L).
+  The chain stops at 15 waiting prompts, so near capacity with one or two prompts a chunk
+  this wait is short of the simulated one (docs/model.md, "Open-loop load"). The percentiles
+  take the step in progress and the serving step as a service of the chain's variance (the
+  prompt lengths' share included), and the full steps more as the queueing wait, with
+  P(wait > 0) the chance of being carried.
 - **Capacity.** Prefill at full steps serves P / T(B, P) tokens per ms (⌊P / L⌋ prompts per
   T(B, ⌊P / L⌋ L) under one chunk); beyond that the prefill queue grows without bound and the
   point is flagged by the caller.
@@ -42,13 +56,15 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax.scipy.special import gammainc, gammaln
+from jax.scipy.special import gammainc, gammaln, ndtr
 
 from jaxpareto.physics.decode import DecodeStep
 from jaxpareto.physics.engine import EngineTurn, lockstep_share, step_time
 
 _CHAIN_STATES = 16  # prompts waiting at a step: 0 .. 15 (the last: 15 or more)
+_CARRY_STEPS = 4  # full steps a prompt's own length can carry it past (beyond those ahead of it)
 _CHAIN_SQUARINGS = 7  # the chain's law 1 + 2^7 steps after an empty queue
+_WAIT_CEILING = 1.0 - 1e-6  # P(wait) of a stable queue stays below 1, which flags instability
 _LOG_FLOOR, _PROBABILITY_FLOOR = -60.0, 1e-25  # below: 0 (keeps float32 clear of denormals)
 
 
@@ -61,6 +77,13 @@ class PrefillSteps(NamedTuple):
             in steps with prefill. per_step_tokens: p, the prefill tokens such a step carries.
         load: the prefill load at full steps, λ L T(B, P) / P, or for prompts under one chunk
             λ T(B, s L) / s with s = ⌊P / L⌋ the prompts a step takes (>= 1: beyond capacity).
+        step_wait_ms: the mean wait for the step in progress [ms]. own_step_ms: the mean step
+            that serves a prompt [ms]. overflow_ms: under one chunk, the mean wait for the full
+            steps a prompt is carried past [ms]. service_scv: under one chunk, the squared CV of
+            the step in progress plus the serving step, the prompt lengths' share included (0 for
+            a chunk or more).
+        wait_probability: P(a prompt waits for prompts ahead): ρ for a chunk or more, the
+            chance of being carried past a step under one chunk (below 1).
     """
 
     mean_step_ms: jax.Array
@@ -69,9 +92,67 @@ class PrefillSteps(NamedTuple):
     mixed_share: jax.Array
     per_step_tokens: jax.Array
     load: jax.Array
+    step_wait_ms: jax.Array
+    own_step_ms: jax.Array
+    overflow_ms: jax.Array
+    service_scv: jax.Array
+    wait_probability: jax.Array
 
 
-def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: jax.Array) -> PrefillSteps:
+class _ChainWaits(NamedTuple):
+    step_wait_ms: jax.Array
+    own_step_ms: jax.Array
+    service_scv: jax.Array
+    overflow_ms: jax.Array
+    wait_probability: jax.Array
+
+
+def _chain_waits(law, durations, slopes, counts, served, rate_per_ms, tokens, chunk_tokens, prompt_scv,
+                 t_full) -> _ChainWaits:
+    """A prompt's waits under one chunk from the chain's law (module docstring), the fields of
+    `PrefillSteps` of those names; the arrays are over the chain's states j (shape (16,))."""
+    chain_time = jnp.sum(law * durations)
+    # a step's spread from its prompts' lengths, to first order: (dT/dp)² x served x Var(L)
+    spread = slopes ** 2 * served * prompt_scv * tokens ** 2
+    # the step in progress, length-biased: E[T²] / 2E[T], and E[(U T)²] = E[T³] / 3E[T]
+    step_wait = jnp.sum(law * (durations ** 2 + spread)) / (2.0 * chain_time)
+    wait_square = jnp.sum(law * durations * (durations ** 2 + 3.0 * spread)) / (3.0 * chain_time)
+    # the step that serves the prompt: the law weighted by the prompts a step serves
+    prompts = law * served
+    total = jnp.sum(prompts)
+    some = total > 0.0
+    own = jnp.where(some, jnp.sum(prompts * durations) / jnp.maximum(total, 1e-30), durations[1])
+    own_square = jnp.where(some, jnp.sum(prompts * (durations ** 2 + spread)) / jnp.maximum(total, 1e-30),
+                           durations[1] ** 2)
+    # the two taken as independent: their variances add
+    variance = jnp.maximum(wait_square - step_wait ** 2, 0.0) + jnp.maximum(own_square - own ** 2, 0.0)
+    # the prompts ahead: the c_j carried past the step in progress plus the A that arrived
+    # before it in that step (P(A = a) = P(N >= a + 1) / λT_j, N ~ Poisson(λT_j)); the chunks
+    # fill token by token, so with x their tokens the prompt ends ⌈(x + L_own) / P⌉ - 1 full
+    # steps after the next, L_own lognormal of the prompts' spread
+    arrivals = jnp.maximum(rate_per_ms * durations, 1e-30)
+    before = gammainc(counts[None, :] + 1.0, arrivals[:, None]) / arrivals[:, None]  # (j, a)
+    before = jnp.where(arrivals[:, None] > 1e-6, before, (counts[None, :] == 0).astype(before.dtype))
+    ahead = (counts - served)[:, None] * tokens + counts[None, :] * tokens
+    full = jnp.floor(ahead / chunk_tokens)
+    rest = ahead - full * chunk_tokens
+    sigma = jnp.sqrt(jnp.log1p(prompt_scv))
+
+    def longer(x):  # P(L_own > x)
+        z = (jnp.log(jnp.maximum(x, 1e-30) / tokens) + 0.5 * sigma ** 2) / jnp.maximum(sigma, 1e-30)
+        return jnp.where(x <= 0.0, 1.0, jnp.where(sigma > 0.0, ndtr(-z), (tokens > x).astype(z.dtype)))
+
+    tails = [longer(k * chunk_tokens - rest) for k in range(1, _CARRY_STEPS + 1)]
+    landing = law * durations / chain_time  # the step a Poisson arrival lands in
+    weights = landing[:, None] * before
+    overflow = jnp.sum(weights * (full + sum(tails))) * t_full
+    carried = jnp.sum(weights * jnp.maximum(jnp.minimum(full, 1.0), tails[0]))
+    return _ChainWaits(step_wait, own, variance / (step_wait + own) ** 2, overflow,
+                       jnp.clip(carried, 0.0, _WAIT_CEILING))
+
+
+def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: jax.Array,
+                  prompt_scv: jax.Array = 0.0) -> PrefillSteps:
     """The bulk-service chain of the module docstring at arrival rate λ.
 
     The chain's rows are Poisson probabilities with the last state holding the exact tail
@@ -81,6 +162,7 @@ def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: ja
     Args:
         t: p -> T(B, p) [ms], a step carrying p prefill tokens.
         rate_per_ms: λ [requests per ms]. tokens: L_prefill [tokens] (> 0). chunk_tokens: P.
+        prompt_scv: the prompt lengths' squared coefficient of variation.
     """
     t0, t_full = t(0.0), t(chunk_tokens)
     # prompts under one chunk: the chain of prompts waiting at a step
@@ -88,7 +170,7 @@ def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: ja
     per_chunk = jnp.maximum(jnp.floor(chunk_tokens / tokens), 1.0)
     served = jnp.minimum(counts, per_chunk)
     step_tokens = jnp.minimum(served * tokens, chunk_tokens)
-    durations = jax.vmap(t)(step_tokens)
+    durations, slopes = jax.jvp(jax.vmap(t), (step_tokens,), (jnp.ones_like(step_tokens),))
     arrivals = rate_per_ms * durations
     carried = counts - served
     new = counts[None, :] - carried[:, None]  # arrivals that take the chain from j to k
@@ -109,13 +191,21 @@ def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: ja
     chain_mixed = jnp.sum(law[1:] * durations[1:]) / busy
     chain_share = busy * chain_mixed / chain_time
     chain_tokens = jnp.sum(law[1:] * step_tokens[1:]) / busy
+    waits = _chain_waits(law, durations, slopes, counts, served, rate_per_ms, tokens, chunk_tokens, prompt_scv,
+                         t_full)
     # a chunk or more: full-chunk steps, L / P of them per prompt; under one: ⌊P / L⌋ prompts a step
     whole = tokens >= chunk_tokens
     load = jnp.where(whole, rate_per_ms * tokens * t_full / chunk_tokens, rate_per_ms * durations[-1] / per_chunk)
     share = jnp.where(whole, jnp.clip(load, 0.0, 1.0), chain_share)
     mixed = jnp.where(whole, t_full, chain_mixed)
     mean = 1.0 / (share / mixed + (1.0 - share) / t0)
-    return PrefillSteps(mean, t0, mixed, share, jnp.where(whole, chunk_tokens, chain_tokens), load)
+    # a chunk or more: a prompt arriving in a decode step waits for it; in a prefill step, the
+    # caller's M/G/1 wait covers the prompt in service (its P(wait > 0) is ρ)
+    step_wait = jnp.where(whole, (1.0 - share) * 0.5 * t0, waits.step_wait_ms)
+    own = jnp.where(whole, t_full, waits.own_step_ms)
+    return PrefillSteps(mean, t0, mixed, share, jnp.where(whole, chunk_tokens, chain_tokens), load, step_wait, own,
+                        waits.overflow_ms, jnp.where(whole, 0.0, waits.service_scv),
+                        jnp.where(whole, jnp.clip(load, 0.0, 1.0), waits.wait_probability))
 
 
 def poisson_turn(step: DecodeStep, rate_per_ms: jax.Array, prefill_tokens: jax.Array, osl: jax.Array,
@@ -133,12 +223,14 @@ def poisson_turn(step: DecodeStep, rate_per_ms: jax.Array, prefill_tokens: jax.A
         extra_weight_ms, lockstep_ranks: as in `jaxpareto.physics.engine.shared_turn`.
 
     Returns:
-        `EngineTurn`, with ``prefill_load`` m and ``seen_load`` the queue's ρ (both 1 where the
-        load at full steps is >= 1: beyond capacity) and ``dispersion`` F_c.
+        `EngineTurn`, with ``prefill_load`` m, ``seen_load`` the chance that a prompt waits for
+        prompts ahead (both 1 where the load at full steps is >= 1: beyond capacity),
+        ``service_ms`` the prompt's own steps plus the step in progress, ``service_scv`` and
+        ``dispersion`` F_c.
     """
     t = step_time(step, eta_decode, elementwise_overhead, prefill_ms_per_token, extra_weight_ms)
     tokens = jnp.maximum(prefill_tokens, 1e-6)  # a turn with nothing to prefill still waits one step
-    steps = prefill_steps(t, rate_per_ms, tokens, chunk_tokens)
+    steps = prefill_steps(t, rate_per_ms, tokens, chunk_tokens, 2.0 * wait_scale - 1.0)
     t0, tf, share = steps.decode_step_ms, steps.mixed_step_ms, steps.mixed_share
     stable = steps.load < 1.0
     share = jnp.where(stable, share, 1.0)
@@ -157,15 +249,18 @@ def poisson_turn(step: DecodeStep, rate_per_ms: jax.Array, prefill_tokens: jax.A
     dispersion = 1.0 / (1.0 - jnp.clip(rate_per_ms * marginal, 0.0, 0.999)) ** 2
     tpot = tpot + 0.5 * (dispersion - 1.0) * marginal / jnp.maximum(osl, 1.0)
 
-    # the prefill's own steps, the decode step in progress when none runs, and the M/G/1 wait at
-    # the load of full steps (several prompts under one chunk share a step)
+    # the prefill's own steps, the step in progress, and the wait for the prompts ahead: the
+    # M/G/1 wait at the load of full steps for a chunk or more, the chain's full steps under one
     busy = jnp.where(stable, jnp.clip(steps.load, 0.0, 1.0), 0.5)
-    alone = own_steps * tf + (1.0 - safe) * 0.5 * t0
-    ttft = alone + wait_scale * service * busy / (1.0 - busy)
+    alone = own_steps * steps.own_step_ms
+    queued = jnp.where(tokens >= chunk_tokens, wait_scale * service * busy / (1.0 - busy), steps.overflow_ms)
+    ttft = alone + steps.step_wait_ms + queued
     # beyond the prefill capacity the queue grows without bound: no finite latency (the batch's
     # fixed-point iteration stops there and the caller flags the point)
     ttft, tpot = jnp.where(stable, ttft, jnp.inf), jnp.where(stable, tpot, jnp.inf)
-    return EngineTurn(ttft, tpot, share, alone, t0, tf, jnp.where(stable, busy, 1.0), mixed, dispersion)
+    return EngineTurn(ttft, tpot, share, alone + steps.step_wait_ms, t0, tf,
+                      jnp.where(stable, steps.wait_probability, 1.0), mixed, dispersion,
+                      service_scv=steps.service_scv)
 
 
 def saturated_tpot_ms(full: DecodeStep, slots: jax.Array, prefill_tokens: jax.Array, osl: jax.Array,

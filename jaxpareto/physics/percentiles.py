@@ -68,7 +68,7 @@ class Delay(NamedTuple):
 
     Attributes:
         weights, means, sigmas: the kinds' shares, means [ms] and log-spreads, shape (k,).
-        busy: P(wait > 0), the prefill queue's ρ (0: no wait).
+        busy: P(wait > 0) (0: no wait).
         wait_ms: the mean wait given that there is one [ms].
     """
 
@@ -146,7 +146,8 @@ class TurnSpread(NamedTuple):
 
     Attributes:
         ttft_ms: mean TTFT [ms]. wait_ms: the part of it spent queueing for prefill (open loop).
-        wait_busy: ρ of the prefill queue (open loop; 0 in the closed loop).
+        wait_busy: P(wait > 0), the chance a request queues for prefill (open loop; 0 in the
+            closed loop).
         mix: the prefill hit/miss mix (`jaxpareto.physics.queueing.prefill_mix`).
         tpot_ms: mean TPOT [ms]. osl: mean output tokens. osl_cv: its coefficient of variation.
         decode_step_ms, mixed_step_ms: T_0 and T_f, a step without and with a prefill chunk [ms].
@@ -162,6 +163,10 @@ class TurnSpread(NamedTuple):
         fixed_ms: the part of TTFT every request waits alike, no prefill's work (the scheduler's
             delay, `jaxpareto.definitions.engine.Engine.scheduler_delay_steps`) [ms]: it shifts
             the TTFT and E2E quantiles, and is not spread with the prompt lengths.
+        service_scv: the squared coefficient of variation of the prefill's service where the
+            open loop's steps give it (prompts under one chunk: the step in progress and the
+            step that carries the prompt, its length included, `jaxpareto.physics.open_engine`);
+            0 elsewhere, where the prompt lengths spread it.
     """
 
     ttft_ms: jax.Array
@@ -180,6 +185,7 @@ class TurnSpread(NamedTuple):
     prefill_dispersion: jax.Array = 1.0
     tpot_cap_ms: jax.Array = float("inf")
     fixed_ms: jax.Array = 0.0
+    service_scv: jax.Array = 0.0
 
 
 class LatencyPercentiles(NamedTuple):
@@ -202,7 +208,11 @@ def latency_percentiles(spread: TurnSpread, with_wait: bool = True) -> LatencyPe
     service = jnp.maximum(spread.ttft_ms - spread.wait_ms - spread.fixed_ms, 1e-9)
     weights = jnp.stack([mix.hit_share, 1.0 - mix.hit_share])
     prefill_means = service * jnp.stack([mix.hit_scale, mix.miss_scale])
-    sigma_in = lognormal_sigma(mix.cv)
+    # prefill time proportional to the prompt's tokens, or, where the open loop's steps give
+    # the service its spread (prompts under one chunk), theirs: the step in progress and the
+    # step that carries the prompt, the prompts' lengths included
+    service_cv = jnp.where(spread.service_scv > 0.0, jnp.sqrt(spread.service_scv), mix.cv)
+    sigma_in = lognormal_sigma(service_cv)
     busy = jnp.clip(spread.wait_busy, 0.0, 1.0)
     wait = jnp.where(busy > 0, spread.wait_ms / jnp.where(busy > 0, busy, 1.0), 0.0)
     ttft = Delay(weights, prefill_means, jnp.stack([sigma_in, sigma_in]), busy, wait)
@@ -237,7 +247,7 @@ def latency_percentiles(spread: TurnSpread, with_wait: bool = True) -> LatencyPe
     # E2E: each prefill kind plus the decode time as one lognormal of matched moments
     decode_cv2 = (1.0 + spread.osl_cv ** 2) * (1.0 + tpot_cv ** 2) - 1.0
     means = prefill_means + decode_ms
-    variance = (prefill_means * mix.cv) ** 2 + decode_ms ** 2 * decode_cv2
+    variance = (prefill_means * service_cv) ** 2 + decode_ms ** 2 * decode_cv2
     e2el = ttft._replace(means=means, sigmas=lognormal_sigma(jnp.sqrt(variance) / means))
     shifted = lambda quantiles: tuple(q + spread.fixed_ms for q in quantiles)  # noqa: E731
     return LatencyPercentiles(shifted(delay_quantiles(ttft, with_wait)), tpot, itl,

@@ -105,13 +105,15 @@ class TurnState(NamedTuple):
     """Everything about a turn at batch B (scalars; see `turn_state`).
 
     Besides the latencies: ``mix`` (the prefill hit/miss mix), ``queue_wait_ms`` and
-    ``queue_busy`` (the open loop's mean wait for prefill and the prefill queue's ρ; 0 in the
-    closed loop), ``decode_step_ms`` and ``mixed_step_ms`` (T_0 and T_f, steps without and with
-    a prefill chunk), ``mixed_share`` (the share of time in the latter) and
-    ``prefill_dispersion`` (F_c, the index of dispersion of the prefills landing in a request's
-    decode steps; 1 in the closed loop) and ``seen_batch`` (the batch of ``step``), for the
-    percentiles and the open loop's batch swings; ``inner`` holds R(B)'s inner roots
-    (`InnerRoot`s in the order of `inner_unknowns`).
+    ``queue_busy`` (the open loop's mean wait for prefill and the chance of one, the prefill
+    queue's ρ for the seed's isolated prefill; 0 in the closed loop), ``decode_step_ms`` and
+    ``mixed_step_ms`` (T_0 and T_f, steps without and with a prefill chunk), ``mixed_share``
+    (the share of time in the latter) and ``prefill_dispersion`` (F_c, the index of dispersion
+    of the prefills landing in a request's decode steps; 1 in the closed loop) and
+    ``seen_batch`` (the batch of ``step``), for the percentiles and the open loop's batch
+    swings; ``inner`` holds R(B)'s inner roots (`InnerRoot`s in the order of `inner_unknowns`);
+    ``service_scv`` is the squared CV the open loop's steps give the prefill's service, prompt
+    lengths included (0 elsewhere).
     """
 
     latency_ms: jax.Array
@@ -132,6 +134,7 @@ class TurnState(NamedTuple):
     prefill_dispersion: jax.Array
     seen_batch: jax.Array
     inner: tuple = ()
+    service_scv: jax.Array = 0.0
 
 
 def inner_unknowns(options: ModelOptions) -> tuple[tuple[str, float, float], ...]:
@@ -227,10 +230,11 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         tpot, load = engine.tpot_ms, engine.prefill_load
         steps = (engine.decode_step_ms, engine.mixed_step_ms, engine.mixed_share, engine.dispersion)
         queue_wait, queue_busy = (engine.ttft_ms - engine.service_ms, engine.seen_load) if open_loop else (zero, zero)
+        service_scv = engine.service_scv + zero
     else:
         ttft, tpot, load = isolated_ttft, step.tpot_ms, zero
         steps = (tpot, tpot, zero, zero + 1.0)
-        queue_wait, queue_busy = zero, zero
+        queue_wait, queue_busy, service_scv = zero, zero, zero
         if open_loop:  # one prefill at a time at the GPUs' full speed: an M/G/1 queue
             queue_wait, queue_busy = mg1_wait_ms(turn.rate_per_ms, isolated_ttft, mix.scv)
             ttft = ttft + queue_wait
@@ -242,7 +246,7 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         wait = (ttft + tpot * turn.osl) * (jnp.maximum(batch / turn.slots, 1.0) - 1.0)
         ttft = ttft + wait
     return TurnState(ttft + tpot * turn.osl, wait, ttft, tpot, step, batch_run, work, lifetime, load, mix,
-                     queue_wait, queue_busy, *steps, seen, roots)
+                     queue_wait, queue_busy, *steps, seen, roots, service_scv)
 
 
 def scheduler_wait_ms(delay_steps: jax.Array, tpot_ms: jax.Array) -> jax.Array:
@@ -529,7 +533,7 @@ def evaluate_point(
                             state.mixed_share, batch_variance, step_slope, turns_per_s / MS_PER_S,
                             state.prefill_dispersion, saturated_tpot,
                             0.0 if turn.scheduler_delay_steps is None
-                            else scheduler_wait_ms(turn.scheduler_delay_steps, state.tpot_ms))
+                            else scheduler_wait_ms(turn.scheduler_delay_steps, state.tpot_ms), state.service_scv)
         safe = jax.tree_util.tree_map(lambda v: jnp.where(ok, v, 1.0), spread)  # no NaN into the bisections
         found = latency_percentiles(safe, with_wait=open_loop)
         percentile_outputs = {f"p{p}_{name}": masked(values[i]) for name, values in found._asdict().items()
