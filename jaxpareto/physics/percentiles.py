@@ -211,7 +211,8 @@ def latency_percentiles(spread: TurnSpread, with_wait: bool = True) -> LatencyPe
     # prefill time proportional to the prompt's tokens, or, where the open loop's steps give
     # the service its spread (prompts under one chunk), theirs: the step in progress and the
     # step that carries the prompt, the prompts' lengths included
-    service_cv = jnp.where(spread.service_scv > 0.0, jnp.sqrt(spread.service_scv), mix.cv)
+    given = spread.service_scv > 0.0  # sqrt away from 0: reverse-mode gradients stay finite
+    service_cv = jnp.where(given, jnp.sqrt(jnp.where(given, spread.service_scv, 1.0)), mix.cv)
     sigma_in = lognormal_sigma(service_cv)
     busy = jnp.clip(spread.wait_busy, 0.0, 1.0)
     wait = jnp.where(busy > 0, spread.wait_ms / jnp.where(busy > 0, busy, 1.0), 0.0)
