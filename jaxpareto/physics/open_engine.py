@@ -107,11 +107,11 @@ class _ChainWaits(NamedTuple):
     wait_probability: jax.Array
 
 
-def _chain_waits(law, durations, slopes, counts, served, rate_per_ms, tokens, chunk_tokens, prompt_scv,
+def _chain_waits(law, durations, slopes, arrivals, chain_time, counts, served, tokens, chunk_tokens, prompt_scv,
                  t_full) -> _ChainWaits:
     """A prompt's waits under one chunk from the chain's law (module docstring), the fields of
-    `PrefillSteps` of those names; the arrays are over the chain's states j (shape (16,))."""
-    chain_time = jnp.sum(law * durations)
+    `PrefillSteps` of those names; the arrays are over the chain's states j (shape (16,)),
+    ``arrivals`` λT_j and ``chain_time`` Σ π_j T_j as `prefill_steps` has them."""
     # a step's spread from its prompts' lengths, to first order: (dT/dp)² x served x Var(L)
     spread = slopes ** 2 * served * prompt_scv * tokens ** 2
     # the step in progress, length-biased: E[T²] / 2E[T], and E[(U T)²] = E[T³] / 3E[T]
@@ -130,7 +130,7 @@ def _chain_waits(law, durations, slopes, counts, served, rate_per_ms, tokens, ch
     # before it in that step (P(A = a) = P(N >= a + 1) / λT_j, N ~ Poisson(λT_j)); the chunks
     # fill token by token, so with x their tokens the prompt ends ⌈(x + L_own) / P⌉ - 1 full
     # steps after the next, L_own lognormal of the prompts' spread
-    arrivals = jnp.maximum(rate_per_ms * durations, 1e-30)
+    arrivals = jnp.maximum(arrivals, 1e-30)
     before = gammainc(counts[None, :] + 1.0, arrivals[:, None]) / arrivals[:, None]  # (j, a)
     before = jnp.where(arrivals[:, None] > 1e-6, before, (counts[None, :] == 0).astype(before.dtype))
     ahead = (counts - served)[:, None] * tokens + counts[None, :] * tokens
@@ -162,7 +162,8 @@ def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: ja
     Args:
         t: p -> T(B, p) [ms], a step carrying p prefill tokens.
         rate_per_ms: λ [requests per ms]. tokens: L_prefill [tokens] (> 0). chunk_tokens: P.
-        prompt_scv: the prompt lengths' squared coefficient of variation.
+        prompt_scv: the prompt lengths' squared coefficient of variation around their mean
+            (``isl_cv``², each hit/miss kind's own: not the two kinds' mix).
     """
     t0, t_full = t(0.0), t(chunk_tokens)
     # prompts under one chunk: the chain of prompts waiting at a step
@@ -191,8 +192,8 @@ def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: ja
     chain_mixed = jnp.sum(law[1:] * durations[1:]) / busy
     chain_share = busy * chain_mixed / chain_time
     chain_tokens = jnp.sum(law[1:] * step_tokens[1:]) / busy
-    waits = _chain_waits(law, durations, slopes, counts, served, rate_per_ms, tokens, chunk_tokens, prompt_scv,
-                         t_full)
+    waits = _chain_waits(law, durations, slopes, arrivals, chain_time, counts, served, tokens, chunk_tokens,
+                         prompt_scv, t_full)
     # a chunk or more: full-chunk steps, L / P of them per prompt; under one: ⌊P / L⌋ prompts a step
     whole = tokens >= chunk_tokens
     load = jnp.where(whole, rate_per_ms * tokens * t_full / chunk_tokens, rate_per_ms * durations[-1] / per_chunk)
@@ -210,8 +211,8 @@ def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: ja
 
 def poisson_turn(step: DecodeStep, rate_per_ms: jax.Array, prefill_tokens: jax.Array, osl: jax.Array,
                  chunk_tokens: jax.Array, prefill_ms_per_token: jax.Array, eta_decode: jax.Array,
-                 elementwise_overhead: jax.Array, wait_scale: jax.Array, extra_weight_ms=None,
-                 lockstep_ranks=None) -> EngineTurn:
+                 elementwise_overhead: jax.Array, wait_scale: jax.Array, prompt_scv: jax.Array = 0.0,
+                 extra_weight_ms=None, lockstep_ranks=None) -> EngineTurn:
     """TTFT and TPOT of a request in the shared engine under Poisson arrivals (module docstring).
 
     Args:
@@ -220,6 +221,8 @@ def poisson_turn(step: DecodeStep, rate_per_ms: jax.Array, prefill_tokens: jax.A
         osl: output tokens [tokens]. chunk_tokens: P [tokens] (> 0). prefill_ms_per_token: c_p [ms].
         eta_decode, elementwise_overhead: of eq. 3.
         wait_scale: (1 + c_S²) / 2 of the prefill sizes (`jaxpareto.physics.queueing.fcfs_wait_scale`).
+        prompt_scv: ``isl_cv``², the prompt lengths' spread within a hit/miss kind (the chain's
+            steps and the carry of a long prompt, `prefill_steps`).
         extra_weight_ms, lockstep_ranks: as in `jaxpareto.physics.engine.shared_turn`.
 
     Returns:
@@ -230,7 +233,7 @@ def poisson_turn(step: DecodeStep, rate_per_ms: jax.Array, prefill_tokens: jax.A
     """
     t = step_time(step, eta_decode, elementwise_overhead, prefill_ms_per_token, extra_weight_ms)
     tokens = jnp.maximum(prefill_tokens, 1e-6)  # a turn with nothing to prefill still waits one step
-    steps = prefill_steps(t, rate_per_ms, tokens, chunk_tokens, 2.0 * wait_scale - 1.0)
+    steps = prefill_steps(t, rate_per_ms, tokens, chunk_tokens, prompt_scv)
     t0, tf, share = steps.decode_step_ms, steps.mixed_step_ms, steps.mixed_share
     stable = steps.load < 1.0
     share = jnp.where(stable, share, 1.0)

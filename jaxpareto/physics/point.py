@@ -220,7 +220,7 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         elif open_loop:  # requests arrive at λ: the bulk-service steps (`jaxpareto.physics.open_engine`)
             engine = poisson_turn(step, turn.rate_per_ms, work.tokens, turn.osl, turn.chunk_tokens,
                                   turn.prefill_ms_per_token, turn.decode.eta_decode, turn.decode.elementwise_overhead,
-                                  fcfs_wait_scale(mix.scv), extra, turn.lockstep_ranks)
+                                  fcfs_wait_scale(mix.scv), mix.cv ** 2, extra, turn.lockstep_ranks)
         else:
             engine = shared_turn(step, batch_run, concurrency, work.tokens, turn.osl, turn.chunk_tokens,
                                  turn.prefill_ms_per_token, turn.decode.eta_decode, turn.decode.elementwise_overhead,
