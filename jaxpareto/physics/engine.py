@@ -65,8 +65,9 @@ class EngineTurn(NamedTuple):
         service_ms: S, the prefill's time alone [ms] (in the open loop, plus the wait for the
             step in progress).
         decode_step_ms, mixed_step_ms: T_0 and T_f, a step without and with prefill [ms].
-        seen_load: ρ', the share of time in prefill steps that the turn sees (the open loop: the
-            chance that a prompt queues behind others, `jaxpareto.physics.open_engine`).
+        seen_load: the closed loop: ρ', the share of time in prefill steps that the turn sees.
+            The open loop: P(a prompt waits for prompts ahead), ρ for a chunk or more and the
+            chance of being carried past a step under one (`jaxpareto.physics.open_engine`).
         mixed_share: the share of time the turn decodes in steps as long as a prefill step: ρ',
             or with attention-DP ranks in lockstep 1 - (1 - ρ')(1 - ρ)^(D - 1).
         dispersion: F_c, the index of dispersion of the prefills landing in a turn's decode

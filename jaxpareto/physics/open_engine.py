@@ -9,7 +9,10 @@ from it directly:
   Stat. Soc. B 16, 1954, the chunk as the bulk). For prompts under one chunk the prompts j
   waiting at a step are a Markov chain: the step serves s_j = min(j, ⌊P / L⌋) of them, lasts
   T_j = T(B, s_j L) (`jaxpareto.physics.engine.step_ms`), and j' = j - s_j + Poisson(λ T_j):
-  long steps beget long steps. Its law π 129 steps after an empty queue (stationary well before
+  long steps beget long steps. With spread prompt lengths T_j is random (squared CV k_j, to
+  first order) and the arrivals in it are Poisson of a random mean, taken as negative binomial
+  of mean λ T_j and variance λ T_j (1 + λ T_j k_j) (a gamma-mixed Poisson; Greenwood and Yule,
+  J. R. Stat. Soc. 83, 1920). Its law π 129 steps after an empty queue (stationary well before
   capacity) gives the mean step T̄ = Σ π_j T_j, the share of time in prefill steps
   m = Σ_{j>=1} π_j T_j / T̄ and their mean length T_f. A prompt of a chunk or more fills its
   steps: m = λ (L / P) T(B, P).
@@ -38,7 +41,9 @@ from it directly:
   it, which a step serving s_j prompts is s_j times as likely to be (Σ π_j s_j T_j / Σ π_j s_j);
   and the c_j prompts carried past that step plus the A that arrived before it in the same step
   (a Poisson count of a uniform share of λ T_j), x tokens in all, hold it ⌈(x + L_own) / P⌉ - 1
-  full steps more (chunks fill token by token; L_own lognormal of the prompts' spread). The
+  full steps more (chunks fill token by token; L_own lognormal of the prompts' spread); a step
+  that its own length carries it past costs T(B, P) less the own tokens it moves out of the
+  serving step, which holds the whole mean length (at least T_0). The
   prompt lengths' spread enters the steps' second moments to first order, (dT/dp)² s_j Var(L).
   The chain stops at 15 waiting prompts, so near capacity with one or two prompts a chunk
   this wait is short of the simulated one (docs/model.md, "Open-loop load"). The percentiles
@@ -60,6 +65,7 @@ from jax.scipy.special import gammainc, gammaln, ndtr
 
 from jaxpareto.physics.decode import DecodeStep
 from jaxpareto.physics.engine import EngineTurn, lockstep_share, step_time
+from jaxpareto.physics.queueing import incomplete_beta
 
 _CHAIN_STATES = 16  # prompts waiting at a step: 0 .. 15 (the last: 15 or more)
 _CARRY_STEPS = 4  # full steps a prompt's own length can carry it past (beyond those ahead of it)
@@ -107,13 +113,43 @@ class _ChainWaits(NamedTuple):
     wait_probability: jax.Array
 
 
-def _chain_waits(law, durations, slopes, arrivals, chain_time, counts, served, tokens, chunk_tokens, prompt_scv,
-                 t_full) -> _ChainWaits:
+def _step_arrivals(new, last, arrivals, dispersion):
+    """The chain's transition probabilities: P(n prompts arrive in a step of state j), n = ``new``
+    (shape (16, 16), negative: impossible), the last column P(n >= ``last``) (shape (16,)).
+
+    A step of fixed length T_j takes Poisson(λ T_j). Prompts of spread lengths make T_j random, of
+    squared CV k_j = ``dispersion``: the count is then Poisson of a random mean, taken as gamma
+    distributed with the step's two moments, which makes it negative binomial of shape 1 / k_j,
+    mean λ T_j and variance λ T_j (1 + λ T_j k_j) (Greenwood and Yule, J. R. Stat. Soc. 83, 1920).
+    Its log-probabilities are written so that k_j = 0 is Poisson's exactly."""
+    mean = jnp.maximum(arrivals, 1e-30)[:, None]
+    k = dispersion[:, None]
+    count = jnp.maximum(new, 0.0)
+    # log Γ(n + 1/k) - log Γ(1/k) - n log(1/k) = Σ_{i<n} log(1 + i k): a cumulative sum over n
+    steps = jnp.arange(_CHAIN_STATES, dtype=mean.dtype)
+    rising = jnp.concatenate([jnp.zeros_like(k), jnp.cumsum(jnp.log1p(steps[None, :-1] * k), axis=1)], axis=1)
+    rising = jnp.take_along_axis(rising, count.astype(jnp.int32), axis=1)
+    c = mean * k
+    # (1/k) log(1 + λT k), its Poisson limit λT as k -> 0 taken by series
+    exponent = jnp.where(c > 1e-4, jnp.log1p(c) / jnp.where(c > 1e-4, k, 1.0), mean * (1.0 - c / 2.0 + c * c / 3.0))
+    logs = rising + count * (jnp.log(mean) - jnp.log1p(c)) - exponent - gammaln(count + 1.0)
+    # probabilities below e^-60 are dropped: float32 denormals would slow the CPU a hundredfold
+    moves = jnp.where((new >= 0) & (logs > _LOG_FLOOR), jnp.exp(jnp.maximum(logs, _LOG_FLOOR)), 0.0)
+    # the tail exactly (incomplete gamma or beta), so float32 rounding does not pile up there
+    least = jnp.maximum(last, 1.0)
+    mixed = dispersion > 1e-3  # below, Poisson's tail to within λT k
+    ratio = jnp.maximum(arrivals, 1e-30) * dispersion
+    tail = jnp.where(mixed, incomplete_beta(least, 1.0 / jnp.where(mixed, dispersion, 1.0), ratio / (1.0 + ratio)),
+                     gammainc(least, jnp.maximum(arrivals, 1e-30)))
+    return moves, jnp.where(last >= 1.0, tail, 1.0)
+
+
+def _chain_waits(law, durations, slopes, spread, arrivals, chain_time, counts, served, tokens, chunk_tokens,
+                 prompt_scv, t0, t_full) -> _ChainWaits:
     """A prompt's waits under one chunk from the chain's law (module docstring), the fields of
     `PrefillSteps` of those names; the arrays are over the chain's states j (shape (16,)),
-    ``arrivals`` λT_j and ``chain_time`` Σ π_j T_j as `prefill_steps` has them."""
-    # a step's spread from its prompts' lengths, to first order: (dT/dp)² x served x Var(L)
-    spread = slopes ** 2 * served * prompt_scv * tokens ** 2
+    ``slopes`` dT_j/dp, ``spread`` the steps' variance from the prompts' lengths, ``arrivals`` λT_j
+    and ``chain_time`` Σ π_j T_j as `prefill_steps` has them."""
     # the step in progress, length-biased: E[T²] / 2E[T], and E[(U T)²] = E[T³] / 3E[T]
     step_wait = jnp.sum(law * (durations ** 2 + spread)) / (2.0 * chain_time)
     wait_square = jnp.sum(law * durations * (durations ** 2 + 3.0 * spread)) / (3.0 * chain_time)
@@ -124,6 +160,7 @@ def _chain_waits(law, durations, slopes, arrivals, chain_time, counts, served, t
     own = jnp.where(some, jnp.sum(prompts * durations) / jnp.maximum(total, 1e-30), durations[1])
     own_square = jnp.where(some, jnp.sum(prompts * (durations ** 2 + spread)) / jnp.maximum(total, 1e-30),
                            durations[1] ** 2)
+    own_slope = jnp.where(some, jnp.sum(prompts * slopes) / jnp.maximum(total, 1e-30), slopes[1])
     # the two taken as independent: their variances add
     variance = jnp.maximum(wait_square - step_wait ** 2, 0.0) + jnp.maximum(own_square - own ** 2, 0.0)
     # the prompts ahead: the c_j carried past the step in progress plus the A that arrived
@@ -145,7 +182,10 @@ def _chain_waits(law, durations, slopes, arrivals, chain_time, counts, served, t
     tails = [longer(k * chunk_tokens - rest) for k in range(1, _CARRY_STEPS + 1)]
     landing = law * durations / chain_time  # the step a Poisson arrival lands in
     weights = landing[:, None] * before
-    overflow = jnp.sum(weights * (full + sum(tails))) * t_full
+    # the serving step already holds all of the prompt's mean length: a step its own length
+    # carries it past adds the step less the tokens that moved out of the serving step
+    carry_step = jnp.maximum(t_full - own_slope * chunk_tokens, t0)
+    overflow = jnp.sum(weights * (full * t_full + sum(tails) * carry_step))
     carried = jnp.sum(weights * jnp.maximum(jnp.minimum(full, 1.0), tails[0]))
     return _ChainWaits(step_wait, own, variance / (step_wait + own) ** 2, overflow,
                        jnp.clip(carried, 0.0, _WAIT_CEILING))
@@ -155,9 +195,10 @@ def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: ja
                   prompt_scv: jax.Array = 0.0) -> PrefillSteps:
     """The bulk-service chain of the module docstring at arrival rate λ.
 
-    The chain's rows are Poisson probabilities with the last state holding the exact tail
-    (regularised incomplete gamma, so float32 rounding does not pile up there); its law after
-    2^k steps from an empty queue comes from k squarings of the transition matrix.
+    The chain's rows are the arrivals in a step (`_step_arrivals`: Poisson, or negative binomial
+    where the prompts' spread lengths make the step's length random) with the last state holding
+    the exact tail; its law after 2^k steps from an empty queue comes from k squarings of the
+    transition matrix.
 
     Args:
         t: p -> T(B, p) [ms], a step carrying p prefill tokens.
@@ -172,14 +213,13 @@ def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: ja
     served = jnp.minimum(counts, per_chunk)
     step_tokens = jnp.minimum(served * tokens, chunk_tokens)
     durations, slopes = jax.jvp(jax.vmap(t), (step_tokens,), (jnp.ones_like(step_tokens),))
+    # a step's spread from its prompts' lengths, to first order: (dT/dp)² x served x Var(L)
+    spread = slopes ** 2 * served * prompt_scv * tokens ** 2
     arrivals = rate_per_ms * durations
     carried = counts - served
     new = counts[None, :] - carried[:, None]  # arrivals that take the chain from j to k
-    logs = new * jnp.log(jnp.maximum(arrivals, 1e-30))[:, None] - arrivals[:, None] - gammaln(jnp.maximum(new, 0.0) + 1.0)
-    # probabilities below e^-60 are dropped: float32 denormals would slow the CPU a hundredfold
-    moves = jnp.where((new >= 0) & (logs > _LOG_FLOOR), jnp.exp(jnp.maximum(logs, _LOG_FLOOR)), 0.0)
     last = counts[-1] - carried  # the last state: at least this many arrivals
-    tail = jnp.where(last >= 1.0, gammainc(jnp.maximum(last, 1.0), jnp.maximum(arrivals, 1e-30)), 1.0)
+    moves, tail = _step_arrivals(new, last, arrivals, spread / durations ** 2)
     moves = jnp.concatenate([moves[:, :-1], tail[:, None]], axis=1)
     power = moves
     for _ in range(_CHAIN_SQUARINGS):
@@ -192,8 +232,8 @@ def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: ja
     chain_mixed = jnp.sum(law[1:] * durations[1:]) / busy
     chain_share = busy * chain_mixed / chain_time
     chain_tokens = jnp.sum(law[1:] * step_tokens[1:]) / busy
-    waits = _chain_waits(law, durations, slopes, arrivals, chain_time, counts, served, tokens, chunk_tokens,
-                         prompt_scv, t_full)
+    waits = _chain_waits(law, durations, slopes, spread, arrivals, chain_time, counts, served, tokens, chunk_tokens,
+                         prompt_scv, t0, t_full)
     # a chunk or more: full-chunk steps, L / P of them per prompt; under one: ⌊P / L⌋ prompts a step
     whole = tokens >= chunk_tokens
     load = jnp.where(whole, rate_per_ms * tokens * t_full / chunk_tokens, rate_per_ms * durations[-1] / per_chunk)

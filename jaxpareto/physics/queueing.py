@@ -40,16 +40,17 @@ from jax.scipy.special import betainc, gammaincc, gammaln
 
 
 @jax.custom_jvp
-def _betainc(a: jax.Array, b: jax.Array, x: jax.Array) -> jax.Array:
+def incomplete_beta(a: jax.Array, b: jax.Array, x: jax.Array) -> jax.Array:
     """I_x(a, b), the regularized incomplete beta function, differentiable in a and b too:
     `jax.scipy.special.betainc` has no derivative in its shape parameters, which calibration
-    needs through the KV-slot wait (its derivative there is a central difference, step 1e-4 of
-    the parameter, in float64 an error far below the fit's)."""
+    needs through the KV-slot wait and the open loop's chain (`open_engine._step_arrivals`; its
+    derivative there is a central difference, step 1e-4 of the parameter, in float64 an error
+    far below the fit's)."""
     return betainc(a, b, x)
 
 
-@_betainc.defjvp
-def _betainc_jvp(primals, tangents):
+@incomplete_beta.defjvp
+def _incomplete_beta_jvp(primals, tangents):
     a, b, x = primals
     da, db, dx = tangents
     value = betainc(a, b, x)
@@ -210,7 +211,7 @@ def slot_wait_ms(slots: jax.Array, rate_per_ms: jax.Array, hold_ms: jax.Array, h
     # the negative binomial of mean n̄ and variance F n̄: q = 1 - 1 / F, r = n̄ / (F - 1)
     q = jnp.where(over, 1.0 - 1.0 / jnp.where(over, fano, 2.0), 0.5)
     r = jnp.maximum(mean, 1e-9) / jnp.where(over, fano - 1.0, 1.0)
-    below = _betainc(r, slots, 1.0 - q)  # P(n <= M - 1)
+    below = incomplete_beta(r, slots, 1.0 - q)  # P(n <= M - 1)
     at_full = jnp.exp(gammaln(slots + r) - gammaln(r) - gammaln(slots + 1.0) + slots * jnp.log(q) + r * jnp.log1p(-q))
     safe_ratio = jnp.where(stable, ratio, 0.5)
     tail = at_full / (1.0 - safe_ratio)  # P(n = M) + the queue beyond, unnormalised
