@@ -42,9 +42,11 @@ from it directly:
   and the c_j prompts carried past that step plus the A that arrived before it in the same step
   (a Poisson count of a uniform share of λ T_j), x tokens in all, hold it ⌈(x + L_own) / P⌉ - 1
   full steps more (chunks fill token by token; L_own lognormal of the prompts' spread); a step
-  that its own length carries it past costs T(B, P) less the own tokens it moves out of the
-  serving step, which holds the whole mean length (at least T_0). The
-  prompt lengths' spread enters the steps' second moments to first order, (dT/dp)² s_j Var(L).
+  that its own length carries it past costs T(B, P) less what taking a chunk's tokens out of
+  the serving step saves (that step holds the whole mean length; at least T_0). The
+  prompt lengths' spread enters the steps' second moments to first order, as the square of
+  half the step's change over ±σ_j of its tokens, σ_j² = s_j Var(L) (a secant, continuous in B
+  where a tangent would jump at the step's compute-bound kink).
   The chain stops at 15 waiting prompts, so near capacity with one or two prompts a chunk
   this wait is short of the simulated one (docs/model.md, "Open-loop load"). The percentiles
   take the step in progress and the serving step as a service of the chain's variance (the
@@ -65,12 +67,12 @@ from jax.scipy.special import gammainc, gammaln, ndtr
 
 from jaxpareto.physics.decode import DecodeStep
 from jaxpareto.physics.engine import EngineTurn, lockstep_share, step_time
-from jaxpareto.physics.queueing import incomplete_beta
 
 _CHAIN_STATES = 16  # prompts waiting at a step: 0 .. 15 (the last: 15 or more)
 _CARRY_STEPS = 4  # full steps a prompt's own length can carry it past (beyond those ahead of it)
 _CHAIN_SQUARINGS = 7  # the chain's law 1 + 2^7 steps after an empty queue
 _WAIT_CEILING = 1.0 - 1e-6  # P(wait) of a stable queue stays below 1, which flags instability
+_TAIL_TERMS, _TAIL_SMALL = 16, 1e-3  # a negative binomial tail below 1e-3: 16 terms summed, then a geometric rest
 _LOG_FLOOR, _PROBABILITY_FLOOR = -60.0, 1e-25  # below: 0 (keeps float32 clear of denormals)
 
 
@@ -127,29 +129,36 @@ def _step_arrivals(new, last, arrivals, dispersion):
     count = jnp.maximum(new, 0.0)
     # log Γ(n + 1/k) - log Γ(1/k) - n log(1/k) = Σ_{i<n} log(1 + i k): a cumulative sum over n
     steps = jnp.arange(_CHAIN_STATES, dtype=mean.dtype)
-    rising = jnp.concatenate([jnp.zeros_like(k), jnp.cumsum(jnp.log1p(steps[None, :-1] * k), axis=1)], axis=1)
-    rising = jnp.take_along_axis(rising, count.astype(jnp.int32), axis=1)
+    below = (steps[None, None, :] < count[:, :, None]).astype(mean.dtype)  # i < n, shape (j, n, i)
+    rising = jnp.einsum("ji,jni->jn", jnp.log1p(steps[None, :] * k), below)
     c = mean * k
     # (1/k) log(1 + λT k), its Poisson limit λT as k -> 0 taken by series
     exponent = jnp.where(c > 1e-4, jnp.log1p(c) / jnp.where(c > 1e-4, k, 1.0), mean * (1.0 - c / 2.0 + c * c / 3.0))
     logs = rising + count * (jnp.log(mean) - jnp.log1p(c)) - exponent - gammaln(count + 1.0)
     # probabilities below e^-60 are dropped: float32 denormals would slow the CPU a hundredfold
     moves = jnp.where((new >= 0) & (logs > _LOG_FLOOR), jnp.exp(jnp.maximum(logs, _LOG_FLOOR)), 0.0)
-    # the tail exactly (incomplete gamma or beta), so float32 rounding does not pile up there
+    # the last state's tail summed upward from its first term, not 1 - the rest (float32 rounding
+    # would pile up there): Poisson's by the incomplete gamma, the negative binomial's by the
+    # terms' ratio (n + 1/k) q / (n + 1) over _TAIL_TERMS terms and the geometric rest
     least = jnp.maximum(last, 1.0)
-    mixed = dispersion > 1e-3  # below, Poisson's tail to within λT k
-    ratio = jnp.maximum(arrivals, 1e-30) * dispersion
-    tail = jnp.where(mixed, incomplete_beta(least, 1.0 / jnp.where(mixed, dispersion, 1.0), ratio / (1.0 + ratio)),
-                     gammainc(least, jnp.maximum(arrivals, 1e-30)))
-    return moves, jnp.where(last >= 1.0, tail, 1.0)
+    poisson = gammainc(least, jnp.maximum(arrivals, 1e-30))
+    n = least[:, None] + jnp.arange(_TAIL_TERMS, dtype=mean.dtype)[None, :]
+    ratios = mean * (1.0 + n * k) / ((1.0 + c) * (n + 1.0))
+    terms = jnp.cumprod(jnp.concatenate([jnp.ones_like(k), ratios[:, :-1]], axis=1), axis=1)
+    rest = terms[:, -1] * ratios[:, -1] / (1.0 - jnp.minimum(jnp.maximum(ratios[:, -1], c[:, 0] / (1.0 + c[:, 0])), 0.99))
+    # 1 - the rest where the tail is not small: float32 rounds it by 1e-4 of itself at most
+    cdf = jnp.sum(moves[:, :-1], axis=1)
+    summed = jnp.where(cdf < 1.0 - _TAIL_SMALL, 1.0 - cdf, moves[:, -1] * (jnp.sum(terms, axis=1) + rest))
+    tail = jnp.where(dispersion > 0.0, summed, poisson)
+    return moves, jnp.where(last >= 1.0, jnp.minimum(tail, 1.0), 1.0)
 
 
-def _chain_waits(law, durations, slopes, spread, arrivals, chain_time, counts, served, tokens, chunk_tokens,
+def _chain_waits(law, durations, relief, spread, arrivals, chain_time, counts, served, tokens, chunk_tokens,
                  prompt_scv, t0, t_full) -> _ChainWaits:
     """A prompt's waits under one chunk from the chain's law (module docstring), the fields of
     `PrefillSteps` of those names; the arrays are over the chain's states j (shape (16,)),
-    ``slopes`` dT_j/dp, ``spread`` the steps' variance from the prompts' lengths, ``arrivals`` λT_j
-    and ``chain_time`` Σ π_j T_j as `prefill_steps` has them."""
+    ``relief`` T_j less T_j without a chunk's tokens, ``spread`` the steps' variance from the
+    prompts' lengths, ``arrivals`` λT_j and ``chain_time`` Σ π_j T_j as `prefill_steps` has them."""
     # the step in progress, length-biased: E[T²] / 2E[T], and E[(U T)²] = E[T³] / 3E[T]
     step_wait = jnp.sum(law * (durations ** 2 + spread)) / (2.0 * chain_time)
     wait_square = jnp.sum(law * durations * (durations ** 2 + 3.0 * spread)) / (3.0 * chain_time)
@@ -160,7 +169,7 @@ def _chain_waits(law, durations, slopes, spread, arrivals, chain_time, counts, s
     own = jnp.where(some, jnp.sum(prompts * durations) / jnp.maximum(total, 1e-30), durations[1])
     own_square = jnp.where(some, jnp.sum(prompts * (durations ** 2 + spread)) / jnp.maximum(total, 1e-30),
                            durations[1] ** 2)
-    own_slope = jnp.where(some, jnp.sum(prompts * slopes) / jnp.maximum(total, 1e-30), slopes[1])
+    own_relief = jnp.where(some, jnp.sum(prompts * relief) / jnp.maximum(total, 1e-30), relief[1])
     # the two taken as independent: their variances add
     variance = jnp.maximum(wait_square - step_wait ** 2, 0.0) + jnp.maximum(own_square - own ** 2, 0.0)
     # the prompts ahead: the c_j carried past the step in progress plus the A that arrived
@@ -184,7 +193,7 @@ def _chain_waits(law, durations, slopes, spread, arrivals, chain_time, counts, s
     weights = landing[:, None] * before
     # the serving step already holds all of the prompt's mean length: a step its own length
     # carries it past adds the step less the tokens that moved out of the serving step
-    carry_step = jnp.maximum(t_full - own_slope * chunk_tokens, t0)
+    carry_step = jnp.maximum(t_full - own_relief, t0)
     overflow = jnp.sum(weights * (full * t_full + sum(tails) * carry_step))
     carried = jnp.sum(weights * jnp.maximum(jnp.minimum(full, 1.0), tails[0]))
     return _ChainWaits(step_wait, own, variance / (step_wait + own) ** 2, overflow,
@@ -212,9 +221,17 @@ def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: ja
     per_chunk = jnp.maximum(jnp.floor(chunk_tokens / tokens), 1.0)
     served = jnp.minimum(counts, per_chunk)
     step_tokens = jnp.minimum(served * tokens, chunk_tokens)
-    durations, slopes = jax.jvp(jax.vmap(t), (step_tokens,), (jnp.ones_like(step_tokens),))
-    # a step's spread from its prompts' lengths, to first order: (dT/dp)² x served x Var(L)
-    spread = slopes ** 2 * served * prompt_scv * tokens ** 2
+    steps_of = jax.vmap(t)
+    durations = steps_of(step_tokens)
+    # a step's spread from its prompts' lengths, to first order: the step's change over one
+    # standard deviation of its tokens, σ = sqrt(served x Var(L)), squared (a secant: T(p) has
+    # kinks where the step turns compute-bound, and a tangent would jump there with B)
+    variance = served * prompt_scv
+    spread_on = variance > 0.0  # sqrt away from 0: its derivative there is infinite
+    sigma = jnp.where(spread_on, jnp.sqrt(jnp.where(spread_on, variance, 1.0)), 0.0) * tokens
+    spread = (0.5 * (steps_of(step_tokens + sigma) - steps_of(jnp.maximum(step_tokens - sigma, 0.0)))) ** 2
+    # what taking a chunk's tokens out of a step saves it (the carried prompt's own tokens)
+    relief = durations - steps_of(jnp.maximum(step_tokens - chunk_tokens, 0.0))
     arrivals = rate_per_ms * durations
     carried = counts - served
     new = counts[None, :] - carried[:, None]  # arrivals that take the chain from j to k
@@ -232,7 +249,7 @@ def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: ja
     chain_mixed = jnp.sum(law[1:] * durations[1:]) / busy
     chain_share = busy * chain_mixed / chain_time
     chain_tokens = jnp.sum(law[1:] * step_tokens[1:]) / busy
-    waits = _chain_waits(law, durations, slopes, spread, arrivals, chain_time, counts, served, tokens, chunk_tokens,
+    waits = _chain_waits(law, durations, relief, spread, arrivals, chain_time, counts, served, tokens, chunk_tokens,
                          prompt_scv, t0, t_full)
     # a chunk or more: full-chunk steps, L / P of them per prompt; under one: ⌊P / L⌋ prompts a step
     whole = tokens >= chunk_tokens
