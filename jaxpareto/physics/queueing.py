@@ -43,9 +43,8 @@ from jax.scipy.special import betainc, gammaincc, gammaln
 def incomplete_beta(a: jax.Array, b: jax.Array, x: jax.Array) -> jax.Array:
     """I_x(a, b), the regularized incomplete beta function, differentiable in a and b too:
     `jax.scipy.special.betainc` has no derivative in its shape parameters, which calibration
-    needs through the KV-slot wait and the open loop's chain (`open_engine._step_arrivals`; its
-    derivative there is a central difference, step 1e-4 of the parameter, in float64 an error
-    far below the fit's)."""
+    needs through the KV-slot wait (its derivative there is a central difference, step 1e-4 of
+    the parameter, in float64 an error far below the fit's)."""
     return betainc(a, b, x)
 
 
