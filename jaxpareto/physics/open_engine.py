@@ -127,7 +127,7 @@ def _step_arrivals(new, last, arrivals, dispersion):
     mean = jnp.maximum(arrivals, 1e-30)[:, None]
     k = dispersion[:, None]
     count = jnp.maximum(new, 0.0)
-    # log Γ(n + 1/k) - log Γ(1/k) - n log(1/k) = Σ_{i<n} log(1 + i k): a cumulative sum over n
+    # log Γ(n + 1/k) - log Γ(1/k) - n log(1/k) = Σ_{i<n} log(1 + i k), summed under a mask
     steps = jnp.arange(_CHAIN_STATES, dtype=mean.dtype)
     below = (steps[None, None, :] < count[:, :, None]).astype(mean.dtype)  # i < n, shape (j, n, i)
     rising = jnp.einsum("ji,jni->jn", jnp.log1p(steps[None, :] * k), below)
@@ -137,9 +137,10 @@ def _step_arrivals(new, last, arrivals, dispersion):
     logs = rising + count * (jnp.log(mean) - jnp.log1p(c)) - exponent - gammaln(count + 1.0)
     # probabilities below e^-60 are dropped: float32 denormals would slow the CPU a hundredfold
     moves = jnp.where((new >= 0) & (logs > _LOG_FLOOR), jnp.exp(jnp.maximum(logs, _LOG_FLOOR)), 0.0)
-    # the last state's tail summed upward from its first term, not 1 - the rest (float32 rounding
-    # would pile up there): Poisson's by the incomplete gamma, the negative binomial's by the
-    # terms' ratio (n + 1/k) q / (n + 1) over _TAIL_TERMS terms and the geometric rest
+    # the last state's tail where it is small summed upward from its first term, not taken as
+    # 1 - the rest (float32 rounding would pile up there): Poisson's by the incomplete gamma, the
+    # negative binomial's by the terms' ratio (n + 1/k) q / (n + 1) over _TAIL_TERMS terms and a
+    # geometric rest (to 1e-4 of itself)
     least = jnp.maximum(last, 1.0)
     poisson = gammainc(least, jnp.maximum(arrivals, 1e-30))
     n = least[:, None] + jnp.arange(_TAIL_TERMS, dtype=mean.dtype)[None, :]
@@ -206,7 +207,7 @@ def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: ja
 
     The chain's rows are the arrivals in a step (`_step_arrivals`: Poisson, or negative binomial
     where the prompts' spread lengths make the step's length random) with the last state holding
-    the exact tail; its law after 2^k steps from an empty queue comes from k squarings of the
+    the tail, summed so that float32 keeps its small values; its law after 2^k steps from an empty queue comes from k squarings of the
     transition matrix.
 
     Args:
