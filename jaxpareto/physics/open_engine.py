@@ -117,14 +117,15 @@ class _ChainWaits(NamedTuple):
 
 def _step_arrivals(new, last, arrivals, dispersion):
     """The chain's transition probabilities: P(n prompts arrive in a step of state j), n = ``new``
-    (shape (16, 16), negative: impossible), the last column P(n >= ``last``) (shape (16,)).
+    (shape (16, 16), negative: impossible), the last column P(n >= ``last``) (shape (16,));
+    ``arrivals`` λT_j (> 0).
 
     A step of fixed length T_j takes Poisson(λ T_j). Prompts of spread lengths make T_j random, of
     squared CV k_j = ``dispersion``: the count is then Poisson of a random mean, taken as gamma
     distributed with the step's two moments, which makes it negative binomial of shape 1 / k_j,
     mean λ T_j and variance λ T_j (1 + λ T_j k_j) (Greenwood and Yule, J. R. Stat. Soc. 83, 1920).
     Its log-probabilities are written so that k_j = 0 is Poisson's exactly."""
-    mean = jnp.maximum(arrivals, 1e-30)[:, None]
+    mean = arrivals[:, None]
     k = dispersion[:, None]
     count = jnp.maximum(new, 0.0)
     # log Γ(n + 1/k) - log Γ(1/k) - n log(1/k) = Σ_{i<n} log(1 + i k), summed under a mask
@@ -142,7 +143,7 @@ def _step_arrivals(new, last, arrivals, dispersion):
     # negative binomial's by the terms' ratio (n + 1/k) q / (n + 1) over _TAIL_TERMS terms and a
     # geometric rest (to 1e-4 of itself)
     least = jnp.maximum(last, 1.0)
-    poisson = gammainc(least, jnp.maximum(arrivals, 1e-30))
+    poisson = gammainc(least, arrivals)
     n = least[:, None] + jnp.arange(_TAIL_TERMS, dtype=mean.dtype)[None, :]
     ratios = mean * (1.0 + n * k) / ((1.0 + c) * (n + 1.0))
     terms = jnp.cumprod(jnp.concatenate([jnp.ones_like(k), ratios[:, :-1]], axis=1), axis=1)
@@ -177,7 +178,6 @@ def _chain_waits(law, durations, relief, spread, arrivals, chain_time, counts, s
     # before it in that step (P(A = a) = P(N >= a + 1) / λT_j, N ~ Poisson(λT_j)); the chunks
     # fill token by token, so with x their tokens the prompt ends ⌈(x + L_own) / P⌉ - 1 full
     # steps after the next, L_own lognormal of the prompts' spread
-    arrivals = jnp.maximum(arrivals, 1e-30)
     before = gammainc(counts[None, :] + 1.0, arrivals[:, None]) / arrivals[:, None]  # (j, a)
     before = jnp.where(arrivals[:, None] > 1e-6, before, (counts[None, :] == 0).astype(before.dtype))
     ahead = (counts - served)[:, None] * tokens + counts[None, :] * tokens
@@ -233,7 +233,7 @@ def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: ja
     spread = (0.5 * (steps_of(step_tokens + sigma) - steps_of(jnp.maximum(step_tokens - sigma, 0.0)))) ** 2
     # what taking a chunk's tokens out of a step saves it (the carried prompt's own tokens)
     relief = durations - steps_of(jnp.maximum(step_tokens - chunk_tokens, 0.0))
-    arrivals = rate_per_ms * durations
+    arrivals = jnp.maximum(rate_per_ms * durations, 1e-30)  # λT_j, kept off 0 for the logs
     carried = counts - served
     new = counts[None, :] - carried[:, None]  # arrivals that take the chain from j to k
     last = counts[-1] - carried  # the last state: at least this many arrivals
