@@ -177,3 +177,61 @@ def test_a_pipeline_pays_the_offset_every_cycle():
     np.testing.assert_allclose(compute, compute[0], rtol=1e-6)
     tpot = ds.tpot_ms.squeeze().values
     assert (tpot[1:] >= tpot[0] * (1 - 1e-6)).all()
+
+
+def test_a_moe_step_pays_the_offset_once_per_routed_expert_it_touches():
+    """The tokens routed to an expert are a GEMM of their own: DeepSeek-V3 on one B200 (m_0 = 300
+    here) pays m_0 for its non-expert matmuls and for each of the min(B K, E) experts its B tokens
+    touch, so the compute line climbs with B until all 256 are touched (B = 32); the exact
+    solver's four lines agree with the step on both sides of that kink."""
+    gpu, model = catalog.gpus()["b200"].to_params(), catalog.models()["deepseek-v3"].to_params()
+    c = decode_coefficients(gpu, model, 8.0, 4096.0, 4000.0, 0.8, 1.1, offset_tokens=300.0)
+    per_param = 2e9 / (8.0 * 4000.0e12) * 1e3  # ms per billion parameters per token
+    assert float(c.compute_floor_ms) == pytest.approx(300.0 * model.nonmoe_params_b * per_param, rel=1e-6)
+    assert float(c.expert_floor_ms) == pytest.approx(300.0 * model.expert_params_b * per_param, rel=1e-6)
+    lines = tpot_lines(c)
+    for batch in (0.5, 1.0, 8.0, 31.0, 33.0, 256.0, 4000.0):
+        step = decode_step(c, batch)
+        touched = min(batch * 8.0, 256.0)
+        want = batch * float(c.compute_ms) + 300.0 * per_param * (model.nonmoe_params_b + touched * model.expert_params_b)
+        assert float(step.t_compute_ms) == pytest.approx(want, rel=1e-6)
+        by_lines = max(min(float(lines.a_unsat + lines.b_unsat * batch), float(lines.a_sat + lines.b_sat * batch)),
+                       min(float(lines.a_compute + lines.b_compute * batch),
+                           float(lines.a_compute_sat + lines.b_compute_sat * batch)))
+        assert by_lines == pytest.approx(float(step.tpot_ms), rel=1e-6)
+
+
+def test_a_moe_prefill_pays_the_offset_for_the_experts_its_prompt_touches():
+    """Seed eq. 2 at the measured rate (η_p 0.65) for Qwen3-235B-A22B on 8 B200 (BF16, m_0 = 22): a prompt of
+    L tokens touches min(L K, E) = all 128 experts, so its TTFT alone is L active tokens plus m_0
+    tokens' worth of the non-expert weights and of all 128 experts; the exact solver agrees with
+    the damped one where few sessions touch few experts."""
+    grid = dict(gpu=["b200"], model=["qwen3-235b-a22b"], tp=[8], concurrency=[1, 2, 8, 256],
+                think_time_s=[0.0], context_tokens=[2048], hit_rate=[0.0])
+    measured = jp.sweep(**grid, gemm_rate="measured")
+    model = catalog.models()["qwen3-235b-a22b"]
+    tflops = 2250.0 * 0.672 * 0.65 * 8.0  # F x η_p x G: eq. 2's ms per (billion parameters x 2 FLOPs)
+    tokens = float(measured.prefill_tokens.isel(concurrency=0).squeeze())
+    offset_params = model.nonmoe_params_b + 128 * model.expert_params_b
+    want = 2.0 * (tokens * model.params_active_b + 22.0 * offset_params) / tflops
+    assert model.weight_dtype == "bf16"
+    assert float(measured.ttft_ms.isel(concurrency=0).squeeze()) == pytest.approx(want, rel=1e-5)
+    exact = jp.sweep(**grid, gemm_rate="measured", solver="exact")
+    np.testing.assert_allclose(exact.tpot_ms.values, measured.tpot_ms.values, rtol=1e-4)
+    np.testing.assert_allclose(exact.batch_eff.values, measured.batch_eff.values, rtol=1e-4)
+
+
+def test_the_measured_profiles_prefill_step_pays_the_offsets_of_the_experts_its_chunk_touches():
+    """The measured profile's prefill roofline: a chunk of p tokens alone on DeepSeek-V3 (8 B200,
+    m_0 = 300 here) computes its p tokens plus m_0 tokens' worth of the non-expert weights and of
+    the min(p K, E) experts it touches; 2 tokens touch 16 experts, 64 tokens all 256."""
+    from jaxpareto.definitions.options import ModelOptions
+    from jaxpareto.physics.costs import isolated_prefill_ms
+
+    gpu, model = catalog.gpus()["b200"].to_params(), catalog.models()["deepseek-v3"].to_params()
+    c = decode_coefficients(gpu, model, 8.0, 4096.0, 4000.0, 0.8, 1.1, offset_tokens=300.0)
+    per_token_ms = 0.05  # c_p: large enough that every chunk is bound by its compute
+    for tokens, touched in ((2.0, 16.0), (64.0, 256.0)):
+        got = float(isolated_prefill_ms(c, tokens, 8192.0, per_token_ms, ModelOptions(profile="measured")))
+        want = (float(c.compute_floor_ms) + touched * float(c.expert_floor_ms)) / 0.8 + tokens * per_token_ms
+        assert got == pytest.approx(want, rel=1e-6)

@@ -69,7 +69,8 @@ class Engine(Definition):
             step", its overlap-scheduler documentation; SGLang's zero-overhead scheduler the
             same way); multi-step scheduling of k steps per scheduler call (vLLM V0
             ``num_scheduler_steps``), (k - 1) / 2 on average, a request arriving anywhere in
-            a window; TensorRT-LLM's attention-DP balancing, up to ``batching_wait_iters``.
+            a window; TensorRT-LLM's attention-DP balancing, which releases context requests
+            every ``timeout_iters``-th step unless every rank holds one, (``timeout_iters`` - 1) / 2.
             0 (default): none (the shipped engines' fitted TTFT overheads hold their mean). The
             disaggregated and conditional serving models do not apply it.
         gemm_kernels: whose GEMM kernels the engine runs, one of

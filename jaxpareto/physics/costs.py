@@ -21,7 +21,7 @@ from jaxpareto.physics.attention import causal_pairs, window_pairs
 from jaxpareto.physics.cache import cache_survival
 from jaxpareto.physics.communication import allreduce_time
 from jaxpareto.physics.decode import DecodeCoefficients, decode_coefficients, decode_step, experts_touched
-from jaxpareto.physics.engine import step_ms
+from jaxpareto.physics.engine import PrefillExperts, step_ms
 from jaxpareto.physics.prefill import prefill_tokens, ttft_ms
 
 
@@ -64,14 +64,15 @@ def engine_efficiency(efficiency: Efficiency, engine: EngineParams | None) -> Ef
                                   engine.efficiency, engine.efficiency_mask, efficiency)
 
 
-def prefill_expert_ms(decode: DecodeCoefficients, batch: jax.Array, options: ModelOptions):
-    """p -> the routed experts p prefill tokens load beyond those of a decode batch B [ms at peak
-    bandwidth] (measured profile: prefill reads the weights once per chunk, and a MoE chunk the
-    experts its tokens touch; dense models: 0)."""
+def prefill_expert_costs(decode: DecodeCoefficients, batch: jax.Array, options: ModelOptions):
+    """p -> the routed experts p prefill tokens touch beyond those of a decode batch B, as
+    `PrefillExperts`: their weights [ms at peak bandwidth] and their GEMMs' offsets [ms before
+    η_d] (measured profile: prefill reads the weights once per chunk, and a MoE chunk the experts
+    its tokens touch, each a GEMM of its own; dense models: 0)."""
     def extra(p):
         touched = experts_touched(batch + p, decode.experts, decode.experts_per_token, options.expert_routing)
         alone = experts_touched(batch, decode.experts, decode.experts_per_token, options.expert_routing)
-        return (touched - alone) * decode.expert_ms
+        return PrefillExperts((touched - alone) * decode.expert_ms, (touched - alone) * decode.expert_floor_ms)
     return extra
 
 
@@ -83,7 +84,7 @@ def isolated_prefill_ms(decode: DecodeCoefficients, tokens: jax.Array, chunk_tok
     idle = decode_step(decode, 0.0 * tokens, options.expert_routing)
     chunk = jnp.minimum(tokens, chunk_tokens)
     one = step_ms(idle, decode.eta_decode, decode.elementwise_overhead, chunk, prefill_ms_per_token,
-                  prefill_expert_ms(decode, 0.0 * tokens, options)(chunk))
+                  prefill_expert_costs(decode, 0.0 * tokens, options)(chunk))
     return jnp.maximum(tokens / chunk_tokens, 1.0) * one
 
 
@@ -126,8 +127,14 @@ def tp_costs(hw, model, tp, turn: TurnTokens, context_tokens, decode_context, ef
     matmul_ms_per_token = ttft_ms(model.params_active_b, 1.0, tp, tflops, efficiency.eta_prefill)
     prefill_ms_per_token = matmul_ms_per_token + allreduce.per_token_ms
     # a GEMM of m tokens takes as long as m + m_0 at the measured rate: once per engine step
-    # (in the decode step's compute floor) and once per isolated prefill (seed eq. 2)
+    # (in the decode step's compute floor) and once per isolated prefill (seed eq. 2), for each
+    # routed expert the tokens touch as well (each expert's tokens are a GEMM of their own)
     offset = gemm_offset_tokens(hw, model.compute_bits, options.gemm_rate)
+    prompt_experts = experts_touched(jnp.minimum(turn.tokens, turn.chunk_tokens), model.experts,
+                                     model.experts_per_token, options.expert_routing)
+    offset_share = jnp.where(model.experts > 0, (model.nonmoe_params_b + prompt_experts * model.expert_params_b)
+                             / model.params_active_b, 1.0)
+    prefill_offset_ms = offset * matmul_ms_per_token * offset_share
     attention_tflops = effective_tflops(hw, 16.0) if options.attention_flops else None
     if options.attention_flops:  # the turn's attention FLOPs, spread over its prefill tokens
         attention_ms = turn_attention_flops(model, turn, context_tokens) / (tp * attention_tflops * FLOPS_PER_TFLOPS) \
@@ -139,7 +146,7 @@ def tp_costs(hw, model, tp, turn: TurnTokens, context_tokens, decode_context, ef
         hw, model, tp, decode_context, tflops, efficiency.eta_decode, efficiency.elementwise_overhead,
         attention_tflops, offset)._replace(fixed_ms=step_fixed_ms, allreduce_ms=allreduce.per_token_ms)
     return TpCosts(prefill_ms_per_token, coefficients,
-                   efficiency.ttft_overhead_ms + allreduce.fixed_ms + offset * matmul_ms_per_token)
+                   efficiency.ttft_overhead_ms + allreduce.fixed_ms + prefill_offset_ms)
 
 
 def prefill_alone_ms(costs: TpCosts, tokens: jax.Array, chunk_tokens: jax.Array, efficiency: Efficiency,
@@ -152,4 +159,4 @@ def prefill_alone_ms(costs: TpCosts, tokens: jax.Array, chunk_tokens: jax.Array,
     return tokens * costs.prefill_ms_per_token + costs.ttft_fixed_ms
 
 
-__all__ = ["TpCosts", "TurnTokens", "turn_tokens", "engine_efficiency", "isolated_prefill_ms", "prefill_alone_ms", "prefill_expert_ms", "tp_costs"]
+__all__ = ["TpCosts", "TurnTokens", "turn_tokens", "engine_efficiency", "isolated_prefill_ms", "prefill_alone_ms", "prefill_expert_costs", "tp_costs"]

@@ -43,8 +43,12 @@ class DecodeCoefficients(NamedTuple):
             elsewhere.
         compute_floor_ms: matmul time every step adds whatever its tokens: a GEMM of m tokens
             takes as long as m + m_0 at the large-GEMM rate (``gemm_rate="measured"``,
-            `jaxpareto.definitions.hardware.gemm_offset_tokens`), m_0 x the matmul time per token
-            [ms]; 0 in the seed.
+            `jaxpareto.definitions.hardware.gemm_offset_tokens`), m_0 x the non-expert matmul
+            time per token [ms]; 0 in the seed.
+        expert_floor_ms: the same offset for one routed expert, m_0 x its matmul time per token
+            [ms]: the tokens routed to an expert are a GEMM of their own (a grouped GEMM, one
+            problem per expert), so a step pays it once for every expert its tokens touch; 0 in
+            the seed and for dense models.
     """
 
     nonmoe_ms: jax.Array
@@ -59,6 +63,7 @@ class DecodeCoefficients(NamedTuple):
     allreduce_ms: jax.Array = 0.0
     batch_floor: jax.Array = 0.0
     compute_floor_ms: jax.Array = 0.0
+    expert_floor_ms: jax.Array = 0.0
 
 
 class DecodeStep(NamedTuple):
@@ -69,7 +74,8 @@ class DecodeStep(NamedTuple):
             batch touches, min(B x K, E) / G of them per GPU (seed eq. 3a).
         t_kv_ms: KV-cache reads of the whole batch (eq. 3b).
         t_compute_ms: matmul time at the tensor-core rate (eq. 3c: the peak, or the measured
-            rate), plus the step's ``compute_floor_ms``.
+            rate), plus the step's GEMM offsets: ``compute_floor_ms`` and ``expert_floor_ms`` per
+            routed expert touched.
         tpot_ms: max((t_weight + t_kv) x overhead, t_compute) / η_d (eq. 3), plus t_fixed.
         compute_bound: t_compute exceeds the memory time.
         t_fixed_ms: the opt-in terms outside the roofline: per-step overhead and the
@@ -85,11 +91,14 @@ class DecodeStep(NamedTuple):
 
 
 class TpotLines(NamedTuple):
-    """TPOT(B) = max(min(a_unsat + b_unsat B, a_sat + b_sat B), a_compute + b_compute B) [ms].
+    """TPOT(B) = max(min(a_unsat + b_unsat B, a_sat + b_sat B),
+                    min(a_compute + b_compute B, a_compute_sat + b_compute_sat B)) [ms].
 
     ``unsat``: memory time while the batch touches fewer than all experts (B K < E);
-    ``sat``: memory time once every expert loads; ``compute``: matmul time. For a dense model
-    both memory lines coincide. The fixed terms (t_fixed, affine in B) shift every line alike.
+    ``sat``: memory time once every expert loads; ``compute``: matmul time, whose experts'
+    GEMM offsets likewise grow with the experts touched until all are (``compute_sat``). For a
+    dense model, or without offsets, both lines of each pair coincide. The fixed terms (t_fixed,
+    affine in B) shift every line alike.
     """
 
     a_unsat: jax.Array
@@ -98,6 +107,8 @@ class TpotLines(NamedTuple):
     b_sat: jax.Array
     a_compute: jax.Array
     b_compute: jax.Array
+    a_compute_sat: jax.Array
+    b_compute_sat: jax.Array
 
 
 def decode_coefficients(
@@ -124,12 +135,16 @@ def decode_coefficients(
         attention_tflops: F of the attention kernels per GPU [TFLOPS]; given (attention's FLOPs
             counted: the measured profile, or ``attention="flops"``), each session's step also computes its attention over the context
             (`jaxpareto.physics.attention`), split over the G GPUs like the heads.
-        offset_tokens: m_0, the tokens' worth of matmul time every step adds (`DecodeCoefficients`).
+        offset_tokens: m_0, the tokens' worth of matmul time each GEMM adds (`DecodeCoefficients`).
     """
     bw = hw.bandwidth_gbs
     matmul_ms = FLOPS_PER_PARAM_PER_TOKEN * model.params_active_b * PARAMS_PER_B / (tp * tflops * FLOPS_PER_TFLOPS) \
         * MS_PER_S
     floor_ms = offset_tokens * matmul_ms
+    # the offset of one routed expert's GEMM, and of the non-expert ones (a dense model's are all
+    # its active ones), as shares of the active matmuls
+    expert_floor_ms = floor_ms * (model.expert_params_b / model.params_active_b)
+    floor_ms = floor_ms * jnp.where(model.experts > 0, model.nonmoe_params_b / model.params_active_b, 1.0)
     if attention_tflops is not None:
         full, window = decode_pairs(context_tokens, model.kv_window_tokens)
         flops = full * model.decode_pair_flops + window * model.decode_window_pair_flops
@@ -145,6 +160,7 @@ def decode_coefficients(
         elementwise_overhead=elementwise_overhead,
         eta_decode=eta_decode,
         compute_floor_ms=floor_ms,
+        expert_floor_ms=expert_floor_ms,
     )
 
 
@@ -170,9 +186,10 @@ def decode_step(c: DecodeCoefficients, batch: jax.Array, routing: str = "seed") 
     """Seed eq. 3 at effective batch B (continuous, >= 0); ``routing`` as in `experts_touched`.
     A pipeline's step costs at least its ``batch_floor`` (B >= 0 is unchanged by a floor of 0)."""
     batch = jnp.maximum(batch, c.batch_floor)
-    t_weight_ms = c.nonmoe_ms + experts_touched(batch, c.experts, c.experts_per_token, routing) * c.expert_ms
+    touched = experts_touched(batch, c.experts, c.experts_per_token, routing)
+    t_weight_ms = c.nonmoe_ms + touched * c.expert_ms
     t_kv_ms = batch * c.kv_ms
-    t_compute_ms = batch * c.compute_ms + c.compute_floor_ms
+    t_compute_ms = batch * c.compute_ms + (c.compute_floor_ms + touched * c.expert_floor_ms)
     t_memory_ms = (t_weight_ms + t_kv_ms) * c.elementwise_overhead
     t_fixed_ms = c.fixed_ms + batch * c.allreduce_ms
     tpot_ms = jnp.maximum(t_memory_ms, t_compute_ms) / c.eta_decode + t_fixed_ms
@@ -180,13 +197,18 @@ def decode_step(c: DecodeCoefficients, batch: jax.Array, routing: str = "seed") 
 
 
 def tpot_lines(c: DecodeCoefficients) -> TpotLines:
-    """The linear pieces of TPOT(B) (min(B K, E) x w = min(B K w, E w) for w >= 0)."""
+    """The linear pieces of TPOT(B) (min(B K, E) x w = min(B K w, E w) for w >= 0, for the
+    experts' weights w and their GEMM offsets)."""
     scale = c.elementwise_overhead / c.eta_decode
+    compute_a = c.fixed_ms + c.compute_floor_ms / c.eta_decode
+    compute_b = c.compute_ms / c.eta_decode + c.allreduce_ms
     return TpotLines(
         a_unsat=scale * c.nonmoe_ms + c.fixed_ms,
         b_unsat=scale * (c.experts_per_token * c.expert_ms + c.kv_ms) + c.allreduce_ms,
         a_sat=scale * (c.nonmoe_ms + c.experts * c.expert_ms) + c.fixed_ms,
         b_sat=scale * c.kv_ms + c.allreduce_ms,
-        a_compute=c.fixed_ms + c.compute_floor_ms / c.eta_decode,
-        b_compute=c.compute_ms / c.eta_decode + c.allreduce_ms,
+        a_compute=compute_a,
+        b_compute=compute_b + c.experts_per_token * c.expert_floor_ms / c.eta_decode,
+        a_compute_sat=compute_a + c.experts * c.expert_floor_ms / c.eta_decode,
+        b_compute_sat=compute_b,
     )

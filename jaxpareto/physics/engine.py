@@ -92,8 +92,23 @@ class EngineTurn(NamedTuple):
     service_scv: jax.Array = 0.0
 
 
+class PrefillExperts(NamedTuple):
+    """What a step's prefill tokens add for the routed experts only they touch, beyond the decode
+    batch's (`jaxpareto.physics.costs.prefill_expert_costs`; scalars).
+
+    Attributes:
+        weight_ms: their weights, read once [ms at peak bandwidth] (the measured profile).
+        floor_ms: their GEMMs' offsets, m_0 tokens' worth of matmul time each (each expert's
+            tokens are a GEMM of their own; ``gemm_rate="measured"``) [ms before η_d].
+    """
+
+    weight_ms: jax.Array
+    floor_ms: jax.Array
+
+
 def step_ms(step: DecodeStep, eta_decode: jax.Array, elementwise_overhead: jax.Array,
-            prefill_tokens: jax.Array, prefill_ms_per_token: jax.Array, extra_weight_ms: jax.Array = 0.0) -> jax.Array:
+            prefill_tokens: jax.Array, prefill_ms_per_token: jax.Array,
+            experts: PrefillExperts | None = None) -> jax.Array:
     """T(B, p): one engine step carrying the batch's decode tokens and ``prefill_tokens`` [ms].
 
     Args:
@@ -101,21 +116,22 @@ def step_ms(step: DecodeStep, eta_decode: jax.Array, elementwise_overhead: jax.A
         eta_decode, elementwise_overhead: η_d and the memory-time multiplier of eq. 3.
         prefill_tokens: p, prefill tokens in the step.
         prefill_ms_per_token: c_p, eq. 2's TTFT of one token [ms].
-        extra_weight_ms: weights the prefill tokens load beyond the decode batch's (routed
-            experts only they touch; the measured profile) [ms at peak bandwidth].
+        experts: the routed experts the prefill tokens touch beyond the decode batch's
+            (`PrefillExperts`); None: none counted (the seed's profile).
     """
-    memory_ms = (step.t_weight_ms + extra_weight_ms + step.t_kv_ms) * elementwise_overhead / eta_decode
-    compute_ms = step.t_compute_ms / eta_decode + prefill_tokens * prefill_ms_per_token
+    weight_ms, floor_ms = (0.0, 0.0) if experts is None else experts
+    memory_ms = (step.t_weight_ms + weight_ms + step.t_kv_ms) * elementwise_overhead / eta_decode
+    compute_ms = (step.t_compute_ms + floor_ms) / eta_decode + prefill_tokens * prefill_ms_per_token
     return jnp.maximum(memory_ms, compute_ms) + step.t_fixed_ms
 
 
 def step_time(step: DecodeStep, eta_decode: jax.Array, elementwise_overhead: jax.Array,
-              prefill_ms_per_token: jax.Array, extra_weight_ms=None):
-    """p -> T(B, p) [ms]: `step_ms` at this step with p prefill tokens, their extra weights
-    (``extra_weight_ms``: p -> ms, or None) included."""
+              prefill_ms_per_token: jax.Array, prefill_experts=None):
+    """p -> T(B, p) [ms]: `step_ms` at this step with p prefill tokens, the experts only they
+    touch (``prefill_experts``: p -> `PrefillExperts`, or None) included."""
     def t(p):
-        extra = 0.0 if extra_weight_ms is None else extra_weight_ms(p)
-        return step_ms(step, eta_decode, elementwise_overhead, p, prefill_ms_per_token, extra)
+        return step_ms(step, eta_decode, elementwise_overhead, p, prefill_ms_per_token,
+                       None if prefill_experts is None else prefill_experts(p))
 
     return t
 
@@ -133,7 +149,7 @@ LOAD_BRACKET = 40.0  # s = -ln(1 - ρ) in [0, 40]: ρ up to 1 - 4e-18
 
 def shared_turn(step: DecodeStep, batch: jax.Array, concurrency: jax.Array, prefill_tokens: jax.Array,
                 osl: jax.Array, chunk_tokens: jax.Array, prefill_ms_per_token: jax.Array, eta_decode: jax.Array,
-                elementwise_overhead: jax.Array, extra_weight_ms=None, lockstep_ranks=None,
+                elementwise_overhead: jax.Array, prefill_experts=None, lockstep_ranks=None,
                 load_given: jax.Array | None = None, polish: bool = False) -> EngineTurn:
     """TTFT and TPOT of a turn in the shared engine at batch B (module docstring).
 
@@ -146,8 +162,8 @@ def shared_turn(step: DecodeStep, batch: jax.Array, concurrency: jax.Array, pref
         chunk_tokens: P, prefill tokens per step at most [tokens] (> 0).
         prefill_ms_per_token: c_p [ms].
         eta_decode, elementwise_overhead: of eq. 3.
-        extra_weight_ms: p -> weights a step's p prefill tokens load beyond the decode batch's
-            [ms] (the measured profile's prefill roofline); None: none.
+        prefill_experts: p -> the routed experts a step's p prefill tokens touch beyond the
+            decode batch's (`PrefillExperts`: the measured profile's prefill roofline); None: none.
         lockstep_ranks: None (one TP group), or D, attention data-parallel ranks of which this
             is one, alike and stepping together: every MoE layer exchanges tokens among all
             D, so a rank's decode step lasts as long as any rank's prefill step, and a turn
@@ -162,7 +178,7 @@ def shared_turn(step: DecodeStep, batch: jax.Array, concurrency: jax.Array, pref
         `EngineTurn`. ρ is the root of X R - B, increasing in s = -ln(1 - ρ), found by
         `jaxpareto.physics.roots.increasing_root` (implicit derivative) unless given.
     """
-    t = step_time(step, eta_decode, elementwise_overhead, prefill_ms_per_token, extra_weight_ms)
+    t = step_time(step, eta_decode, elementwise_overhead, prefill_ms_per_token, prefill_experts)
     t0 = t(0.0)
     tokens = jnp.maximum(prefill_tokens, 1e-6)  # a turn with nothing to prefill still waits one step
     service = jnp.maximum(tokens / chunk_tokens, 1.0) * t(jnp.minimum(tokens, chunk_tokens))
@@ -191,7 +207,7 @@ def shared_turn(step: DecodeStep, batch: jax.Array, concurrency: jax.Array, pref
 
 def synchronised_turn(step_full: DecodeStep, step_half: DecodeStep, batch: jax.Array, prefill_tokens: jax.Array,
                       osl: jax.Array, chunk_tokens: jax.Array, prefill_ms_per_token: jax.Array,
-                      eta_decode: jax.Array, elementwise_overhead: jax.Array, extra_weight_ms=None) -> EngineTurn:
+                      eta_decode: jax.Array, elementwise_overhead: jax.Array, prefill_experts=None) -> EngineTurn:
     """TTFT and TPOT when the B sessions' turns start together (``arrivals="synchronised"``).
 
     A benchmark at fixed concurrency with fixed output lengths starts its C requests at once, and
@@ -211,11 +227,11 @@ def synchronised_turn(step_full: DecodeStep, step_half: DecodeStep, batch: jax.A
         step_full, step_half: the decode steps at B and at B / 2.
         batch: B [sessions] (> 0). prefill_tokens: L_prefill per turn [tokens].
         osl: output tokens per turn. chunk_tokens: P. prefill_ms_per_token: c_p [ms].
-        eta_decode, elementwise_overhead: of eq. 3. extra_weight_ms: as in `shared_turn`.
+        eta_decode, elementwise_overhead: of eq. 3. prefill_experts: as in `shared_turn`.
     """
     burst_tokens = jnp.maximum(batch * prefill_tokens, 1e-6)
     per_step = jnp.minimum(burst_tokens, chunk_tokens)
-    extra = 0.0 if extra_weight_ms is None else extra_weight_ms(per_step)
+    extra = None if prefill_experts is None else prefill_experts(per_step)
     mixed = step_ms(step_half, eta_decode, elementwise_overhead, per_step, prefill_ms_per_token, extra)
     burst = jnp.maximum(burst_tokens / chunk_tokens, 1.0) * mixed
     ttft = burst * (batch + 1.0) / (2.0 * jnp.maximum(batch, 1.0))

@@ -270,7 +270,7 @@ def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: ja
 def poisson_turn(step: DecodeStep, rate_per_ms: jax.Array, prefill_tokens: jax.Array, osl: jax.Array,
                  chunk_tokens: jax.Array, prefill_ms_per_token: jax.Array, eta_decode: jax.Array,
                  elementwise_overhead: jax.Array, wait_scale: jax.Array, prompt_scv: jax.Array = 0.0,
-                 extra_weight_ms=None, lockstep_ranks=None) -> EngineTurn:
+                 prefill_experts=None, lockstep_ranks=None) -> EngineTurn:
     """TTFT and TPOT of a request in the shared engine under Poisson arrivals (module docstring).
 
     Args:
@@ -281,7 +281,7 @@ def poisson_turn(step: DecodeStep, rate_per_ms: jax.Array, prefill_tokens: jax.A
         wait_scale: (1 + c_S²) / 2 of the prefill sizes (`jaxpareto.physics.queueing.fcfs_wait_scale`).
         prompt_scv: ``isl_cv``², the prompt lengths' spread within a hit/miss kind (the chain's
             steps and the carry of a long prompt, `prefill_steps`).
-        extra_weight_ms, lockstep_ranks: as in `jaxpareto.physics.engine.shared_turn`.
+        prefill_experts, lockstep_ranks: as in `jaxpareto.physics.engine.shared_turn`.
 
     Returns:
         `EngineTurn`, with ``prefill_load`` m, ``seen_load`` the chance that a prompt waits for
@@ -289,7 +289,7 @@ def poisson_turn(step: DecodeStep, rate_per_ms: jax.Array, prefill_tokens: jax.A
         ``service_ms`` the prompt's own steps plus the step in progress, ``service_scv`` and
         ``dispersion`` F_c.
     """
-    t = step_time(step, eta_decode, elementwise_overhead, prefill_ms_per_token, extra_weight_ms)
+    t = step_time(step, eta_decode, elementwise_overhead, prefill_ms_per_token, prefill_experts)
     tokens = jnp.maximum(prefill_tokens, 1e-6)  # a turn with nothing to prefill still waits one step
     steps = prefill_steps(t, rate_per_ms, tokens, chunk_tokens, prompt_scv)
     t0, tf, share = steps.decode_step_ms, steps.mixed_step_ms, steps.mixed_share
@@ -326,7 +326,7 @@ def poisson_turn(step: DecodeStep, rate_per_ms: jax.Array, prefill_tokens: jax.A
 
 def saturated_tpot_ms(full: DecodeStep, slots: jax.Array, prefill_tokens: jax.Array, osl: jax.Array,
                       chunk_tokens: jax.Array, prefill_ms_per_token: jax.Array, eta_decode: jax.Array,
-                      elementwise_overhead: jax.Array, extra_weight_ms=None) -> jax.Array:
+                      elementwise_overhead: jax.Array, prefill_experts=None) -> jax.Array:
     """TPOT with every one of the M KV slots busy and each request that leaves replaced at once [ms].
 
     A request's OSL steps then carry the prefills of the M - 1 requests that replace the others,
@@ -341,9 +341,9 @@ def saturated_tpot_ms(full: DecodeStep, slots: jax.Array, prefill_tokens: jax.Ar
     Args:
         full: the decode step at the batch M. slots: M. prefill_tokens: L_prefill [tokens].
         osl: output tokens. chunk_tokens: P. prefill_ms_per_token: c_p [ms].
-        eta_decode, elementwise_overhead, extra_weight_ms: as in `poisson_turn`.
+        eta_decode, elementwise_overhead, prefill_experts: as in `poisson_turn`.
     """
-    t = step_time(full, eta_decode, elementwise_overhead, prefill_ms_per_token, extra_weight_ms)
+    t = step_time(full, eta_decode, elementwise_overhead, prefill_ms_per_token, prefill_experts)
     window_tokens = jnp.maximum(slots - 1.0, 0.0) * prefill_tokens
     steps_out = jnp.maximum(osl, 1.0)
     per_step = jnp.clip(window_tokens / steps_out, jnp.minimum(prefill_tokens, chunk_tokens), chunk_tokens)

@@ -23,7 +23,7 @@ from jaxpareto.definitions.settings import SOLVERS, Efficiency, Solver, Workload
 from jaxpareto.definitions.units import MS_PER_S
 from jaxpareto.physics.cache import LOG_BRACKET, lru_survival
 from jaxpareto.physics.closed_loop import LoopInputs, active_ratio, solve_closed_loop
-from jaxpareto.physics.costs import engine_efficiency, prefill_alone_ms, prefill_expert_ms, tp_costs, turn_tokens
+from jaxpareto.physics.costs import engine_efficiency, prefill_alone_ms, prefill_expert_costs, tp_costs, turn_tokens
 from jaxpareto.physics.decode import DecodeCoefficients, DecodeStep, decode_step, tpot_lines
 from jaxpareto.physics.disaggregated_point import evaluate_disaggregated
 from jaxpareto.physics.engine import LOAD_BRACKET, shared_turn, synchronised_turn
@@ -211,7 +211,7 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
     mix = prefill_mix(work.tokens, turn.hit_tokens, work.hit_rate_eff, turn.isl_cv)
     zero = 0.0 * batch
     if options.prefill_model == "shared":
-        extra = prefill_expert_ms(turn.decode, batch_run, options) if options.profile == "measured" else None
+        extra = prefill_expert_costs(turn.decode, batch_run, options) if options.profile == "measured" else None
         if options.arrivals == "synchronised":
             half = decode_step(turn.decode, batch_run / 2.0, options.expert_routing)
             engine = synchronised_turn(step, half, batch_run, work.tokens, turn.osl, turn.chunk_tokens,
@@ -325,7 +325,7 @@ def turn_latency_lines(turn: TurnLatency, open_loop: bool = False, queue: bool =
     """(intercepts, slopes) of R(B) on each of its linear pieces (for the exact solver); of
     OSL x TPOT(B + 1) under the open loop (static ``open_loop``; `turn_state`).
 
-    The pieces: TPOT's three lines (`jaxpareto.physics.decode.tpot_lines`); a pipeline's
+    The pieces: TPOT's four lines (`jaxpareto.physics.decode.tpot_lines`); a pipeline's
     bubble, flat at R(S) below its ``batch_floor`` S (NaN, a piece that never holds, without
     one); and with the sessions beyond the M ``slots`` waiting (static ``queue``: the measured
     profile) R_run(M) B / M beyond M, whose open-loop TPOT stays at TPOT(M + 1) there.
@@ -335,8 +335,8 @@ def turn_latency_lines(turn: TurnLatency, open_loop: bool = False, queue: bool =
     # R = TTFT + d TPOT + OSL TPOT: the scheduler's d steps ride on TPOT's lines (closed loop)
     delay = turn.scheduler_delay_steps
     steps = turn.osl if open_loop or delay is None else turn.osl + delay
-    intercepts = [ttft + steps * tpot.a_unsat, ttft + steps * tpot.a_sat, ttft + steps * tpot.a_compute]
-    slopes = [steps * tpot.b_unsat, steps * tpot.b_sat, steps * tpot.b_compute]
+    intercepts = [ttft + steps * a for a in (tpot.a_unsat, tpot.a_sat, tpot.a_compute, tpot.a_compute_sat)]
+    slopes = [steps * b for b in (tpot.b_unsat, tpot.b_sat, tpot.b_compute, tpot.b_compute_sat)]
     if open_loop:  # the step is at B + 1: each line moves up by its slope
         intercepts = [a + b for a, b in zip(intercepts, slopes)]
     floor = turn.decode.batch_floor
@@ -527,7 +527,7 @@ def evaluate_point(
                 saturated_tpot = saturated_tpot_ms(
                     full, batch_cap, state.prefill.tokens, workload.osl, chunk_tokens, prefill_ms_per_token,
                     coefficients.eta_decode, coefficients.elementwise_overhead,
-                    prefill_expert_ms(coefficients, batch_cap, options) if measured else None)
+                    prefill_expert_costs(coefficients, batch_cap, options) if measured else None)
         spread = TurnSpread(state.ttft_ms, state.queue_wait_ms, state.queue_busy, state.mix, state.tpot_ms,
                             workload.osl, workload.osl_cv, state.decode_step_ms, state.mixed_step_ms,
                             state.mixed_share, batch_variance, step_slope, turns_per_s / MS_PER_S,

@@ -1,0 +1,117 @@
+"""Whether a routed expert's GEMM pays the GEMM offset m_0 of its own: one MoE layer's time as the
+model computes it, against AIConfigurator's measured MoE layers.
+
+The model (``gemm_rate="measured"``, docs/model.md, "Measured matmul rate") runs a GEMM of m
+tokens as long as m + m_0 at the large-GEMM rate. A MoE layer is a grouped GEMM: the tokens routed
+to each expert form a problem of their own, so a GPU pays m_0 once for every local expert its
+tokens touch, not once for the layer. This script prints, per token count, the measured layer
+and the model's two readings of it:
+
+- **per expert** (the model): max(weights / bandwidth, (pairs + touched x m_0) x per-pair time);
+- **per layer** (the model before): max(weights / bandwidth, (pairs + K x m_0) x per-pair time);
+
+where, on one GPU of an ``ep``-way expert-parallel group, pairs = tokens x K / ep token-expert
+pairs, touched = the local experts they reach (E / ep at most; the seed's routing, min(pairs,
+E / ep)), a pair costs 3 x hidden x intermediate x 2 FLOPs (gate, up and down projections) at
+the catalog's measured rate of the engine's kernels, and the weights are the touched experts'.
+The measured layer also routes, permutes and reduces, which neither reading counts.
+
+Source: ``aiconfigurator_core/systems/data/<gpu>/moe/trtllm/<version>/moe_perf.parquet`` of the
+pip package ``aiconfigurator-core`` 0.12.0 (Apache-2.0): the latency [ms] of one MoE layer by
+token count, shape, format, expert parallelism and kernel, measured by NVIDIA with
+TensorRT-LLM's kernels; tokens balanced over the experts (``distribution="balanced"``), the
+fastest kernel at each count.
+
+Reading parquet needs ``pandas`` and ``pyarrow``, which jaxpareto itself does not; run this in an
+environment that has them (``pip install aiconfigurator-core==0.12.0 pandas pyarrow``).
+
+Usage: python scripts/moe_offsets.py [--data PATH/TO/aiconfigurator_core/systems/data]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from pathlib import Path
+
+from _common import aiconfigurator_core, markdown_table
+from jaxpareto.definitions import catalog
+
+# (AIConfigurator system, catalog GPU, source format, catalog precision, weight bytes per
+# parameter with its scales, model, hidden, intermediate, experts, K, ep): the MoE layers of the
+# validation set's MoE rows (DeepSeek-R1 on B200 and GB200 under NVIDIA's launch script,
+# Qwen3-235B-A22B in TensorRT-LLM's tables)
+CASES = (
+    ("b200_sxm", "b200", "nvfp4", "fp4", 0.5625, "DeepSeek-R1", 7168, 2048, 256, 8, 8),
+    ("gb200", "gb200", "nvfp4", "fp4", 0.5625, "DeepSeek-R1", 7168, 2048, 256, 8, 8),
+    ("h200_sxm", "h200-sxm", "fp8", "fp8", 1.0, "Qwen3-235B-A22B", 4096, 1536, 128, 8, 8),
+    ("h100_sxm", "h100-sxm", "fp8", "fp8", 1.0, "Qwen3-235B-A22B", 4096, 1536, 128, 8, 8),
+)
+TOKENS = (64, 256, 1024, 2048, 4096, 8192, 16384)
+KERNELS = "trtllm"
+
+
+def default_data() -> Path:
+    """The tables of the ``aiconfigurator-core`` package installed in this Python."""
+    return aiconfigurator_core("PATH/TO/aiconfigurator_core/systems/data", "--data") / "systems" / "data"
+
+
+def measured_ms(data: Path, system: str, source_dtype: str, hidden: int, inter: int, experts: int, k: int,
+                ep: int):
+    """Token count -> the fastest balanced layer's latency [ms] over the TensorRT-LLM tables."""
+    import pandas as pd
+
+    paths = sorted(data.glob(f"{system}/moe/{KERNELS}/*/moe_perf.parquet"))
+    table = pd.concat([pd.read_parquet(path) for path in paths])
+    rows = table[(table.moe_dtype == source_dtype) & (table.hidden_size == hidden) & (table.inter_size == inter)
+                 & (table.num_experts == experts) & (table.topk == k) & (table.moe_ep_size == ep)
+                 & (table.moe_tp_size == 1) & (table.distribution == "balanced")]
+    return rows.groupby("num_tokens").latency.min().to_dict()
+
+
+def model_ms(tokens: float, gpu, precision: str, weight_bytes: float, hidden: int, inter: int, experts: int, k: int,
+             ep: int, per_expert: bool) -> float:
+    """One MoE layer on one GPU as the model computes it [ms] (module docstring)."""
+    def measurement(kind):  # the engine's kernels' own value, else the GPU's median
+        own = getattr(gpu.engine_gemm.get(KERNELS), f"gemm_{kind}_{precision}", None)
+        return getattr(gpu, f"gemm_{kind}_{precision}") if own is None else own
+
+    fraction, offset = measurement("fraction"), measurement("offset_tokens")
+    pair_flops = 2.0 * 3.0 * hidden * inter
+    pair_ms = pair_flops / (getattr(gpu, f"tflops_{precision}") * 1e12 * fraction) * 1e3
+    pairs = tokens * k / ep
+    touched = min(pairs, experts / ep)
+    weights_ms = touched * 3.0 * hidden * inter * weight_bytes / (gpu.bandwidth_gbs * 1e9) * 1e3
+    offsets = touched if per_expert else k
+    return max(weights_ms, (pairs + offsets * offset) * pair_ms)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, help="aiconfigurator_core/systems/data (default: the installed package's)")
+    args = parser.parse_args()
+    data = args.data or default_data()
+    gpus = catalog.gpus()
+    for system, name, source_dtype, precision, weight_bytes, model, hidden, inter, experts, k, ep in CASES:
+        measured = measured_ms(data, system, source_dtype, hidden, inter, experts, k, ep)
+        if not measured:
+            print(f"{name}: no {source_dtype} rows for {model}'s layer in {data / system}")
+            continue
+        rows, ratios = [], {True: [], False: []}
+        for tokens in TOKENS:
+            if tokens not in measured:
+                continue
+            both = {flag: model_ms(tokens, gpus[name], precision, weight_bytes, hidden, inter, experts, k, ep, flag)
+                    for flag in (True, False)}
+            for flag, value in both.items():
+                ratios[flag].append(value / measured[tokens])
+            rows.append([f"{tokens:,}", f"{measured[tokens] * 1e3:.0f}", f"{both[True] * 1e3:.0f}",
+                         f"{both[False] * 1e3:.0f}"])
+        print(f"\n{name}, {model}'s MoE layer ({source_dtype}, {experts} experts, K {k}, ep {ep}; "
+              f"TensorRT-LLM kernels): model / measured, median {statistics.median(ratios[True]):.2f} per expert, "
+              f"{statistics.median(ratios[False]):.2f} per layer\n")
+        print(markdown_table(["tokens", "measured [µs]", "model, m_0 per expert [µs]", "m_0 per layer [µs]"], rows))
+
+
+if __name__ == "__main__":
+    main()
