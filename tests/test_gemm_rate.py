@@ -235,3 +235,18 @@ def test_the_measured_profiles_prefill_step_pays_the_offsets_of_the_experts_its_
         got = float(isolated_prefill_ms(c, tokens, 8192.0, per_token_ms, ModelOptions(profile="measured")))
         want = (float(c.compute_floor_ms) + touched * float(c.expert_floor_ms)) / 0.8 + tokens * per_token_ms
         assert got == pytest.approx(want, rel=1e-6)
+
+
+def test_exact_agrees_with_damped_where_the_experts_offsets_bind():
+    """DeepSeek-V3 FP8 on 8 GB200 (m_0 = 221): an expert's offset costs more than reading it, so
+    the step is bound by its compute below and above the point where every expert is touched
+    (B K = E), the pieces the exact solver's fourth line adds."""
+    grid = dict(gpu=["gb200"], model=["deepseek-v3"], tp=[8], concurrency=[1, 3, 16, 40, 128, 1024],
+                think_time_s=[0.0, 2.0], context_tokens=[4096], hit_rate=[0.0])
+    damped = jp.sweep(**grid, gemm_rate="measured")
+    exact = jp.sweep(**grid, gemm_rate="measured", solver="exact")
+    assert (damped.decode_bound == 1).sum() >= 6  # compute bound at most of the points
+    batch = damped.batch_eff.values
+    assert (batch < 32).any() and (batch > 32).any()  # on both sides of B K = E
+    np.testing.assert_allclose(exact.tpot_ms.values, damped.tpot_ms.values, rtol=1e-4)
+    np.testing.assert_allclose(exact.batch_eff.values, damped.batch_eff.values, rtol=1e-4)

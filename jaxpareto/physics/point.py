@@ -321,11 +321,14 @@ def latency_function(options: ModelOptions):
     return functools.partial(turn_decode_ms if options.open_loop else turn_latency_ms, options=options)
 
 
-def turn_latency_lines(turn: TurnLatency, open_loop: bool = False, queue: bool = False) -> tuple[jax.Array, jax.Array]:
+def turn_latency_lines(turn: TurnLatency, open_loop: bool = False, queue: bool = False,
+                       expert_offsets: bool = True) -> tuple[jax.Array, jax.Array]:
     """(intercepts, slopes) of R(B) on each of its linear pieces (for the exact solver); of
     OSL x TPOT(B + 1) under the open loop (static ``open_loop``; `turn_state`).
 
-    The pieces: TPOT's four lines (`jaxpareto.physics.decode.tpot_lines`); a pipeline's
+    The pieces: TPOT's lines (`jaxpareto.physics.decode.tpot_lines`; the fourth, where the
+    experts' GEMM offsets stop growing, only with static ``expert_offsets``: without an offset,
+    at the peak rate, it is the third); a pipeline's
     bubble, flat at R(S) below its ``batch_floor`` S (NaN, a piece that never holds, without
     one); and with the sessions beyond the M ``slots`` waiting (static ``queue``: the measured
     profile) R_run(M) B / M beyond M, whose open-loop TPOT stays at TPOT(M + 1) there.
@@ -335,8 +338,11 @@ def turn_latency_lines(turn: TurnLatency, open_loop: bool = False, queue: bool =
     # R = TTFT + d TPOT + OSL TPOT: the scheduler's d steps ride on TPOT's lines (closed loop)
     delay = turn.scheduler_delay_steps
     steps = turn.osl if open_loop or delay is None else turn.osl + delay
-    intercepts = [ttft + steps * a for a in (tpot.a_unsat, tpot.a_sat, tpot.a_compute, tpot.a_compute_sat)]
-    slopes = [steps * b for b in (tpot.b_unsat, tpot.b_sat, tpot.b_compute, tpot.b_compute_sat)]
+    lines = [(tpot.a_unsat, tpot.b_unsat), (tpot.a_sat, tpot.b_sat), (tpot.a_compute, tpot.b_compute)]
+    if expert_offsets:
+        lines.append((tpot.a_compute_sat, tpot.b_compute_sat))
+    intercepts = [ttft + steps * a for a, _ in lines]
+    slopes = [steps * b for _, b in lines]
     if open_loop:  # the step is at B + 1: each line moves up by its slope
         intercepts = [a + b for a, b in zip(intercepts, slopes)]
     floor = turn.decode.batch_floor
@@ -350,9 +356,10 @@ def turn_latency_lines(turn: TurnLatency, open_loop: bool = False, queue: bool =
     return jnp.stack(intercepts), jnp.stack(slopes)
 
 
-# one function per loop and queue, the same object every time (the solver keys on it)
-_LATENCY_LINES = {(loop, queue): functools.partial(turn_latency_lines, open_loop=loop, queue=queue)
-                  for loop in (False, True) for queue in (False, True)}
+# one function per loop, queue and offsets, the same object every time (the solver keys on it)
+_LATENCY_LINES = {(loop, queue, offsets): functools.partial(turn_latency_lines, open_loop=loop, queue=queue,
+                                                            expert_offsets=offsets)
+                  for loop in (False, True) for queue in (False, True) for offsets in (False, True)}
 
 
 def evaluate_point(
@@ -488,7 +495,7 @@ def evaluate_point(
     joint = joint_system(options)
     solution, inner = solve_closed_loop(latency_function(options),
                                         LoopInputs(turn, concurrency_eff, think_ms, rate_per_ms, batch_cap),
-                                        solver, _LATENCY_LINES[open_loop, measured], open_loop, joint)
+                                        solver, _LATENCY_LINES[open_loop, measured, options.gemm_rate == "measured"], open_loop, joint)
     # the inner roots the joint solve found (none from the other solvers), polished
     state = turn_state(turn, solution.batch, options, inner if inner.shape[0] else None, polish=True)
     if open_loop or percentiles:  # a step's added time per request more in the batch
