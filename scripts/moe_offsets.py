@@ -8,7 +8,9 @@ tokens touch, not once for the layer. This script prints, per token count, the m
 and the model's two readings of it:
 
 - **per expert** (the model): max(weights / bandwidth, (pairs + touched x m_0) x per-pair time);
-- **per layer** (the model before): max(weights / bandwidth, (pairs + K x m_0) x per-pair time);
+- **per layer**: max(weights / bandwidth, (pairs + K x m_0) x per-pair time), what the model did
+  before on one GPU per attention rank (the DeepSeek-R1 rows' layout; under TP G it charged 1/G
+  of K x m_0 per GPU);
 
 where, on one GPU of an ``ep``-way expert-parallel group, pairs = tokens x K / ep token-expert
 pairs, touched = the local experts they reach (E / ep at most; the seed's routing, min(pairs,

@@ -250,3 +250,23 @@ def test_exact_agrees_with_damped_where_the_experts_offsets_bind():
     assert (batch < 32).any() and (batch > 32).any()  # on both sides of B K = E
     np.testing.assert_allclose(exact.tpot_ms.values, damped.tpot_ms.values, rtol=1e-4)
     np.testing.assert_allclose(exact.batch_eff.values, damped.batch_eff.values, rtol=1e-4)
+
+
+@pytest.mark.parametrize("decoding", [0.0, 1.0, 2.5, 8.0, 40.0])
+def test_prefill_experts_beyond_a_batch_complete_its_steps_offsets(decoding):
+    """The contract the engines rely on (`prefill_expert_costs` at the batch of the step it joins;
+    the synchronised burst's mixed steps decode B / 2): a step decoding b with p prefill tokens
+    pays the offsets of the min((b + p) K, E) experts they touch together, the same as a step of
+    b + p tokens."""
+    from jaxpareto.definitions.options import ModelOptions
+    from jaxpareto.physics.costs import prefill_expert_costs
+
+    gpu, model = catalog.gpus()["b200"].to_params(), catalog.models()["deepseek-v3"].to_params()
+    c = decode_coefficients(gpu, model, 8.0, 4096.0, 4000.0, 0.8, 1.1, offset_tokens=300.0)
+    for prefill in (1.0, 3.0, 64.0):
+        extra = prefill_expert_costs(c, decoding, ModelOptions(profile="measured"))(prefill)
+        joined = decode_step(c, decoding).t_compute_ms + extra.floor_ms
+        together = decode_step(c, decoding + prefill).t_compute_ms - prefill * c.compute_ms
+        assert float(joined) == pytest.approx(float(together), rel=1e-6)
+        weights = decode_step(c, decoding).t_weight_ms + extra.weight_ms
+        assert float(weights) == pytest.approx(float(decode_step(c, decoding + prefill).t_weight_ms), rel=1e-6)

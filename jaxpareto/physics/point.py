@@ -211,20 +211,23 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
     mix = prefill_mix(work.tokens, turn.hit_tokens, work.hit_rate_eff, turn.isl_cv)
     zero = 0.0 * batch
     if options.prefill_model == "shared":
-        extra = prefill_expert_costs(turn.decode, batch_run, options) if options.profile == "measured" else None
-        if options.arrivals == "synchronised":
+        def experts_beyond(decoding):  # the experts a step's prefill touches beyond its decode batch's
+            return prefill_expert_costs(turn.decode, decoding, options) if options.profile == "measured" else None
+
+        if options.arrivals == "synchronised":  # the burst's mixed steps decode half the wave
             half = decode_step(turn.decode, batch_run / 2.0, options.expert_routing)
             engine = synchronised_turn(step, half, batch_run, work.tokens, turn.osl, turn.chunk_tokens,
                                        turn.prefill_ms_per_token, turn.decode.eta_decode,
-                                       turn.decode.elementwise_overhead, extra)
+                                       turn.decode.elementwise_overhead, experts_beyond(batch_run / 2.0))
         elif open_loop:  # requests arrive at λ: the bulk-service steps (`jaxpareto.physics.open_engine`)
             engine = poisson_turn(step, turn.rate_per_ms, work.tokens, turn.osl, turn.chunk_tokens,
                                   turn.prefill_ms_per_token, turn.decode.eta_decode, turn.decode.elementwise_overhead,
-                                  fcfs_wait_scale(mix.scv), mix.cv ** 2, extra, turn.lockstep_ranks)
+                                  fcfs_wait_scale(mix.scv), mix.cv ** 2, experts_beyond(seen), turn.lockstep_ranks)
         else:
             engine = shared_turn(step, batch_run, concurrency, work.tokens, turn.osl, turn.chunk_tokens,
                                  turn.prefill_ms_per_token, turn.decode.eta_decode, turn.decode.elementwise_overhead,
-                                 extra, lockstep_ranks=turn.lockstep_ranks, load_given=next(given), polish=polish)
+                                 experts_beyond(batch_run), lockstep_ranks=turn.lockstep_ranks, load_given=next(given),
+                                 polish=polish)
             roots += (engine.load_root,)
         ttft = engine.ttft_ms + turn.ttft_overhead_ms + work.delay_ms
         tpot, load = engine.tpot_ms, engine.prefill_load
