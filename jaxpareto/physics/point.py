@@ -388,7 +388,8 @@ def evaluate_point(
             R(B), `solve_effective_batch_exact`; needs ``options.piecewise_linear``).
         options: which equations (`jaxpareto.definitions.options.ModelOptions`, static); the defaults are
             the seed's. With the shared engine or the LRU model the fixed point's tolerance is at
-            least 64 eps of the dtype (7.6e-6 in float32): R(B) then contains inner roots.
+            least 64 eps of the dtype (7.6e-6 in float32): R(B) then contains inner roots; D - 1
+            times that with D attention-DP ranks in lockstep.
         percentiles: compute the latency percentiles and the goodput (static; False leaves them
             NaN and skips their code: the validation and the calibration read means only).
 
@@ -491,6 +492,8 @@ def evaluate_point(
         # R(B) then holds inner roots solved to the dtype's rounding (about 1e-6 relative in
         # float32): a tighter tolerance than that would cycle to max_iter on rounding noise
         floor = INNER_ROOT_EPS * jnp.finfo(think_ms.dtype).eps
+        if turn.lockstep_ranks is not None:  # (1 - ρ)^(D - 1) of the other ranks: D - 1 times the noise
+            floor = floor * jnp.maximum(turn.lockstep_ranks - 1.0, 1.0)
         solver = dataclasses.replace(solver, tol=jnp.maximum(solver.tol, floor))
     # the open loop's batch cannot pass the KV slots (the seed's memory holds the paused sessions
     # too) nor the engine's limit
