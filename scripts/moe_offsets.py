@@ -38,6 +38,8 @@ from pathlib import Path
 
 from _common import aiconfigurator_core, markdown_table
 from jaxpareto.definitions import catalog
+from jaxpareto.definitions.hardware import GEMM_KERNELS, effective_tflops, engine_hardware, gemm_offset_tokens
+from jaxpareto.definitions.units import COMPUTE_BITS
 
 # (AIConfigurator system, catalog GPU, source format, catalog precision, weight bytes per
 # parameter with its scales, model, hidden, intermediate, experts, K, ep): the MoE layers of the
@@ -73,17 +75,16 @@ def measured_ms(data: Path, system: str, source_dtype: str, hidden: int, inter: 
 
 def model_ms(tokens: float, gpu, precision: str, weight_bytes: float, hidden: int, inter: int, experts: int, k: int,
              ep: int, per_expert: bool) -> float:
-    """One MoE layer on one GPU as the model computes it [ms] (module docstring)."""
-    def measurement(kind):  # the engine's kernels' own value, else the GPU's median
-        own = getattr(gpu.engine_gemm.get(KERNELS), f"gemm_{kind}_{precision}", None)
-        return getattr(gpu, f"gemm_{kind}_{precision}") if own is None else own
-
-    fraction, offset = measurement("fraction"), measurement("offset_tokens")
-    pair_flops = 2.0 * 3.0 * hidden * inter
-    pair_ms = pair_flops / (getattr(gpu, f"tflops_{precision}") * 1e12 * fraction) * 1e3
+    """One MoE layer on one GPU as the model computes it [ms] (module docstring), at the rate and
+    offset the model takes for TensorRT-LLM's kernels (`engine_hardware`, `effective_tflops`,
+    `gemm_offset_tokens`)."""
+    hw = engine_hardware(gpu.to_params(), 1 + GEMM_KERNELS.index(KERNELS))
+    bits = COMPUTE_BITS[precision]
+    tflops, offset = float(effective_tflops(hw, bits, "measured")), float(gemm_offset_tokens(hw, bits, "measured"))
+    pair_ms = 2.0 * 3.0 * hidden * inter / (tflops * 1e12) * 1e3
     pairs = tokens * k / ep
     touched = min(pairs, experts / ep)
-    weights_ms = touched * 3.0 * hidden * inter * weight_bytes / (gpu.bandwidth_gbs * 1e9) * 1e3
+    weights_ms = touched * 3.0 * hidden * inter * weight_bytes / (float(hw.bandwidth_gbs) * 1e9) * 1e3
     offsets = touched if per_expert else k
     return max(weights_ms, (pairs + offsets * offset) * pair_ms)
 

@@ -20,7 +20,8 @@ from jaxpareto.definitions.units import FLOPS_PER_TFLOPS, MS_PER_S
 from jaxpareto.physics.attention import causal_pairs, window_pairs
 from jaxpareto.physics.cache import cache_survival
 from jaxpareto.physics.communication import allreduce_time
-from jaxpareto.physics.decode import DecodeCoefficients, decode_coefficients, decode_step, experts_touched
+from jaxpareto.physics.decode import DecodeCoefficients, decode_coefficients, decode_step, experts_touched, \
+    offset_shares
 from jaxpareto.physics.engine import PrefillExperts, step_ms
 from jaxpareto.physics.prefill import prefill_tokens, ttft_ms
 
@@ -132,9 +133,8 @@ def tp_costs(hw, model, tp, turn: TurnTokens, context_tokens, decode_context, ef
     offset = gemm_offset_tokens(hw, model.compute_bits, options.gemm_rate)
     prompt_experts = experts_touched(jnp.minimum(turn.tokens, turn.chunk_tokens), model.experts,
                                      model.experts_per_token, options.expert_routing)
-    offset_share = jnp.where(model.experts > 0, (model.nonmoe_params_b + prompt_experts * model.expert_params_b)
-                             / model.params_active_b, 1.0)
-    prefill_offset_ms = offset * matmul_ms_per_token * offset_share
+    nonmoe_share, expert_share = offset_shares(model)
+    prefill_offset_ms = offset * matmul_ms_per_token * (nonmoe_share + prompt_experts * expert_share)
     attention_tflops = effective_tflops(hw, 16.0) if options.attention_flops else None
     if options.attention_flops:  # the turn's attention FLOPs, spread over its prefill tokens
         attention_ms = turn_attention_flops(model, turn, context_tokens) / (tp * attention_tflops * FLOPS_PER_TFLOPS) \

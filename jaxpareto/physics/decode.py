@@ -111,6 +111,15 @@ class TpotLines(NamedTuple):
     b_compute_sat: jax.Array
 
 
+def offset_shares(model: ModelParams) -> tuple[jax.Array, jax.Array]:
+    """The GEMM offsets' weights as shares of the active matmuls (scalars): the non-expert GEMMs'
+    (a dense model's are all its active ones: 1) and one routed expert's (0 for a dense model);
+    a step or a prompt pays m_0 x (the first + the experts it touches x the second) tokens' worth
+    of the active matmuls."""
+    return (jnp.where(model.experts > 0, model.nonmoe_params_b / model.params_active_b, 1.0),
+            model.expert_params_b / model.params_active_b)
+
+
 def decode_coefficients(
     hw: HardwareParams,
     model: ModelParams,
@@ -141,10 +150,9 @@ def decode_coefficients(
     matmul_ms = FLOPS_PER_PARAM_PER_TOKEN * model.params_active_b * PARAMS_PER_B / (tp * tflops * FLOPS_PER_TFLOPS) \
         * MS_PER_S
     floor_ms = offset_tokens * matmul_ms
-    # the offset of one routed expert's GEMM, and of the non-expert ones (a dense model's are all
-    # its active ones), as shares of the active matmuls
-    expert_floor_ms = floor_ms * (model.expert_params_b / model.params_active_b)
-    floor_ms = floor_ms * jnp.where(model.experts > 0, model.nonmoe_params_b / model.params_active_b, 1.0)
+    nonmoe_share, expert_share = offset_shares(model)
+    expert_floor_ms = floor_ms * expert_share
+    floor_ms = floor_ms * nonmoe_share
     if attention_tflops is not None:
         full, window = decode_pairs(context_tokens, model.kv_window_tokens)
         flops = full * model.decode_pair_flops + window * model.decode_window_pair_flops

@@ -501,7 +501,8 @@ def evaluate_point(
     joint = joint_system(options)
     solution, inner = solve_closed_loop(latency_function(options),
                                         LoopInputs(turn, concurrency_eff, think_ms, rate_per_ms, batch_cap),
-                                        solver, _LATENCY_LINES[open_loop, measured, options.gemm_rate == "measured"], open_loop, joint)
+                                        solver, _LATENCY_LINES[open_loop, measured, options.gemm_rate == "measured"],
+                                        open_loop, joint)
     # the inner roots the joint solve found (none from the other solvers), polished
     state = turn_state(turn, solution.batch, options, inner if inner.shape[0] else None, polish=True)
     if open_loop or percentiles:  # a step's added time per request more in the batch
