@@ -20,7 +20,8 @@ TRTLLM = engines()["trtllm"]
 NAMELESS = TRTLLM.model_copy(update={"name": "trtllm-nameless", "gemm_kernels": None})
 GRID = dict(model="llama-3.1-70b-fp8", tp=[1, 2], concurrency=[1, 64, 512], think_time_s=[0.0, 5.0],
             context_tokens=[4096], hit_rate=[0.0])
-FIELDS = [f"gemm_{kind}_{p}" for kind in ("fraction", "offset_tokens") for p in GEMM_PRECISIONS]
+FIELDS = [f"gemm_{kind}_{p}" for kind in ("fraction", "offset_tokens", "moe_fraction", "moe_offset_tokens")
+          for p in GEMM_PRECISIONS]
 
 
 def _as_own(gpu: str, kernels: str) -> Hardware:
@@ -66,15 +67,20 @@ def test_what_the_kernels_did_not_measure_stays_the_gpus():
     assert float(picked.gemm_fraction_fp8) == pytest.approx(hw.gemm_fraction_fp8)  # its share: the GPU's
 
 
-@pytest.mark.parametrize("gpu, kernels", [("h200-sxm", "trtllm"), ("b200", "sglang"), ("h100-sxm", "vllm")])
-def test_a_sweep_equals_the_gpu_carrying_the_engines_values_as_its_own(gpu, kernels):
+@pytest.mark.parametrize("gpu, kernels, model", [("h200-sxm", "trtllm", None), ("b200", "sglang", None),
+                                                 ("h100-sxm", "vllm", None), ("h200-sxm", "trtllm", "qwen3-235b-a22b"),
+                                                 ("b200", "vllm", "qwen3-235b-a22b")])
+def test_a_sweep_equals_the_gpu_carrying_the_engines_values_as_its_own(gpu, kernels, model):
     """Brute force: the engine's kernels on the catalog GPU give the numbers of a nameless engine
     on a copy of the GPU whose own values are those kernels' (the lookup is at the top of every
-    point's physics, before either loop: the closed loop's numbers stand for both)."""
+    point's physics, before either loop: the closed loop's numbers stand for both); a MoE model
+    reads the kernels' grouped-GEMM values as well."""
     engine = engines()[kernels]
     nameless = engine.model_copy(update={"name": f"{kernels}-nameless", "gemm_kernels": None})
-    named = jp.sweep(gpu=gpu, engine=engine, gemm_rate="measured", **GRID)
-    copied = jp.sweep(gpu=_as_own(gpu, kernels), engine=nameless, gemm_rate="measured", **GRID)
+    grid = GRID if model is None else {**GRID, "model": model, "tp": [8]}
+    named = jp.sweep(gpu=gpu, engine=engine, gemm_rate="measured", **grid)
+    copied = jp.sweep(gpu=_as_own(gpu, kernels), engine=nameless, gemm_rate="measured", **grid)
+    assert np.isfinite(named.tpot_ms.values).any()
     for name in ("ttft_ms", "tpot_ms", "output_tokens_per_s_per_gpu"):
         np.testing.assert_allclose(named[name].values, copied[name].values, rtol=1e-6, equal_nan=True)
 

@@ -202,18 +202,22 @@ def test_a_moe_step_pays_the_offset_once_per_routed_expert_it_touches():
 
 
 def test_a_moe_prefill_pays_the_offset_for_the_experts_its_prompt_touches():
-    """Seed eq. 2 at the measured rate (η_p 0.65) for Qwen3-235B-A22B on 8 B200 (BF16, m_0 = 22): a prompt of
-    L tokens touches min(L K, E) = all 128 experts, so its TTFT alone is L active tokens plus m_0
-    tokens' worth of the non-expert weights and of all 128 experts; the exact solver agrees with
-    the damped one where few sessions touch few experts."""
+    """Seed eq. 2 at the measured rate (η_p 0.65) for Qwen3-235B-A22B on 8 B200 (BF16): a prompt
+    of L tokens touches min(L K, E) = all 128 experts, so its TTFT alone is L tokens of the
+    non-expert matmuls plus m_0 = 22 tokens' worth of them at the dense rate (0.672 of the peak),
+    and L tokens of the K routed experts plus m_0 = 113 tokens' worth of each of the 128 at the
+    grouped GEMMs' rate (0.480; test_moe_rate.py); the exact solver agrees with the damped one
+    where few sessions touch few experts."""
     grid = dict(gpu=["b200"], model=["qwen3-235b-a22b"], tp=[8], concurrency=[1, 2, 8, 256],
                 think_time_s=[0.0], context_tokens=[2048], hit_rate=[0.0])
     measured = jp.sweep(**grid, gemm_rate="measured")
     model = catalog.models()["qwen3-235b-a22b"]
-    tflops = 2250.0 * 0.672 * 0.65 * 8.0  # F x η_p x G: eq. 2's ms per (billion parameters x 2 FLOPs)
+    dense = 2250.0 * 0.672 * 0.65 * 8.0  # F x η_p x G: eq. 2's ms per (billion parameters x 2 FLOPs)
+    grouped = 2250.0 * 0.480 * 0.65 * 8.0
     tokens = float(measured.prefill_tokens.isel(concurrency=0).squeeze())
-    offset_params = model.nonmoe_params_b + 128 * model.expert_params_b
-    want = 2.0 * (tokens * model.params_active_b + 22.0 * offset_params) / tflops
+    routed = model.experts_per_token * model.expert_params_b
+    want = 2.0 * (tokens * (model.params_active_b - routed) + 22.0 * model.nonmoe_params_b) / dense \
+        + 2.0 * (tokens * routed + 113.0 * 128 * model.expert_params_b) / grouped
     assert model.weight_dtype == "bf16"
     assert float(measured.ttft_ms.isel(concurrency=0).squeeze()) == pytest.approx(want, rel=1e-5)
     exact = jp.sweep(**grid, gemm_rate="measured", solver="exact")

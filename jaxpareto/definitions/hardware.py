@@ -26,7 +26,7 @@ from jaxpareto.definitions.options import GEMM_RATES
 GemmKernels = Literal["vllm", "sglang", "trtllm"]
 GEMM_KERNELS: tuple[str, ...] = get_args(GemmKernels)
 GEMM_PRECISIONS = ("fp16", "fp8", "fp4")
-_GEMM_KINDS = ("fraction", "offset_tokens")
+_GEMM_KINDS = ("fraction", "offset_tokens", "moe_fraction", "moe_offset_tokens")
 
 
 class GemmMeasurements(Definition):
@@ -41,6 +41,14 @@ class GemmMeasurements(Definition):
         gemm_offset_tokens_fp16, gemm_offset_tokens_fp8, gemm_offset_tokens_fp4: m_0 of that
             precision (>= 0): a GEMM of m tokens takes as long as m + m_0 at the large-GEMM rate
             (its tiles fill slowly; `gemm_offset_tokens`). None: not measured.
+        gemm_moe_fraction_fp16, gemm_moe_fraction_fp8, gemm_moe_fraction_fp4: the share of the
+            dense peak that a MoE layer's grouped GEMMs reach per routed token, in (0, 1]
+            (`expert_tflops`). None: not measured (the routed experts compute as the dense
+            matmuls do).
+        gemm_moe_offset_tokens_fp16, gemm_moe_offset_tokens_fp8, gemm_moe_offset_tokens_fp4: m_0
+            of one routed expert's GEMM in the grouped GEMM (>= 0): a MoE layer of p token-expert
+            pairs over n experts takes as long as p + n m_0 pairs at its rate
+            (`expert_offset_tokens`). None: not measured (the dense offset).
 
     Raises:
         pydantic.ValidationError (a ValueError) naming the field: a share outside (0, 1], a
@@ -53,6 +61,12 @@ class GemmMeasurements(Definition):
     gemm_offset_tokens_fp16: float | None = pydantic.Field(default=None, ge=0.0, allow_inf_nan=False)
     gemm_offset_tokens_fp8: float | None = pydantic.Field(default=None, ge=0.0, allow_inf_nan=False)
     gemm_offset_tokens_fp4: float | None = pydantic.Field(default=None, ge=0.0, allow_inf_nan=False)
+    gemm_moe_fraction_fp16: float | None = pydantic.Field(default=None, gt=0.0, le=1.0, allow_inf_nan=False)
+    gemm_moe_fraction_fp8: float | None = pydantic.Field(default=None, gt=0.0, le=1.0, allow_inf_nan=False)
+    gemm_moe_fraction_fp4: float | None = pydantic.Field(default=None, gt=0.0, le=1.0, allow_inf_nan=False)
+    gemm_moe_offset_tokens_fp16: float | None = pydantic.Field(default=None, ge=0.0, allow_inf_nan=False)
+    gemm_moe_offset_tokens_fp8: float | None = pydantic.Field(default=None, ge=0.0, allow_inf_nan=False)
+    gemm_moe_offset_tokens_fp4: float | None = pydantic.Field(default=None, ge=0.0, allow_inf_nan=False)
 
 
 class Hardware(GemmMeasurements):
@@ -86,7 +100,13 @@ class Hardware(GemmMeasurements):
             precision (>= 0): a GEMM of m tokens measurably takes as long as m + m_0 at the
             large-GEMM rate (its tiles fill slowly), used under ``gemm_rate="measured"``
             (`gemm_offset_tokens`). None: not measured (`DEFAULT_GEMM_OFFSET_TOKENS` then).
-            These six are the GPU's own values: the medians over the engines measured.
+        gemm_moe_fraction_fp16, gemm_moe_fraction_fp8, gemm_moe_fraction_fp4,
+        gemm_moe_offset_tokens_fp16, gemm_moe_offset_tokens_fp8, gemm_moe_offset_tokens_fp4: the
+            same for the routed experts of a MoE layer, whose tokens run as one grouped GEMM
+            (one problem per expert), measured on whole MoE layers (`expert_tflops`,
+            `expert_offset_tokens`); None: not measured (the experts compute as the dense
+            matmuls do).
+            These twelve are the GPU's own values: the medians over the engines measured.
         engine_gemm: engine kernels (one of `GEMM_KERNELS`) -> `GemmMeasurements`, the same
             measurements of that engine's own GEMM kernels; an engine whose ``gemm_kernels``
             names them computes at them (`engine_hardware`), the GPU's own values filling what
@@ -166,10 +186,10 @@ class HardwareParams:
     """One GPU as scalars (or, stacked, a table with a leading GPU axis).
 
     Fields have the units of `Hardware`; ``tflops_fp8``/``tflops_fp4``/``interconnect_gbs``/
-    ``scaleout_gbs``, the ``gemm_fraction_*`` and ``gemm_offset_tokens_*`` are NaN where absent,
+    ``scaleout_gbs``, the ``gemm_*fraction_*`` and ``gemm_*offset_tokens_*`` are NaN where absent,
     ``scaleup_domain_gpus`` inf. ``memory_reported_ratio`` is ``memory_reported_gb / memory_gb``, a
     ratio so that a what-if that scales ``memory_gb`` scales the reported total with it.
-    ``gemm_fraction_engines`` and ``gemm_offset_tokens_engines`` are (kernels, precisions) arrays
+    The four ``gemm_*_engines`` (fraction, offset, and the MoE layers' two) are (kernels, precisions) arrays
     (`GEMM_KERNELS` x `GEMM_PRECISIONS`) of `Hardware.engine_gemm`, NaN where absent.
     """
 
@@ -188,8 +208,16 @@ class HardwareParams:
     gemm_offset_tokens_fp16: jax.Array | float = math.nan
     gemm_offset_tokens_fp8: jax.Array | float = math.nan
     gemm_offset_tokens_fp4: jax.Array | float = math.nan
+    gemm_moe_fraction_fp16: jax.Array | float = math.nan
+    gemm_moe_fraction_fp8: jax.Array | float = math.nan
+    gemm_moe_fraction_fp4: jax.Array | float = math.nan
+    gemm_moe_offset_tokens_fp16: jax.Array | float = math.nan
+    gemm_moe_offset_tokens_fp8: jax.Array | float = math.nan
+    gemm_moe_offset_tokens_fp4: jax.Array | float = math.nan
     gemm_fraction_engines: jax.Array = dataclasses.field(default_factory=lambda: _no_engine_table())
     gemm_offset_tokens_engines: jax.Array = dataclasses.field(default_factory=lambda: _no_engine_table())
+    gemm_moe_fraction_engines: jax.Array = dataclasses.field(default_factory=lambda: _no_engine_table())
+    gemm_moe_offset_tokens_engines: jax.Array = dataclasses.field(default_factory=lambda: _no_engine_table())
 
 
 def _no_engine_table() -> np.ndarray:
@@ -245,11 +273,45 @@ def gemm_offset_tokens(hw: HardwareParams, compute_bits: jax.Array | float, gemm
     return _by_precision(hw, compute_bits, *_measured(hw, "offset_tokens", DEFAULT_GEMM_OFFSET_TOKENS))
 
 
+def expert_tflops(hw: HardwareParams, compute_bits: jax.Array | float, gemm_rate: str = "peak") -> jax.Array:
+    """The rate [TFLOPS] a MoE layer's routed experts compute at (docs/model.md, "Measured matmul
+    rate"): their tokens run as a grouped GEMM, one problem per expert, which reaches its own
+    share of the peak (``gemm_moe_fraction`` of the precision, measured on whole MoE layers),
+    else, where not measured and at the datasheet peak, `effective_tflops`. Scalar.
+
+    Raises:
+        ValueError: an unknown ``gemm_rate``.
+    """
+    dense = effective_tflops(hw, compute_bits, gemm_rate)
+    if _at_peak(gemm_rate):
+        return dense
+    peak = _by_precision(hw, compute_bits, hw.tflops_fp16, hw.tflops_fp8, hw.tflops_fp4)
+    share = _by_precision(hw, compute_bits, hw.gemm_moe_fraction_fp16, hw.gemm_moe_fraction_fp8,
+                          hw.gemm_moe_fraction_fp4)
+    return jnp.where(jnp.isfinite(share), peak * jnp.where(jnp.isfinite(share), share, 1.0), dense)
+
+
+def expert_offset_tokens(hw: HardwareParams, compute_bits: jax.Array | float, gemm_rate: str = "peak") -> jax.Array:
+    """m_0 of one routed expert's GEMM [tokens at `expert_tflops`]: a MoE layer of p token-expert
+    pairs over n experts takes as long as p + n m_0 pairs (``gemm_moe_offset_tokens`` of the
+    precision), else, where not measured, `gemm_offset_tokens`; 0 at the datasheet peak. Scalar.
+
+    Raises:
+        ValueError: an unknown ``gemm_rate``.
+    """
+    dense = gemm_offset_tokens(hw, compute_bits, gemm_rate)
+    if _at_peak(gemm_rate):
+        return dense
+    own = _by_precision(hw, compute_bits, hw.gemm_moe_offset_tokens_fp16, hw.gemm_moe_offset_tokens_fp8,
+                        hw.gemm_moe_offset_tokens_fp4)
+    return jnp.where(jnp.isfinite(own), own, dense)
+
+
 def engine_hardware(hw: HardwareParams, gemm_kernels: jax.Array | float | None) -> HardwareParams:
     """``hw`` with the GEMM measurements of an engine's own kernels (docs/model.md, "Measured
     matmul rate"): ``gemm_kernels`` is the engine's code (`EngineParams.gemm_kernels`: 1 + the
     index in `GEMM_KERNELS`; 0 or None: the GPU's own values, unchanged). Each ``gemm_fraction_*``
-    and ``gemm_offset_tokens_*`` becomes that engine's value where the GPU has one (finite), and
+    and ``gemm_offset_tokens_*`` (and the MoE layers' ``gemm_moe_*``) becomes that engine's value where the GPU has one (finite), and
     stays the GPU's elsewhere. Scalar; used under ``gemm_rate="measured"`` only (the peak reads
     none of them)."""
     if gemm_kernels is None:

@@ -13,15 +13,15 @@ import jax
 import jax.numpy as jnp
 
 from jaxpareto.definitions.engine import EngineParams
-from jaxpareto.definitions.hardware import effective_tflops, gemm_offset_tokens
+from jaxpareto.definitions.hardware import effective_tflops, expert_offset_tokens, expert_tflops, gemm_offset_tokens
 from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.definitions.settings import Efficiency, Workload
 from jaxpareto.definitions.units import FLOPS_PER_TFLOPS, MS_PER_S
 from jaxpareto.physics.attention import causal_pairs, window_pairs
 from jaxpareto.physics.cache import cache_survival
 from jaxpareto.physics.communication import allreduce_time
-from jaxpareto.physics.decode import DecodeCoefficients, decode_coefficients, decode_step, experts_touched, \
-    offset_shares
+from jaxpareto.physics.decode import DecodeCoefficients, decode_coefficients, decode_step, expert_slowdown, \
+    experts_touched, offset_shares, routed_at_expert_rate
 from jaxpareto.physics.engine import PrefillExperts, step_ms
 from jaxpareto.physics.prefill import prefill_tokens, ttft_ms
 
@@ -126,15 +126,20 @@ def tp_costs(hw, model, tp, turn: TurnTokens, context_tokens, decode_context, ef
     allreduce = allreduce_time(hw, model, tp, efficiency.allreduce_scale, efficiency.allreduce_latency_us,
                                latency_per_peer=measured)
     matmul_ms_per_token = ttft_ms(model.params_active_b, 1.0, tp, tflops, efficiency.eta_prefill)
-    prefill_ms_per_token = matmul_ms_per_token + allreduce.per_token_ms
+    # the routed experts' tokens run as a grouped GEMM at its own measured rate and offset
+    routed_tflops = expert_tflops(hw, model.compute_bits, options.gemm_rate)
+    slowdown = expert_slowdown(tflops, routed_tflops)
+    prefill_ms_per_token = routed_at_expert_rate(matmul_ms_per_token, model, slowdown) + allreduce.per_token_ms
     # a GEMM of m tokens takes as long as m + m_0 at the measured rate: once per engine step
     # (in the decode step's compute floor) and once per isolated prefill (seed eq. 2), for each
     # routed expert the tokens touch as well (each expert's tokens are a GEMM of their own)
     offset = gemm_offset_tokens(hw, model.compute_bits, options.gemm_rate)
+    expert_offset = expert_offset_tokens(hw, model.compute_bits, options.gemm_rate)
     prompt_experts = experts_touched(jnp.minimum(turn.tokens, turn.chunk_tokens), model.experts,
                                      model.experts_per_token, options.expert_routing)
     nonmoe_share, expert_share = offset_shares(model)
-    prefill_offset_ms = offset * matmul_ms_per_token * (nonmoe_share + prompt_experts * expert_share)
+    prefill_offset_ms = matmul_ms_per_token * (offset * nonmoe_share
+                                               + expert_offset * slowdown * prompt_experts * expert_share)
     attention_tflops = effective_tflops(hw, 16.0) if options.attention_flops else None
     if options.attention_flops:  # the turn's attention FLOPs, spread over its prefill tokens
         attention_ms = turn_attention_flops(model, turn, context_tokens) / (tp * attention_tflops * FLOPS_PER_TFLOPS) \
@@ -144,7 +149,7 @@ def tp_costs(hw, model, tp, turn: TurnTokens, context_tokens, decode_context, ef
         + allreduce.fixed_ms
     coefficients = decode_coefficients(
         hw, model, tp, decode_context, tflops, efficiency.eta_decode, efficiency.elementwise_overhead,
-        attention_tflops, offset)._replace(fixed_ms=step_fixed_ms, allreduce_ms=allreduce.per_token_ms)
+        attention_tflops, offset, routed_tflops, expert_offset)._replace(fixed_ms=step_fixed_ms, allreduce_ms=allreduce.per_token_ms)
     return TpCosts(prefill_ms_per_token, coefficients,
                    efficiency.ttft_overhead_ms + allreduce.fixed_ms + prefill_offset_ms)
 

@@ -31,8 +31,9 @@ class DecodeCoefficients(NamedTuple):
         kv_ms: one session's KV reads per GPU, `jaxpareto.physics.memory.session_gb` / (G x BW)
             [ms]: L x κ / (min(G, n_kv) x BW) for full attention, plus its sliding-window KV and
             fixed recurrent state (linear and Mamba layers), each read once per step.
-        compute_ms: one session's matmuls 2 x P_active / (G x F) [ms] (plus its attention where
-            its FLOPs are counted: the measured profile, ``attention="flops"``).
+        compute_ms: one session's matmuls 2 x P_active / (G x F) [ms], its K routed experts'
+            share at their grouped GEMMs' rate where measured (`routed_at_expert_rate`), plus its
+            attention where its FLOPs are counted (the measured profile, ``attention="flops"``).
         elementwise_overhead: multiplier on memory time (1.10).
         eta_decode: η_d.
         fixed_ms: time every step adds whatever the batch (`Efficiency.decode_overhead_ms` and
@@ -47,8 +48,10 @@ class DecodeCoefficients(NamedTuple):
             time per token [ms]; 0 in the seed.
         expert_floor_ms: the same offset for one routed expert, m_0 x its matmul time per token
             [ms]: the tokens routed to an expert are a GEMM of their own (a grouped GEMM, one
-            problem per expert), so a step pays it once for every expert its tokens touch; 0 in
-            the seed and for dense models.
+            problem per expert), so a step pays it once for every expert its tokens touch; m_0
+            and the rate are the grouped GEMM's own where measured
+            (`jaxpareto.definitions.hardware.expert_offset_tokens`); 0 in the seed and for dense
+            models.
     """
 
     nonmoe_ms: jax.Array
@@ -120,6 +123,21 @@ def offset_shares(model: ModelParams) -> tuple[jax.Array, jax.Array]:
             model.expert_params_b / model.params_active_b)
 
 
+def expert_slowdown(tflops: jax.Array, expert_tflops: jax.Array | None) -> jax.Array | float:
+    """How many times longer a routed expert's matmul takes than the dense rate ``tflops`` gives
+    it: ``tflops`` / ``expert_tflops`` (1 where the experts compute at the dense rate: None, or
+    not measured)."""
+    return 1.0 if expert_tflops is None else tflops / expert_tflops
+
+
+def routed_at_expert_rate(matmul_ms: jax.Array, model: ModelParams, slowdown) -> jax.Array:
+    """A token's active matmuls ``matmul_ms`` (all at the dense rate) with its K routed experts'
+    share at the experts' rate: + matmul_ms x K x (P_expert / P_active) x (slowdown - 1) (+ 0
+    for a dense model, or at slowdown 1)."""
+    _, expert_share = offset_shares(model)
+    return matmul_ms + matmul_ms * (model.experts_per_token * expert_share) * (slowdown - 1.0)
+
+
 def decode_coefficients(
     hw: HardwareParams,
     model: ModelParams,
@@ -130,6 +148,8 @@ def decode_coefficients(
     elementwise_overhead: jax.Array,
     attention_tflops: jax.Array | None = None,
     offset_tokens: jax.Array | float = 0.0,
+    expert_tflops: jax.Array | None = None,
+    expert_offset_tokens: jax.Array | float | None = None,
 ) -> DecodeCoefficients:
     """Per-point constants of seed eq. 3.
 
@@ -145,14 +165,21 @@ def decode_coefficients(
             counted: the measured profile, or ``attention="flops"``), each session's step also computes its attention over the context
             (`jaxpareto.physics.attention`), split over the G GPUs like the heads.
         offset_tokens: m_0, the tokens' worth of matmul time each GEMM adds (`DecodeCoefficients`).
+        expert_tflops: the rate of the routed experts' grouped GEMMs per GPU [TFLOPS]
+            (`jaxpareto.definitions.hardware.expert_tflops`); None: ``tflops``.
+        expert_offset_tokens: m_0 of one routed expert's GEMM, in tokens at ``expert_tflops``
+            (`jaxpareto.definitions.hardware.expert_offset_tokens`); None: ``offset_tokens``.
     """
     bw = hw.bandwidth_gbs
     matmul_ms = FLOPS_PER_PARAM_PER_TOKEN * model.params_active_b * PARAMS_PER_B / (tp * tflops * FLOPS_PER_TFLOPS) \
         * MS_PER_S
-    floor_ms = offset_tokens * matmul_ms
+    slowdown = expert_slowdown(tflops, expert_tflops)
+    expert_offset = offset_tokens if expert_offset_tokens is None else expert_offset_tokens
     nonmoe_share, expert_share = offset_shares(model)
-    expert_floor_ms = floor_ms * expert_share
+    floor_ms = offset_tokens * matmul_ms
+    expert_floor_ms = expert_offset * matmul_ms * expert_share * slowdown
     floor_ms = floor_ms * nonmoe_share
+    matmul_ms = routed_at_expert_rate(matmul_ms, model, slowdown)
     if attention_tflops is not None:
         full, window = decode_pairs(context_tokens, model.kv_window_tokens)
         flops = full * model.decode_pair_flops + window * model.decode_window_pair_flops

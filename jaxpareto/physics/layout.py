@@ -192,7 +192,8 @@ def expert_exchange(hw: HardwareParams, model: ModelParams, tp: jax.Array, layou
         tp: G [GPUs]. layout: D and ``ep``.
         imbalance: f >= 1 (`Workload.expert_imbalance`).
         latency_us: one collective's fixed latency [µs] (`Efficiency.allreduce_latency_us`).
-        tflops: F per GPU [TFLOPS].
+        tflops: the routed experts' rate per GPU [TFLOPS]
+            (`jaxpareto.definitions.hardware.expert_tflops`).
         routing: "seed" or "uniform" (static; `destination_share`).
 
     Returns:

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxpareto.definitions.axes import GridPoint
-from jaxpareto.definitions.hardware import effective_tflops, engine_gpu
+from jaxpareto.definitions.hardware import engine_gpu, expert_tflops
 from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.definitions.schema import PERCENTILE_VARIABLES
 from jaxpareto.definitions.settings import SOLVERS, Efficiency, Solver, Workload
@@ -458,7 +458,7 @@ def evaluate_point(
     if layout is not None:  # the ranks' token exchange, the busiest expert GPU, the pipeline's stages
         exchange = expert_exchange(hw, whole_model, tp, layout, workload.expert_imbalance,
                                    efficiency.allreduce_latency_us,
-                                   effective_tflops(hw, model.compute_bits, options.gemm_rate),
+                                   expert_tflops(hw, model.compute_bits, options.gemm_rate),
                                    options.expert_routing)
         costs = layout_costs(costs, exchange, efficiency.eta_prefill)
         pipeline = pipeline_costs(costs, hw, model, tp, layout, efficiency.allreduce_latency_us,
