@@ -4,11 +4,12 @@ the "Fitted: ..." line below it.
 
 Columns: the seed's equations with the isolated prefill (``jp.validate()``), the same with the
 shared prefill engine (``prefill_model="shared"``), the calibrated factors with the shared
-engine, the measured GEMM rate and attention's FLOPs (``gemm_rate="measured"``,
-``attention="flops"``, as ``sweeps/calibration.toml`` is
-fitted), and the held-out rows (``jp.calibrate``'s default split: 30 % of each source x metric
+engine, the measured GEMM rate, attention's FLOPs and the per-operator roofline
+(``gemm_rate="measured"``, ``attention="flops"``, ``roofline="operator"``, as
+``sweeps/calibration.toml`` is fitted), and the held-out rows (``jp.calibrate``'s default split: 30 % of each source x metric
 group, seed 0) before -> after. The calibrated factors come from a fresh ``jp.calibrate`` fit
-(400 Adam steps, as ``jaxpareto calibrate --gemm-rate measured --attention flops --arrivals poisson`` wrote
+(400 Adam steps, as ``jaxpareto calibrate --gemm-rate measured --attention flops --roofline operator
+--arrivals poisson`` wrote
 ``sweeps/calibration.toml``), or from a calibration file with ``--calibration FILE``. Every column
 evaluates the runs alike: by default the MLPerf server rows in the open loop, Poisson arrivals as
 the benchmark runs them (with ``--calibration``: as that file's fit did, its ``[fit] arrivals``);
@@ -39,7 +40,8 @@ from jaxpareto.measure.predict import validation_rows
 from jaxpareto.definitions.options import ARRIVALS
 from _common import REPO, markdown_table, timed
 
-HEADER = ["metric", "seed, isolated prefill", "seed, shared prefill", "calibrated, shared, measured GEMM rate, attention FLOPs",
+HEADER = ["metric", "seed, isolated prefill", "seed, shared prefill",
+          "calibrated, shared, measured GEMM rate, attention FLOPs, per-operator roofline",
           "held out: before → after"]
 # README row label per validation-set metric, in the README's order; then "all".
 METRICS = {"output_tokens_per_s_total": "output tokens/s", "tpot_ms": "TPOT", "itl_ms": "ITL (vLLM, Llama-3.1-8B)",
@@ -59,7 +61,7 @@ def mape(table: pd.DataFrame, mask=None) -> dict[str, float]:
 
 
 # the model of the calibrated column, as `jaxpareto calibrate` fitted sweeps/calibration.toml
-FITTED_MODEL = {"prefill_model": "shared", "gemm_rate": "measured", "attention": "flops"}
+FITTED_MODEL = {"prefill_model": "shared", "gemm_rate": "measured", "attention": "flops", "roofline": "operator"}
 
 
 def read_efficiency(path: str) -> jp.Efficiency:

@@ -79,7 +79,7 @@ def test_the_calibration_file_holds_each_engine_and_is_adopted(small, fitted, tm
     path = tmp_path / "cal.toml"
     path.write_text(fit.to_toml())
     assert calibration_options(path) == {"prefill_model": "isolated", "profile": "measured", "gemm_rate": "peak",
-                                         "attention": "profile"}
+                                         "attention": "profile", "roofline": "step"}
     factors = calibration_factors(path, ["vllm", "trtllm", "sglang"])
     for engine in ("vllm", "trtllm"):
         for field in FIELDS:

@@ -82,6 +82,9 @@ def test_a_dense_model_is_untouched_by_the_experts_rate():
     slower = decode_coefficients(gpu, model, 2.0, 4096.0, 4000.0, 0.8, 1.1, offset_tokens=300.0,
                                  expert_tflops=1000.0, expert_offset_tokens=50.0)
     for field in plain._fields:
+        if getattr(plain, field) is None:  # the seed's roofline: no attention split
+            assert getattr(slower, field) is None, field
+            continue
         assert float(getattr(slower, field)) == float(getattr(plain, field)), field
 
 

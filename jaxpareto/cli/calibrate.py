@@ -7,7 +7,8 @@ import argparse
 import pandas as pd
 
 from jaxpareto.cli._common import check_file_out
-from jaxpareto.definitions.options import ARRIVALS, ATTENTION, GEMM_RATES, PREFILL_MODELS, PROFILES, ModelOptions
+from jaxpareto.definitions.options import ARRIVALS, ATTENTION, GEMM_RATES, PREFILL_MODELS, PROFILES, ROOFLINES, \
+    ModelOptions
 from jaxpareto.measure.calibrate import at_bounds, calibrate
 
 
@@ -15,14 +16,14 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     out = check_file_out(args.out, "--out", args.overwrite)  # checked before the fit, not after it
     fields = tuple(f for f in args.fit.split(",") if f) if args.fit else None
     options = ModelOptions(prefill_model=args.prefill_model, profile=args.profile, arrivals=args.arrivals,
-                           gemm_rate=args.gemm_rate, attention=args.attention)
+                           gemm_rate=args.gemm_rate, attention=args.attention, roofline=args.roofline)
     result = calibrate(args.data, fields=fields, test_fraction=args.test_fraction, seed=args.seed, steps=args.steps,
                        options=options, train=args.train)
     out.write_text(result.to_toml())
     split = f"train rows where {args.train}" if args.train else "a random split"
     print(f"fitted {', '.join(result.fields)} on {int((~result.test).sum())} rows ({split}), "
           f"{int(result.test.sum())} held out (profile {args.profile}, prefill_model {args.prefill_model}, "
-          f"gemm_rate {args.gemm_rate}, attention {args.attention}); "
+          f"gemm_rate {args.gemm_rate}, attention {args.attention}, roofline {args.roofline}); "
           f"training loss {result.loss[0]:.4g} -> {result.loss[-1]:.4g}")
     factors = result.efficiency if isinstance(result.efficiency, dict) else {"all rows": result.efficiency}
     for name, efficiency in factors.items():
@@ -34,8 +35,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         print("\nMAPE (%) before and after:")
         print(result.summary().to_string(index=False))
     print(f"\nwritten to {out}; use it with `jaxpareto sweep --calibration {out}` (which adopts "
-          f"profile \"{args.profile}\", prefill_model \"{args.prefill_model}\", gemm_rate \"{args.gemm_rate}\" and "
-          f"attention \"{args.attention}\", "
+          f"profile \"{args.profile}\", prefill_model \"{args.prefill_model}\", gemm_rate \"{args.gemm_rate}\", "
+          f"attention \"{args.attention}\" and roofline \"{args.roofline}\", "
           "the model it was fitted with)")
     return 0
 
@@ -66,6 +67,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--attention", choices=ATTENTION, default="profile",
                    help="attention as the profile counts it (the seed's: its KV reads alone), or its FLOPs too "
                         "(default profile)")
+    p.add_argument("--roofline", choices=ROOFLINES, default="step",
+                   help="one roofline for the whole decode step (the seed's), or the projections' and attention's "
+                        "one after the other (operator) (default step)")
     p.add_argument("--arrivals", choices=ARRIVALS, default="staggered",
                    help="how the measured runs' turns fell in time (default staggered; poisson: the server rows in "
                         "the open loop); recorded as [fit] arrivals, which `jaxpareto validate` follows")

@@ -9,7 +9,8 @@ import pandas as pd
 from jaxpareto.cli._common import check_file_out
 from jaxpareto.definitions.calibration_file import calibration_arrivals, calibration_factors, calibration_options
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.definitions.options import ARRIVALS, ATTENTION, GEMM_RATES, PREFILL_MODELS, PROFILES, ModelOptions
+from jaxpareto.definitions.options import ARRIVALS, ATTENTION, GEMM_RATES, PREFILL_MODELS, PROFILES, ROOFLINES, \
+    ModelOptions
 from jaxpareto.definitions.settings import DTYPES, Efficiency
 from jaxpareto.measure.predict import validation_rows
 from jaxpareto.measure.row_inputs import PREFILL, engine_names
@@ -34,7 +35,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     options = ModelOptions(prefill_model=_adopted(args, "prefill_model", "isolated"),
                            profile=_adopted(args, "profile", "seed"), arrivals=arrivals,
                            gemm_rate=_adopted(args, "gemm_rate", "peak"),
-                           attention=_adopted(args, "attention", "profile"))
+                           attention=_adopted(args, "attention", "profile"),
+                           roofline=_adopted(args, "roofline", "step"))
     rows = validation_rows(args.data)
     efficiency = calibration_factors(args.calibration, engine_names(rows)) if args.calibration else Efficiency()
     table = validate(rows, efficiency=efficiency, dtype=args.dtype, prefill=args.prefill, options=options)
@@ -42,6 +44,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     print(f"validation set: {args.data or 'shipped jaxpareto/data/validation.csv'} ({len(table)} rows); "
           f"efficiency: {args.calibration or 'seed defaults'}; profile: {options.profile}, "
           f"prefill_model: {options.prefill_model}; gemm_rate: {options.gemm_rate}; attention: {options.attention}; "
+          f"roofline: {options.roofline}; "
           f"arrivals: {options.arrivals}, "
           f"server rows: {'Poisson arrivals' if options.open_loop else 'closed-loop matching'}")
     if out is not None:
@@ -88,6 +91,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--attention", choices=ATTENTION,
                    help="attention as the profile counts it, or its FLOPs too (default: the calibration's, else "
                         "profile)")
+    p.add_argument("--roofline", choices=ROOFLINES,
+                   help="one roofline for the whole decode step, or the projections' and attention's one after the "
+                        "other (default: the calibration's, else step)")
     p.add_argument("--arrivals", choices=ARRIVALS,
                    help="how the runs' turns fall in time: the closed loop's staggered (the server rows matched by "
                         "Little's law) or synchronised turns, or Poisson arrivals (the server rows in the open "

@@ -283,7 +283,7 @@ def plan_sweep(
     if solver.name == "exact" and not options.piecewise_linear:
         raise JaxparetoError("solver", "'exact' needs a piecewise-linear R(B): expert_routing='seed', "
                                        "prefill_model='isolated', cache_model 'given' or 'ttl', arrivals not "
-                                       "'synchronised' and aggregated serving; use 'damped'")
+                                       "'synchronised', aggregated serving and roofline='step'; use 'damped'")
     _check_used(options, workload)
     efficiency = _settings(Efficiency, efficiency or Efficiency(), settings)
     if calibration is not None:

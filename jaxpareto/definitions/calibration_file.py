@@ -11,6 +11,7 @@ prefill_model = "shared"
 profile = "measured"
 gemm_rate = "measured"   # absent: "peak" (files from before the key)
 attention = "flops"      # absent: "profile" (files from before the key)
+roofline = "operator"    # absent: "step" (files from before the key)
 
 [engine.vllm]          # factors fitted per engine (optional); over [efficiency]
 eta_decode = 0.55
@@ -37,12 +38,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.definitions.options import ARRIVALS, ATTENTION, GEMM_RATES, PREFILL_MODELS, PROFILES
+from jaxpareto.definitions.options import ARRIVALS, ATTENTION, GEMM_RATES, PREFILL_MODELS, PROFILES, ROOFLINES
 from jaxpareto.definitions.settings import Efficiency
 
 EFFICIENCY_FIELDS = tuple(f.name for f in dataclasses.fields(Efficiency))
 #: [model] keys a calibration file may set, and their allowed values.
-MODEL_FIELDS = {"prefill_model": PREFILL_MODELS, "profile": PROFILES, "gemm_rate": GEMM_RATES, "attention": ATTENTION}
+MODEL_FIELDS = {"prefill_model": PREFILL_MODELS, "profile": PROFILES, "gemm_rate": GEMM_RATES, "attention": ATTENTION,
+                "roofline": ROOFLINES}
 
 
 def load_calibration(source: str | Path | Mapping) -> dict[str, float]:
@@ -75,7 +77,8 @@ def calibration_efficiency(source: str | Path | Mapping, base: Efficiency = Effi
 def calibration_options(source: str | Path | Mapping) -> dict[str, str]:
     """The ``[model]`` table of a calibration file: the options its factors were fitted with.
     A file without ``gemm_rate`` was fitted at the datasheet peak (the key came later): "peak";
-    one without ``attention``, with attention as its profile counts it: "profile".
+    one without ``attention``, with attention as its profile counts it: "profile"; one without
+    ``roofline``, with the seed's one roofline per step: "step".
 
     Raises:
         JaxparetoError: the file is missing, unreadable or not TOML; ``[model]`` is not a table,
@@ -90,7 +93,7 @@ def calibration_options(source: str | Path | Mapping) -> dict[str, str]:
             raise JaxparetoError(f"calibration.model.{key}", "unknown field", tuple(MODEL_FIELDS))
         if value not in MODEL_FIELDS[key]:
             raise JaxparetoError(f"calibration.model.{key}", f"unknown value {value!r}", MODEL_FIELDS[key])
-    return {"gemm_rate": "peak", "attention": "profile", **table}
+    return {"gemm_rate": "peak", "attention": "profile", "roofline": "step", **table}
 
 
 def calibration_arrivals(source: str | Path | Mapping) -> str:

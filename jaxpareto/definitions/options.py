@@ -21,6 +21,7 @@ SERVING_MODES = ("aggregated", "disaggregated", "conditional")
 DP_PREFILLS = ("independent", "aligned")
 GEMM_RATES = ("peak", "measured")
 ATTENTION = ("profile", "flops")
+ROOFLINES = ("step", "operator")
 # How the optimiser searches (`jaxpareto.optimize`'s ``method``), and how sessions hold KV.
 SEARCH_METHODS = ("auto", "exhaustive", "bracket", "gradient")
 KV_DEMANDS = ("staggered", "synchronised", "synchronized")
@@ -92,6 +93,13 @@ class ModelOptions(NamedTuple):
             measured profile adds its FLOPs) or "flops" (its FLOPs under either profile: the
             causal pairs of each prefill and every decode step's reads of its context, at the
             BF16 rate; `jaxpareto.physics.attention`).
+        roofline: how a decode step's kernels share the GPU (docs/model.md, "Per-operator
+            roofline"): "step" (the seed's eq. 3: one roofline for the whole step, max(weights +
+            KV reads, matmuls), as if attention's KV reads ran under the projections' matmuls)
+            or "operator" (each layer's projections and attention are kernels of their own,
+            run one after the other: max(weights, projections' matmuls) + max(KV reads,
+            attention's FLOPs); `jaxpareto.physics.decode.decode_step`). R(B) is then no longer
+            the exact solver's pieces: the damped solver runs.
     """
 
     expert_routing: str = "seed"
@@ -104,13 +112,15 @@ class ModelOptions(NamedTuple):
     dp_prefill: str = "independent"
     gemm_rate: str = "peak"
     attention: str = "profile"
+    roofline: str = "step"
 
     def validate(self) -> "ModelOptions":
         """Self, checked; raises JaxparetoError naming the bad field and the allowed values."""
         for field, allowed in (("expert_routing", EXPERT_ROUTINGS), ("prefill_model", PREFILL_MODELS),
                                ("cache_model", CACHE_MODELS), ("pause_distribution", PAUSE_DISTRIBUTIONS),
                                ("profile", PROFILES), ("arrivals", ARRIVALS), ("serving", SERVING_MODES),
-                               ("dp_prefill", DP_PREFILLS), ("gemm_rate", GEMM_RATES), ("attention", ATTENTION)):
+                               ("dp_prefill", DP_PREFILLS), ("gemm_rate", GEMM_RATES), ("attention", ATTENTION),
+                               ("roofline", ROOFLINES)):
             value = getattr(self, field)
             if value not in allowed:
                 raise JaxparetoError(field, f"unknown {value!r}", allowed)
@@ -144,7 +154,7 @@ class ModelOptions(NamedTuple):
     def piecewise_linear(self) -> bool:
         """R(B) is piecewise linear in B (what the exact solver needs)."""
         return (self.expert_routing == "seed" and self.prefill_model == "isolated" and self.cache_model != "lru"
-                and self.arrivals != "synchronised" and not self.disaggregated)
+                and self.arrivals != "synchronised" and not self.disaggregated and self.roofline == "step")
 
     @property
     def differentiable_solver(self) -> str:

@@ -19,7 +19,8 @@ import pydantic
 
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.options import CACHE_MODELS, EXPERT_ROUTINGS, KV_DEMANDS, PAUSE_DISTRIBUTIONS, \
-    ARRIVALS, PREFILL_MODELS, PROFILES, SEARCH_METHODS, SERVING_MODES, DP_PREFILLS, GEMM_RATES, ATTENTION, ModelOptions
+    ARRIVALS, PREFILL_MODELS, PROFILES, SEARCH_METHODS, SERVING_MODES, DP_PREFILLS, GEMM_RATES, ATTENTION, ROOFLINES, \
+    ModelOptions
 from jaxpareto.definitions.settings import DEFAULT_CHUNK_POINTS, DTYPES, SOLVERS, Efficiency, Solver, Workload, numeric_fields
 from jaxpareto.definitions.hardware import Hardware
 from jaxpareto.definitions.model import Model
@@ -145,6 +146,7 @@ _OPTION_KEYS = {"expert_routing": (Literal[EXPERT_ROUTINGS], ModelOptions().expe
                 "dp_prefill": (Literal[DP_PREFILLS], ModelOptions().dp_prefill),
                 "gemm_rate": (Literal[GEMM_RATES] | None, None),  # None: a calibration's, else peak
                 "attention": (Literal[ATTENTION] | None, None),  # None: a calibration's, else profile
+                "roofline": (Literal[ROOFLINES] | None, None),  # None: a calibration's, else step
                 "cache_model": (Literal[CACHE_MODELS] | None, None)}
 WorkloadSpec = _table_of("WorkloadSpec", "``[workload]``: `Workload` fields and the model options.", Workload,
                          _OPTION_KEYS)

@@ -189,6 +189,7 @@ class CalibrationResult:
         lines += ["", "[model]  # the model the factors were fitted with (a sweep using this file adopts it)",
                   f"prefill_model = \"{self.options.prefill_model}\"", f"profile = \"{self.options.profile}\"",
                   f"gemm_rate = \"{self.options.gemm_rate}\"", f"attention = \"{self.options.attention}\"",
+                  f"roofline = \"{self.options.roofline}\"",
                   "", "[fit]",
                   f"fitted = [{', '.join(repr(f).replace(chr(39), chr(34)) for f in self.fields)}]",
                   f"train_rows = {int((~self.test).sum())}", f"test_rows = {int(self.test.sum())}",

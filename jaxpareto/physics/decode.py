@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxpareto.definitions.hardware import HardwareParams
+from jaxpareto.definitions.options import ROOFLINES
 from jaxpareto.physics.attention import decode_pairs
 from jaxpareto.physics.memory import session_gb
 from jaxpareto.definitions.model import ModelParams
@@ -52,6 +53,10 @@ class DecodeCoefficients(NamedTuple):
             and the rate are the grouped GEMM's own where measured
             (`jaxpareto.definitions.hardware.expert_offset_tokens`); 0 in the seed and for dense
             models.
+        attention_ms: under ``roofline="operator"``, the part of ``compute_ms`` that is one
+            session's attention FLOPs (0 where they are not counted) [ms]: the step then runs
+            the projections' roofline and attention's one after the other (`decode_step`). None:
+            the seed's one roofline for the whole step.
     """
 
     nonmoe_ms: jax.Array
@@ -67,6 +72,7 @@ class DecodeCoefficients(NamedTuple):
     batch_floor: jax.Array = 0.0
     compute_floor_ms: jax.Array = 0.0
     expert_floor_ms: jax.Array = 0.0
+    attention_ms: jax.Array | None = None
 
 
 class DecodeStep(NamedTuple):
@@ -79,10 +85,17 @@ class DecodeStep(NamedTuple):
         t_compute_ms: matmul time at the tensor-core rate (eq. 3c: the peak, or the measured
             rate), plus the step's GEMM offsets: ``compute_floor_ms`` and ``expert_floor_ms`` per
             routed expert touched.
-        tpot_ms: max((t_weight + t_kv) x overhead, t_compute) / η_d (eq. 3), plus t_fixed.
-        compute_bound: t_compute exceeds the memory time.
+        tpot_ms: max((t_weight + t_kv) x overhead, t_compute) / η_d (eq. 3), plus t_fixed; under
+            ``roofline="operator"`` (max(t_weight x overhead, t_compute - t_attention_compute) +
+            t_attention) / η_d, plus t_fixed.
+        compute_bound: t_compute exceeds the memory time (under ``roofline="operator"``: the
+            projections' matmuls exceed their weights' read).
         t_fixed_ms: the opt-in terms outside the roofline: per-step overhead and the
             tensor-parallel all-reduces of the batch's activations (0 in the seed).
+        t_attention_ms: under ``roofline="operator"``, attention's own roofline, max(t_kv x
+            overhead, t_attention_compute) [ms before η_d]; None: the seed's one roofline.
+        t_attention_compute_ms: under ``roofline="operator"``, the batch's attention FLOPs' time
+            within t_compute [ms]; None otherwise.
     """
 
     t_weight_ms: jax.Array
@@ -91,6 +104,8 @@ class DecodeStep(NamedTuple):
     tpot_ms: jax.Array
     compute_bound: jax.Array
     t_fixed_ms: jax.Array = 0.0
+    t_attention_ms: jax.Array | None = None
+    t_attention_compute_ms: jax.Array | None = None
 
 
 class TpotLines(NamedTuple):
@@ -150,6 +165,7 @@ def decode_coefficients(
     offset_tokens: jax.Array | float = 0.0,
     expert_tflops: jax.Array | None = None,
     expert_offset_tokens: jax.Array | float | None = None,
+    roofline: str = "step",
 ) -> DecodeCoefficients:
     """Per-point constants of seed eq. 3.
 
@@ -169,6 +185,8 @@ def decode_coefficients(
             (`jaxpareto.definitions.hardware.expert_tflops`); None: ``tflops``.
         expert_offset_tokens: m_0 of one routed expert's GEMM, in tokens at ``expert_tflops``
             (`jaxpareto.definitions.hardware.expert_offset_tokens`); None: ``offset_tokens``.
+        roofline: "step" (the seed's eq. 3: one roofline for the whole step) or "operator" (the
+            projections' roofline and attention's, one after the other: `decode_step`). Static.
     """
     bw = hw.bandwidth_gbs
     matmul_ms = FLOPS_PER_PARAM_PER_TOKEN * model.params_active_b * PARAMS_PER_B / (tp * tflops * FLOPS_PER_TFLOPS) \
@@ -180,10 +198,12 @@ def decode_coefficients(
     expert_floor_ms = expert_offset * matmul_ms * expert_share * slowdown
     floor_ms = floor_ms * nonmoe_share
     matmul_ms = routed_at_expert_rate(matmul_ms, model, slowdown)
+    attention_ms = 0.0 * matmul_ms
     if attention_tflops is not None:
         full, window = decode_pairs(context_tokens, model.kv_window_tokens)
         flops = full * model.decode_pair_flops + window * model.decode_window_pair_flops
-        matmul_ms = matmul_ms + flops / (tp * attention_tflops * FLOPS_PER_TFLOPS) * MS_PER_S
+        attention_ms = flops / (tp * attention_tflops * FLOPS_PER_TFLOPS) * MS_PER_S
+        matmul_ms = matmul_ms + attention_ms
     return DecodeCoefficients(
         nonmoe_ms=model.nonmoe_params_b * model.nonmoe_weight_bytes / (tp * bw) * MS_PER_S,
         expert_ms=model.expert_params_b * model.expert_weight_bytes / (tp * bw) * MS_PER_S,
@@ -196,7 +216,16 @@ def decode_coefficients(
         eta_decode=eta_decode,
         compute_floor_ms=floor_ms,
         expert_floor_ms=expert_floor_ms,
+        attention_ms=by_operator(roofline, attention_ms),
     )
+
+
+def by_operator(roofline: str, attention_ms: jax.Array) -> jax.Array | None:
+    """``attention_ms`` where the step runs per operator (``roofline="operator"``), None for the
+    seed's one roofline; raises ValueError for another ``roofline``."""
+    if roofline not in ROOFLINES:
+        raise ValueError(f"roofline {roofline!r} not in {ROOFLINES}")
+    return attention_ms if roofline == "operator" else None
 
 
 
@@ -219,16 +248,34 @@ def experts_touched(batch: jax.Array, experts: jax.Array, experts_per_token: jax
 
 def decode_step(c: DecodeCoefficients, batch: jax.Array, routing: str = "seed") -> DecodeStep:
     """Seed eq. 3 at effective batch B (continuous, >= 0); ``routing`` as in `experts_touched`.
-    A pipeline's step costs at least its ``batch_floor`` (B >= 0 is unchanged by a floor of 0)."""
+    A pipeline's step costs at least its ``batch_floor`` (B >= 0 is unchanged by a floor of 0).
+
+    With ``c.attention_ms`` given (``roofline="operator"``; docs/model.md, "Per-operator
+    roofline") every layer runs its projections and then its attention as separate kernels, so
+    the step is the sum of their rooflines: max(weights x overhead, the projections' matmuls)
+    + max(KV reads x overhead, attention's FLOPs), over η_d, plus the fixed terms (the
+    per-operator roofline of Williams, Waterman and Patterson, CACM 52(4), 2009, summed over a
+    layer's kernels as LLM-Viewer does: Yuan et al., "LLM Inference Unveiled", 2024). The seed's
+    eq. 3 takes one roofline for the whole step, as if attention's KV reads ran under the
+    projections' matmuls.
+    """
     batch = jnp.maximum(batch, c.batch_floor)
     touched = experts_touched(batch, c.experts, c.experts_per_token, routing)
     t_weight_ms = c.nonmoe_ms + touched * c.expert_ms
     t_kv_ms = batch * c.kv_ms
     t_compute_ms = batch * c.compute_ms + (c.compute_floor_ms + touched * c.expert_floor_ms)
-    t_memory_ms = (t_weight_ms + t_kv_ms) * c.elementwise_overhead
     t_fixed_ms = c.fixed_ms + batch * c.allreduce_ms
-    tpot_ms = jnp.maximum(t_memory_ms, t_compute_ms) / c.eta_decode + t_fixed_ms
-    return DecodeStep(t_weight_ms, t_kv_ms, t_compute_ms, tpot_ms, t_compute_ms > t_memory_ms, t_fixed_ms)
+    if c.attention_ms is None:
+        t_memory_ms = (t_weight_ms + t_kv_ms) * c.elementwise_overhead
+        tpot_ms = jnp.maximum(t_memory_ms, t_compute_ms) / c.eta_decode + t_fixed_ms
+        return DecodeStep(t_weight_ms, t_kv_ms, t_compute_ms, tpot_ms, t_compute_ms > t_memory_ms, t_fixed_ms)
+    attention_compute_ms = batch * c.attention_ms
+    projections_ms = t_compute_ms - attention_compute_ms
+    weights_ms = t_weight_ms * c.elementwise_overhead
+    attention_roofline_ms = jnp.maximum(t_kv_ms * c.elementwise_overhead, attention_compute_ms)
+    tpot_ms = (jnp.maximum(weights_ms, projections_ms) + attention_roofline_ms) / c.eta_decode + t_fixed_ms
+    return DecodeStep(t_weight_ms, t_kv_ms, t_compute_ms, tpot_ms, projections_ms > weights_ms, t_fixed_ms,
+                      attention_roofline_ms, attention_compute_ms)
 
 
 def tpot_lines(c: DecodeCoefficients) -> TpotLines:

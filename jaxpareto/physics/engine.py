@@ -109,7 +109,10 @@ class PrefillExperts(NamedTuple):
 def step_ms(step: DecodeStep, eta_decode: jax.Array, elementwise_overhead: jax.Array,
             prefill_tokens: jax.Array, prefill_ms_per_token: jax.Array,
             experts: PrefillExperts | None = None) -> jax.Array:
-    """T(B, p): one engine step carrying the batch's decode tokens and ``prefill_tokens`` [ms].
+    """T(B, p): one engine step carrying the batch's decode tokens and ``prefill_tokens`` [ms]:
+    one roofline for the whole step, or under ``roofline="operator"`` (``step.t_attention_ms``
+    given) the projections' roofline, with the prefill tokens' c_p in its compute, plus the
+    decode batch's attention (`jaxpareto.physics.decode.decode_step`).
 
     Args:
         step: the seed's decode step at the batch B (`jaxpareto.physics.decode.decode_step`).
@@ -120,9 +123,16 @@ def step_ms(step: DecodeStep, eta_decode: jax.Array, elementwise_overhead: jax.A
             (`PrefillExperts`); None: none counted (the seed's profile).
     """
     weight_ms, floor_ms = (0.0, 0.0) if experts is None else experts
-    memory_ms = (step.t_weight_ms + weight_ms + step.t_kv_ms) * elementwise_overhead / eta_decode
-    compute_ms = (step.t_compute_ms + floor_ms) / eta_decode + prefill_tokens * prefill_ms_per_token
-    return jnp.maximum(memory_ms, compute_ms) + step.t_fixed_ms
+    if step.t_attention_ms is None:  # the seed's one roofline for the whole step
+        memory_ms = (step.t_weight_ms + weight_ms + step.t_kv_ms) * elementwise_overhead / eta_decode
+        compute_ms = (step.t_compute_ms + floor_ms) / eta_decode + prefill_tokens * prefill_ms_per_token
+        return jnp.maximum(memory_ms, compute_ms) + step.t_fixed_ms
+    # per operator: the projections' roofline (the prefill's tokens computing with them), then
+    # the decode batch's attention
+    memory_ms = (step.t_weight_ms + weight_ms) * elementwise_overhead / eta_decode
+    compute_ms = (step.t_compute_ms - step.t_attention_compute_ms + floor_ms) / eta_decode \
+        + prefill_tokens * prefill_ms_per_token
+    return jnp.maximum(memory_ms, compute_ms) + step.t_attention_ms / eta_decode + step.t_fixed_ms
 
 
 def step_time(step: DecodeStep, eta_decode: jax.Array, elementwise_overhead: jax.Array,

@@ -295,6 +295,7 @@ def pipeline_costs(costs: TpCosts, hw: HardwareParams, model: ModelParams, tp: j
                               safe_e * -jnp.expm1(jnp.log1p(-jnp.minimum(k / safe_e, 1.0 - 1e-7)) / stages), k)
     decode = decode._replace(
         kv_ms=decode.kv_ms / stages, compute_ms=decode.compute_ms / stages,
+        attention_ms=None if decode.attention_ms is None else decode.attention_ms / stages,
         allreduce_ms=decode.allreduce_ms / stages + hops / stages * hop_ms,
         fixed_ms=decode.fixed_ms + hops * (latency_us / 1000.0 + step_overhead_ms), experts_per_token=per_token,
         batch_floor=jnp.where(stages > 1, stages, 0.0))
