@@ -124,3 +124,15 @@ def aiconfigurator_core(what: str, flag: str) -> Path:
         sys.exit(f"aiconfigurator is not installed in this Python: `pip install aiconfigurator` (0.12.0), or pass "
                  f"{flag} {what}")
     return Path(next(iter(spec.submodule_search_locations)))
+
+
+def aiconfigurator_data(description: str) -> Path:
+    """The ``systems/data`` folder of AIConfigurator 0.12.0's measured tables: the script's
+    ``--data DIR`` (parsed here, with ``description`` as the command's), else the installed
+    ``aiconfigurator_core`` package's (exits naming ``--data`` when neither is there)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--data", type=Path, help="aiconfigurator_core/systems/data (default: the installed package's)")
+    args = parser.parse_args()
+    return args.data or aiconfigurator_core("PATH/TO/aiconfigurator_core/systems/data", "--data") / "systems" / "data"

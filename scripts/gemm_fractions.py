@@ -36,12 +36,10 @@ Usage: python scripts/gemm_fractions.py [--data PATH/TO/aiconfigurator_core/syst
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
 from pathlib import Path
 
-from _common import aiconfigurator_core
+from _common import aiconfigurator_data
 from jaxpareto.definitions import catalog
 from jaxpareto.definitions.hardware import GEMM_KERNELS
 
@@ -54,10 +52,6 @@ TOKENS = (2048, 4096, 8192, 16384)
 SIZES = (8192, 10240, 16384)
 RAMP_TOKENS = (512, 1024, 2048, 4096)
 
-
-def default_data() -> Path:
-    """The GEMM tables of the ``aiconfigurator-core`` package installed in this Python."""
-    return aiconfigurator_core("PATH/TO/aiconfigurator_core/systems/data", "--data") / "systems" / "data"
 
 
 def fastest(path: Path, source_dtype: str, tokens: tuple[int, ...]):
@@ -95,10 +89,7 @@ def table_offset(path: Path, source_dtype: str) -> float | None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, help="aiconfigurator_core/systems/data (default: the installed package's)")
-    args = parser.parse_args()
-    data = args.data or default_data()
+    data = aiconfigurator_data(__doc__.splitlines()[0])
     for system, name in GPUS.items():
         gpu = catalog.gpus()[name]
         for source_dtype, precision in FORMATS.items():

@@ -47,11 +47,10 @@ Usage: python scripts/moe_fractions.py [--data PATH/TO/aiconfigurator_core/syste
 
 from __future__ import annotations
 
-import argparse
 import statistics
 from pathlib import Path
 
-from _common import aiconfigurator_core
+from _common import aiconfigurator_data
 from gemm_fractions import GPUS
 from jaxpareto.definitions import catalog
 from jaxpareto.definitions.hardware import GEMM_KERNELS
@@ -65,10 +64,6 @@ EXPERT_PARALLEL = 8
 MIN_SPEEDUP = 2.0  # a layer over EXPERT_PARALLEL GPUs at least this much faster than whole
 SHAPE = ["hidden_size", "inter_size", "num_experts", "topk", "moe_ep_size"]
 
-
-def default_data() -> Path:
-    """The tables of the ``aiconfigurator-core`` package installed in this Python."""
-    return aiconfigurator_core("PATH/TO/aiconfigurator_core/systems/data", "--data") / "systems" / "data"
 
 
 def expert_parallel_divides(rows) -> bool:
@@ -118,10 +113,7 @@ def layer_lines(path: Path, precision: str, peak_tflops: float) -> list[tuple[fl
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, help="aiconfigurator_core/systems/data (default: the installed package's)")
-    args = parser.parse_args()
-    data = args.data or default_data()
+    data = aiconfigurator_data(__doc__.splitlines()[0])
     for system, name in GPUS.items():
         gpu = catalog.gpus()[name]
         for precision in dict.fromkeys(FORMATS.values()):

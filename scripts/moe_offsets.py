@@ -38,11 +38,10 @@ Usage: python scripts/moe_offsets.py [--data PATH/TO/aiconfigurator_core/systems
 
 from __future__ import annotations
 
-import argparse
 import statistics
 from pathlib import Path
 
-from _common import aiconfigurator_core, markdown_table
+from _common import aiconfigurator_data, markdown_table
 from jaxpareto.definitions import catalog
 from jaxpareto.definitions.hardware import GEMM_KERNELS, effective_tflops, engine_hardware, expert_offset_tokens, \
     expert_tflops, gemm_offset_tokens
@@ -61,10 +60,6 @@ CASES = (
 TOKENS = (64, 256, 1024, 2048, 4096, 8192, 16384)
 KERNELS = "trtllm"
 
-
-def default_data() -> Path:
-    """The tables of the ``aiconfigurator-core`` package installed in this Python."""
-    return aiconfigurator_core("PATH/TO/aiconfigurator_core/systems/data", "--data") / "systems" / "data"
 
 
 def measured_ms(data: Path, system: str, source_dtype: str, hidden: int, inter: int, experts: int, k: int,
@@ -105,10 +100,7 @@ READINGS = ("grouped", "per expert", "per layer")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, help="aiconfigurator_core/systems/data (default: the installed package's)")
-    args = parser.parse_args()
-    data = args.data or default_data()
+    data = aiconfigurator_data(__doc__.splitlines()[0])
     gpus = catalog.gpus()
     for system, name, source_dtype, precision, weight_bytes, model, hidden, inter, experts, k, ep in CASES:
         measured = measured_ms(data, system, source_dtype, hidden, inter, experts, k, ep)
