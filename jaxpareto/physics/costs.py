@@ -149,7 +149,8 @@ def tp_costs(hw, model, tp, turn: TurnTokens, context_tokens, decode_context, ef
         + allreduce.fixed_ms
     coefficients = decode_coefficients(
         hw, model, tp, decode_context, tflops, efficiency.eta_decode, efficiency.elementwise_overhead,
-        attention_tflops, offset, routed_tflops, expert_offset, options.roofline)._replace(fixed_ms=step_fixed_ms, allreduce_ms=allreduce.per_token_ms)
+        attention_tflops, offset, routed_tflops, expert_offset, options.roofline,
+    )._replace(fixed_ms=step_fixed_ms, allreduce_ms=allreduce.per_token_ms)
     return TpCosts(prefill_ms_per_token, coefficients,
                    efficiency.ttft_overhead_ms + allreduce.fixed_ms + prefill_offset_ms)
 
