@@ -136,3 +136,15 @@ def aiconfigurator_data(description: str) -> Path:
     parser.add_argument("--data", type=Path, help="aiconfigurator_core/systems/data (default: the installed package's)")
     args = parser.parse_args()
     return args.data or aiconfigurator_core("PATH/TO/aiconfigurator_core/systems/data", "--data") / "systems" / "data"
+
+
+def per_engine_medians(by_table: dict[str, float]) -> dict[str, float]:
+    """Engine kernels -> the median of its version tables' values, from ``by_table`` keyed
+    "<engine> <version>" (the rule of the catalog's ``engine_gemm`` tables); engines without a
+    table are left out."""
+    import statistics
+
+    engines: dict[str, list[float]] = {}
+    for table, value in by_table.items():
+        engines.setdefault(table.split()[0], []).append(value)
+    return {engine: statistics.median(values) for engine, values in engines.items()}

@@ -39,7 +39,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from _common import aiconfigurator_data
+from _common import aiconfigurator_data, per_engine_medians
 from jaxpareto.definitions import catalog
 from jaxpareto.definitions.hardware import GEMM_KERNELS
 
@@ -112,14 +112,13 @@ def main() -> None:
                 tables = ", ".join(f"{engine} {offset:.0f}" for engine, offset in offsets.items())
                 print(f"{name:14s} gemm_offset_tokens_{precision} = "
                       f"{max(statistics.median(offsets.values()), 0.0):.0f}  # {tables}")
+            engine_shares, engine_offsets = per_engine_medians(shares), per_engine_medians(offsets)
             for kernels in GEMM_KERNELS:  # each engine's own kernels: the median over its versions
-                share = [v for engine, v in shares.items() if engine.split()[0] == kernels]
-                offset = [v for engine, v in offsets.items() if engine.split()[0] == kernels]
-                if share:
-                    print(f"{name:14s} engine_gemm.{kernels}.gemm_fraction_{precision} = {statistics.median(share):.3f}")
-                if offset:
+                if kernels in engine_shares:
+                    print(f"{name:14s} engine_gemm.{kernels}.gemm_fraction_{precision} = {engine_shares[kernels]:.3f}")
+                if kernels in engine_offsets:
                     print(f"{name:14s} engine_gemm.{kernels}.gemm_offset_tokens_{precision} = "
-                          f"{max(statistics.median(offset), 0.0):.0f}")
+                          f"{max(engine_offsets[kernels], 0.0):.0f}")
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from _common import aiconfigurator_data
+from _common import aiconfigurator_data, per_engine_medians
 from gemm_fractions import GPUS
 from jaxpareto.definitions import catalog
 from jaxpareto.definitions.hardware import GEMM_KERNELS
@@ -135,14 +135,13 @@ def main() -> None:
             listed = ", ".join(f"{table} {offset:.0f}" for table, offset in offsets.items())
             print(f"{name:14s} gemm_moe_offset_tokens_{precision} = {statistics.median(offsets.values()):.0f}  "
                   f"# {listed}")
+            engine_shares, engine_offsets = per_engine_medians(shares), per_engine_medians(offsets)
             for kernels in GEMM_KERNELS:  # each engine's own kernels: the median over its versions
-                share = [v for table, v in shares.items() if table.split()[0] == kernels]
-                offset = [v for table, v in offsets.items() if table.split()[0] == kernels]
-                if share:
+                if kernels in engine_shares:
                     print(f"{name:14s} engine_gemm.{kernels}.gemm_moe_fraction_{precision} = "
-                          f"{statistics.median(share):.3f}")
+                          f"{engine_shares[kernels]:.3f}")
                     print(f"{name:14s} engine_gemm.{kernels}.gemm_moe_offset_tokens_{precision} = "
-                          f"{statistics.median(offset):.0f}")
+                          f"{engine_offsets[kernels]:.0f}")
 
 
 if __name__ == "__main__":
