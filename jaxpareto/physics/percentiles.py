@@ -156,7 +156,7 @@ class TurnSpread(NamedTuple):
         step_slope_ms: a decode step's added time per extra request in the batch [ms].
         turn_rate_per_ms: turns starting per ms.
         tpot_cap_ms: the longest TPOT the server allows (the open loop's KV slots all busy:
-            `jaxpareto.physics.point.saturated_tpot_ms`); the quantiles stop there.
+            `jaxpareto.physics.open_engine.saturated_tpot_ms`); the quantiles stop there.
         prefill_dispersion: F_c, the index of dispersion of the prefills landing in a request's
             decode steps (1: Poisson; the open loop's clusters,
             `jaxpareto.physics.open_engine`).

@@ -267,14 +267,33 @@ def tpot_slope_ms(state: TurnState, step_slope_ms: jax.Array) -> jax.Array:
     return step_slope_ms * (1.0 - state.mixed_share) * ratio * ratio
 
 
-def _with_slot_wait(state: TurnState, slots: jax.Array, rate_per_ms: jax.Array, osl: jax.Array, osl_cv: jax.Array,
-                    tpot_slope: jax.Array, fano: jax.Array) -> TurnState:
+def _with_slot_wait(state: TurnState, full: TurnState, saturated_tpot_ms: jax.Array, slots: jax.Array,
+                    rate_per_ms: jax.Array, osl: jax.Array, osl_cv: jax.Array, hold_slope_ms: jax.Array) -> TurnState:
     """The open-loop turn with the wait for a KV slot added to TTFT (in ``memory_wait_ms``): a
-    request holds its slot for its prefill and decode, whose spread is the output's, and its
-    TPOT grows by ``tpot_slope`` per request more in the batch, up to the M slots (`slot_wait_ms`)."""
+    request holds its slot for its prefill and decode, whose spread is the output's (`slot_wait_ms`).
+
+    T_hold(M), the holding time with the M slots full, is the turn at the full batch with its
+    prompts admitted at the rate the slots free up, min(λ, M / T_hold(M)). It is taken as the
+    smaller of two turns at M, as the holding time grows with the admission rate: ``full``, at the
+    arrival rate, and the turn whose OSL steps run at ``saturated_tpot_ms``, every leaver
+    replaced at once (`jaxpareto.physics.open_engine.saturated_tpot_ms`; an approximation that
+    keeps the operating point's prefill and its prefill clusters), and at least T_hold. The
+    occupancy's over-dispersion (`batch_fano_factor`) takes T_hold's secant from B to M, the
+    line whose negative binomial is the chain's law up to M, and ``hold_slope_ms``, the tangent
+    at B [ms per request], where B is at M already. Both belong to the path to the full engine,
+    not to the operating point: extrapolating the tangent at B overshot a mixture of experts'
+    T_hold(M) (its step steep while experts wake at a small batch, flat once all run) and
+    flagged a load beyond capacity that a higher load, at a larger B, passed."""
     hold = state.latency_ms - state.queue_wait_ms - state.memory_wait_ms
+    # (beyond the prefill's capacity at M the full turn is inf, and so are its waits)
+    at_arrivals = jnp.where(jnp.isfinite(full.latency_ms), full.latency_ms - full.queue_wait_ms - full.memory_wait_ms,
+                            jnp.inf)
+    replaced = hold + osl * jnp.maximum(saturated_tpot_ms - state.tpot_ms, 0.0)
+    hold_full = jnp.maximum(jnp.minimum(at_arrivals, replaced), hold)
     decode = state.latency_ms - state.ttft_ms
-    hold_full = hold + osl * tpot_slope * jnp.maximum(slots - state.seen_batch, 0.0)
+    room = slots - state.seen_batch
+    secant = jnp.where(room > 0, (hold_full - hold) / jnp.where(room > 0, room, 1.0), hold_slope_ms)
+    fano = batch_fano_factor(state.prefill_dispersion, rate_per_ms, secant)
     wait, waits = slot_wait_ms(slots, rate_per_ms, hold, (decode * osl_cv / hold) ** 2, hold_full, fano,
                                state.prefill_dispersion)
     busy = 1.0 - (1.0 - state.queue_busy) * (1.0 - waits)
@@ -504,14 +523,28 @@ def evaluate_point(
                                         solver, _LATENCY_LINES[open_loop, measured, options.gemm_rate == "measured"],
                                         open_loop, joint)
     # the inner roots the joint solve found (none from the other solvers), polished
-    state = turn_state(turn, solution.batch, options, inner if inner.shape[0] else None, polish=True)
+    if open_loop:  # and the turn with the M slots full (seen: M), whose holding time drains the slot queue
+        # (one vmapped evaluation of both: a second copy of the prefill chain would double its compilation)
+        batches = jnp.stack([solution.batch, jnp.maximum(batch_cap - 1.0, solution.batch)])
+        both = jax.vmap(lambda b: turn_state(turn, b, options, polish=True))(batches)
+        state, full = (jax.tree_util.tree_map(lambda v, i=i: v[i], both) for i in (0, 1))
+    else:
+        state = turn_state(turn, solution.batch, options, inner if inner.shape[0] else None, polish=True)
     if open_loop or percentiles:  # a step's added time per request more in the batch
         step_slope = decode_step(coefficients, state.seen_batch + 1.0, options.expert_routing).tpot_ms - \
             state.step.tpot_ms
     if open_loop:  # a request waits for a KV slot before its prefill (`jaxpareto.physics.queueing`)
-        tpot_slope = tpot_slope_ms(state, step_slope)
-        fano = batch_fano_factor(state.prefill_dispersion, rate_per_ms, workload.osl * tpot_slope)
-        state = _with_slot_wait(state, batch_cap, rate_per_ms, workload.osl, workload.osl_cv, tpot_slope, fano)
+        # the batch's spread around B, for the percentiles: T_hold's tangent there
+        hold_slope = workload.osl * tpot_slope_ms(state, step_slope)
+        fano = batch_fano_factor(state.prefill_dispersion, rate_per_ms, hold_slope)
+        saturated_tpot = full.step.tpot_ms
+        if options.prefill_model == "shared":  # the slots' replacements prefill in the decode steps
+            saturated_tpot = saturated_tpot_ms(
+                full.step, batch_cap, state.prefill.tokens, workload.osl, chunk_tokens, prefill_ms_per_token,
+                coefficients.eta_decode, coefficients.elementwise_overhead,
+                prefill_expert_costs(coefficients, batch_cap, options) if measured else None)
+        state = _with_slot_wait(state, full, saturated_tpot, batch_cap, rate_per_ms, workload.osl, workload.osl_cv,
+                                hold_slope)
     step, latency = state.step, state.latency_ms
     if open_loop:  # beyond capacity: no fixed point below the cap, or a queue's ρ >= 1
         stable = solution.converged & jnp.isfinite(latency) & (state.queue_busy < 1.0)
@@ -533,15 +566,8 @@ def evaluate_point(
         return jnp.where(ok, value, jnp.nan)
 
     if percentiles:
-        saturated_tpot = jnp.inf  # the open loop's TPOT with every KV slot busy caps its quantiles
-        if open_loop:
-            full = decode_step(coefficients, batch_cap, options.expert_routing)
-            saturated_tpot = full.tpot_ms
-            if options.prefill_model == "shared":  # the slots' replacements prefill in the decode steps
-                saturated_tpot = saturated_tpot_ms(
-                    full, batch_cap, state.prefill.tokens, workload.osl, chunk_tokens, prefill_ms_per_token,
-                    coefficients.eta_decode, coefficients.elementwise_overhead,
-                    prefill_expert_costs(coefficients, batch_cap, options) if measured else None)
+        if not open_loop:
+            saturated_tpot = jnp.inf  # the open loop's TPOT with every KV slot busy caps its quantiles
         spread = TurnSpread(state.ttft_ms, state.queue_wait_ms, state.queue_busy, state.mix, state.tpot_ms,
                             workload.osl, workload.osl_cv, state.decode_step_ms, state.mixed_step_ms,
                             state.mixed_share, batch_variance, step_slope, turns_per_s / MS_PER_S,

@@ -181,7 +181,7 @@ def slot_wait_ms(slots: jax.Array, rate_per_ms: jax.Array, hold_ms: jax.Array, h
     slots their number has mean λ T_hold (Little's law) and variance F times that
     (`batch_fano_factor`), taken as a negative binomial of those two moments (F = 1: Poisson).
     At n >= M every slot is busy, arrivals queue first-come first-served and leave at
-    M / T_hold(M) (``hold_full_ms``: the decode slowed by the full batch), a geometric tail of
+    M / T_hold(M) (``hold_full_ms``: the turn at the full batch, `jaxpareto.physics.point`), a geometric tail of
     ratio σ = λ T_hold(M) / M. Then
 
         P(wait) = P(n >= M),   W = P(wait) T_hold(M) / (M - λ T_hold(M)) x (F_a + c_T²) / 2,
