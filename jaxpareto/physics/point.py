@@ -522,13 +522,12 @@ def evaluate_point(
                                         LoopInputs(turn, concurrency_eff, think_ms, rate_per_ms, batch_cap),
                                         solver, _LATENCY_LINES[open_loop, measured, options.gemm_rate == "measured"],
                                         open_loop, joint)
-    # the inner roots the joint solve found (none from the other solvers), polished
-    if open_loop:  # and the turn with the M slots full (seen: M), whose holding time drains the slot queue
+    if open_loop:  # the turn at B and with the M slots full (seen: M), whose holding time drains the slot queue
         # (one vmapped evaluation of both: a second copy of the prefill chain would double its compilation)
         batches = jnp.stack([solution.batch, jnp.maximum(batch_cap - 1.0, solution.batch)])
         both = jax.vmap(lambda b: turn_state(turn, b, options, polish=True))(batches)
         state, full = (jax.tree_util.tree_map(lambda v, i=i: v[i], both) for i in (0, 1))
-    else:
+    else:  # the inner roots the joint solve found (none from the other solvers), polished
         state = turn_state(turn, solution.batch, options, inner if inner.shape[0] else None, polish=True)
     if open_loop or percentiles:  # a step's added time per request more in the batch
         step_slope = decode_step(coefficients, state.seen_batch + 1.0, options.expert_routing).tpot_ms - \
