@@ -187,7 +187,12 @@ def decode_coefficients(
             (`jaxpareto.definitions.hardware.expert_offset_tokens`); None: ``offset_tokens``.
         roofline: "step" (the seed's eq. 3: one roofline for the whole step) or "operator" (the
             projections' roofline and attention's, one after the other: `decode_step`). Static.
+
+    Raises:
+        ValueError: ``roofline`` is neither.
     """
+    if roofline not in ROOFLINES:
+        raise ValueError(f"roofline {roofline!r} not in {ROOFLINES}")
     bw = hw.bandwidth_gbs
     matmul_ms = FLOPS_PER_PARAM_PER_TOKEN * model.params_active_b * PARAMS_PER_B / (tp * tflops * FLOPS_PER_TFLOPS) \
         * MS_PER_S
@@ -216,18 +221,8 @@ def decode_coefficients(
         eta_decode=eta_decode,
         compute_floor_ms=floor_ms,
         expert_floor_ms=expert_floor_ms,
-        attention_ms=by_operator(roofline, attention_ms),
+        attention_ms=attention_ms if roofline == "operator" else None,  # None: the seed's one roofline
     )
-
-
-def by_operator(roofline: str, attention_ms: jax.Array) -> jax.Array | None:
-    """``attention_ms`` where the step runs per operator (``roofline="operator"``), None for the
-    seed's one roofline; raises ValueError for another ``roofline``."""
-    if roofline not in ROOFLINES:
-        raise ValueError(f"roofline {roofline!r} not in {ROOFLINES}")
-    return attention_ms if roofline == "operator" else None
-
-
 
 
 def experts_touched(batch: jax.Array, experts: jax.Array, experts_per_token: jax.Array,
