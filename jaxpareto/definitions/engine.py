@@ -55,6 +55,12 @@ class Engine(Definition):
         prefill_chunk_tokens: tokens one engine step carries at most (vLLM
             ``max_num_batched_tokens``, SGLang ``chunked_prefill_size``, TensorRT-LLM
             ``max_num_tokens``); 0: the workload's ``prefill_chunk_tokens``.
+        decode_tokens_in_budget: whether a step's decode tokens count against that budget, so
+            that a step of B decoding requests has P - B tokens left for prefill (vLLM V1 and
+            TensorRT-LLM schedule their running requests first, one token each, then prompts
+            in what is left); False (default): all P go to prefill (SGLang's chunked prefill,
+            whose prefill batches run beside the decode batch). Under the shared engine only
+            (`jaxpareto.physics.point.prefill_budget_tokens`).
         max_running_requests: requests one engine instance (a TP group, an attention-DP rank
             or a pipeline) runs at once at most (vLLM ``max_num_seqs``, TensorRT-LLM
             ``max_batch_size``, SGLang ``max_running_requests``); 0: only KV memory limits
@@ -92,6 +98,7 @@ class Engine(Definition):
     memory_total: Literal["reported", "datasheet"] = "reported"
     activation_reserve_gb: float = pydantic.Field(default=0.0, ge=0)
     prefill_chunk_tokens: int = pydantic.Field(default=0, ge=0)
+    decode_tokens_in_budget: bool = False
     max_running_requests: int = pydantic.Field(default=0, ge=0)
     scheduler_delay_steps: float = pydantic.Field(default=0.0, ge=0, allow_inf_nan=False)
     gemm_kernels: GemmKernels | None = None
@@ -120,6 +127,8 @@ class Engine(Definition):
             reported_total=float(self.memory_total == "reported"),
             activation_reserve_gb=self.activation_reserve_gb,
             prefill_chunk_tokens=float(self.prefill_chunk_tokens),
+            # none: no term in the program (a mixed table takes 0: the budget is all prefill's)
+            decode_tokens_in_budget=1.0 if self.decode_tokens_in_budget else None,
             max_running_requests=float(self.max_running_requests),
             # none: no term in the program (an engine table that mixes takes 0 for it, `stack_params`)
             scheduler_delay_steps=float(self.scheduler_delay_steps) if self.scheduler_delay_steps > 0 else None,
@@ -143,6 +152,8 @@ class EngineParams:
     ``memory_total="reported"``; ``efficiency_mask`` holds 1.0 for each `Efficiency` field the
     engine sets and 0.0 where the shared factor applies. ``scheduler_delay_steps`` is None for an
     engine without one, so that a program of such engines carries no delay term at all;
+    ``decode_tokens_in_budget`` is 1.0 where the engine counts decode tokens against its step
+    budget, None where it does not (0 where a table mixes the two);
     ``gemm_kernels`` is 1 + the index of the engine's kernels in
     `jaxpareto.definitions.hardware.GEMM_KERNELS`, None for an engine that names none (0 where a
     table mixes the two: the GPU's own measurements).
@@ -158,6 +169,7 @@ class EngineParams:
     efficiency: Efficiency
     efficiency_mask: Efficiency
     gemm_kernels: jax.Array | float | None = None
+    decode_tokens_in_budget: jax.Array | float | None = None
 
 
 def seed_engine() -> Engine:

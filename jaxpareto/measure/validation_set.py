@@ -61,9 +61,11 @@ prefill and decode workers); the parallel layout ``pp``, ``attention_dp``, ``moe
 spread ``isl_cv`` and ``osl_cv`` (`SPREAD_COLUMNS`, blank: fixed lengths; a file may leave them
 out); the run's own engine settings where its configuration is published (`SETTING_COLUMNS`,
 blank: its engine's; a file may leave them out): ``scheduler_delay_steps``, the steps a request's
-first token waits for the scheduler, and ``gemm_kernels``, whose GEMM kernels the run computed
+first token waits for the scheduler, ``gemm_kernels``, whose GEMM kernels the run computed
 with (one of `jaxpareto.definitions.hardware.GEMM_KERNELS`: the GPU's measurements of them apply
-under ``gemm_rate="measured"``; `jaxpareto.definitions.engine.Engine`). Rows whose layout
+under ``gemm_rate="measured"``), and ``prefill_chunk_tokens``, the tokens one engine step
+carries at most (TensorRT-LLM ``max_num_tokens``, vLLM ``max_num_batched_tokens``;
+`jaxpareto.definitions.engine.Engine`). Rows whose layout
 the model cannot express yet load like any other, and
 `unsupported_reason` (the loaded ``unsupported`` column) says why; they are kept, never
 approximated.
@@ -173,6 +175,7 @@ COLUMNS: dict[str, str] = {
     "capacity_tokens_per_s": "opt_num",
     "scheduler_delay_steps": "opt_steps",
     "gemm_kernels": "opt_kernels",
+    "prefill_chunk_tokens": "opt_int",
     "metric": "str",
     "statistic": "str",
     "value": "num",
@@ -191,7 +194,7 @@ DISAGGREGATION_COLUMNS = ("prefill_workers", "prefill_tp", "decode_workers")
 SPREAD_COLUMNS = ("isl_cv", "osl_cv")
 #: The run's own engine settings where its configuration is published, over its engine's
 #: (`jaxpareto.definitions.engine.Engine`; blank: the engine's). Optional in a file.
-SETTING_COLUMNS = ("scheduler_delay_steps", "gemm_kernels")
+SETTING_COLUMNS = ("scheduler_delay_steps", "gemm_kernels", "prefill_chunk_tokens")
 _WORKLOAD_BOUNDS = {f.name: f.metadata["bounds"] for f in numeric_fields(Workload) if f.name in SPREAD_COLUMNS}
 
 #: Values of blank layout columns: pipeline stages, attention data-parallel ranks, MoE tensor- and

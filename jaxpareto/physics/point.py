@@ -33,7 +33,8 @@ from jaxpareto.physics.layout import expert_exchange, fills_budget, layout_costs
     point_layout, rank_model
 from jaxpareto.physics.limits import LAYOUT_DOES_NOT_SPLIT, LOAD_BEYOND_CAPACITY, REPLICA_DOES_NOT_DIVIDE_BUDGET, \
     context_fits, heads_split, infeasible_reason
-from jaxpareto.physics.memory import _INT32_MAX, memory_budget, running_limit, scheduler_delay_steps, \
+from jaxpareto.physics.memory import _INT32_MAX, decode_tokens_in_budget, memory_budget, running_limit, \
+    scheduler_delay_steps, \
     session_contexts, session_gb
 from jaxpareto.physics.open_engine import poisson_turn, saturated_tpot_ms
 from jaxpareto.physics.outputs import DECODE_COMPUTE, DECODE_MEMORY, DECODE_NONE, PointOutputs
@@ -74,6 +75,8 @@ class TurnLatency(NamedTuple):
         scheduler_delay_steps: d, engine steps the first token waits for the scheduler
             (`jaxpareto.definitions.engine.Engine`): TTFT gains d x TPOT (the mean step); None:
             no engine, no term (static).
+        decode_in_budget: 1 where the engine's decode tokens take their share of
+            ``chunk_tokens`` (`prefill_budget_tokens`), 0 where not; None: no term (static).
     """
 
     ttft_ms: jax.Array
@@ -99,6 +102,40 @@ class TurnLatency(NamedTuple):
     isl_cv: jax.Array = 0.0
     lockstep_ranks: jax.Array | None = None
     scheduler_delay_steps: jax.Array | None = None
+    decode_in_budget: jax.Array | None = None
+
+
+#: The fewest prefill tokens a step keeps (a numerical floor, for turns of no prefill at all).
+MIN_PREFILL_BUDGET_TOKENS = 1.0
+
+
+def prefill_budget_tokens(chunk_tokens: jax.Array, decode_tokens: jax.Array, prefill_tokens: jax.Array,
+                          osl: jax.Array, decode_in_budget=None) -> jax.Array:
+    """P_prefill: the prefill tokens a step of the shared engine may carry [tokens].
+
+    The step's token budget P (vLLM ``max_num_batched_tokens``, TensorRT-LLM ``max_num_tokens``)
+    less, where the engine counts them (``decode_in_budget`` 1), the step's decode tokens, one
+    per running request: vLLM V1's scheduler schedules its running requests first and prompts
+    in the budget left (vllm/v1/core/sched/scheduler.py, ``token_budget``); TensorRT-LLM's
+    scheduler counts a generation request's token against ``max_num_tokens`` as a context
+    request's (its performance-tuning guide, "Tuning Max Batch Size and Max Num Tokens").
+
+    The decode tokens are the batch B, but at most the P OSL / (L + OSL) that the budget keeps
+    fed: a request decodes OSL steps for every L prefill tokens, so D decoding requests need
+    D L / OSL prefill tokens a step, and D + D L / OSL <= P. Sessions beyond that wait for
+    their prefill rather than decode (the closed loop counts every session of its turn in B),
+    so P L / (L + OSL) is always left to prefill.
+
+    Args:
+        chunk_tokens: P [tokens]. decode_tokens: the step's batch, B [requests].
+        prefill_tokens: L, a turn's prefill [tokens]. osl: a turn's output tokens.
+        decode_in_budget: 1, 0 (scalars) or None (static: P, no term in the program).
+    """
+    if decode_in_budget is None:
+        return chunk_tokens
+    fed = chunk_tokens * prefill_tokens / jnp.maximum(prefill_tokens + osl, 1.0)
+    left = jnp.maximum(chunk_tokens - decode_in_budget * decode_tokens, fed)
+    return jnp.maximum(left, MIN_PREFILL_BUDGET_TOKENS)
 
 
 class TurnState(NamedTuple):
@@ -214,17 +251,20 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         def experts_beyond(decoding):  # the experts a step's prefill touches beyond its decode batch's
             return prefill_expert_costs(turn.decode, decoding, options) if options.profile == "measured" else None
 
-        if options.arrivals == "synchronised":  # the burst's mixed steps decode half the wave
-            half = decode_step(turn.decode, batch_run / 2.0, options.expert_routing)
-            engine = synchronised_turn(step, half, batch_run, work.tokens, turn.osl, turn.chunk_tokens,
+        synchronised = options.arrivals == "synchronised"  # the burst's mixed steps decode half the wave
+        decoding = batch_run / 2.0 if synchronised else batch_run
+        budget = prefill_budget_tokens(turn.chunk_tokens, decoding, work.tokens, turn.osl, turn.decode_in_budget)
+        if synchronised:
+            half = decode_step(turn.decode, decoding, options.expert_routing)
+            engine = synchronised_turn(step, half, batch_run, work.tokens, turn.osl, budget,
                                        turn.prefill_ms_per_token, turn.decode.eta_decode,
-                                       turn.decode.elementwise_overhead, experts_beyond(batch_run / 2.0))
+                                       turn.decode.elementwise_overhead, experts_beyond(decoding))
         elif open_loop:  # requests arrive at λ: the bulk-service steps (`jaxpareto.physics.open_engine`)
-            engine = poisson_turn(step, turn.rate_per_ms, work.tokens, turn.osl, turn.chunk_tokens,
+            engine = poisson_turn(step, turn.rate_per_ms, work.tokens, turn.osl, budget,
                                   turn.prefill_ms_per_token, turn.decode.eta_decode, turn.decode.elementwise_overhead,
                                   fcfs_wait_scale(mix.scv), mix.cv ** 2, experts_beyond(seen), turn.lockstep_ranks)
         else:
-            engine = shared_turn(step, batch_run, concurrency, work.tokens, turn.osl, turn.chunk_tokens,
+            engine = shared_turn(step, batch_run, concurrency, work.tokens, turn.osl, budget,
                                  turn.prefill_ms_per_token, turn.decode.eta_decode, turn.decode.elementwise_overhead,
                                  experts_beyond(batch_run), lockstep_ranks=turn.lockstep_ranks, load_given=next(given),
                                  polish=polish)
@@ -493,6 +533,7 @@ def evaluate_point(
 
     zero = 0.0 * tokens
     delay_steps = scheduler_delay_steps(engine)  # None: no engine of the table sets one, no term
+    in_budget = decode_tokens_in_budget(engine)  # None likewise
     isolated_ttft = prefill_alone_ms(costs, tokens, chunk_tokens, efficiency, options) + fill_ms
     turn = TurnLatency(
         ttft_ms=isolated_ttft,
@@ -506,6 +547,7 @@ def evaluate_point(
         rate_per_ms=rate_per_ms + zero, paused_sessions=paused + zero, isl_cv=workload.isl_cv + zero,
         lockstep_ranks=None if ranks is None or options.dp_prefill == "aligned" else ranks + zero,
         scheduler_delay_steps=None if delay_steps is None else delay_steps + zero,
+        decode_in_budget=None if in_budget is None else in_budget + zero,
     )
     if options.prefill_model == "shared" or options.cache_model == "lru" or measured:
         # R(B) then holds inner roots solved to the dtype's rounding (about 1e-6 relative in
@@ -539,7 +581,9 @@ def evaluate_point(
         saturated_tpot = full.step.tpot_ms
         if options.prefill_model == "shared":  # the slots' replacements prefill in the decode steps
             saturated_tpot = saturated_tpot_ms(
-                full.step, batch_cap, state.prefill.tokens, workload.osl, chunk_tokens, prefill_ms_per_token,
+                full.step, batch_cap, state.prefill.tokens, workload.osl,
+                prefill_budget_tokens(turn.chunk_tokens, batch_cap, state.prefill.tokens, workload.osl,
+                                      turn.decode_in_budget), prefill_ms_per_token,
                 coefficients.eta_decode, coefficients.elementwise_overhead,
                 prefill_expert_costs(coefficients, batch_cap, options) if measured else None)
         state = _with_slot_wait(state, full, saturated_tpot, batch_cap, rate_per_ms, workload.osl, workload.osl_cv,
