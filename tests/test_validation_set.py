@@ -98,12 +98,14 @@ def test_offline_throughput_matches_the_seed_equations_and_counts_every_gpu(tabl
     assert row["predicted"] == pytest.approx(per_group * gpus / tp, rel=1e-9)
 
 
-def _matched_load(rows, table, key):
+def _matched_load(rows, key):
     """What a server row is matched to, whole system [tokens/s]: its measured share of the
-    system's offline capacity, times the model's offline throughput of that system."""
+    system's offline capacity, times the model's offline throughput of that system under the
+    server row's own settings (its scheduler delay may differ from the offline row's)."""
     row = by_id(rows, f"{key}-server-ttft")
-    offline = by_id(table, f"{key.replace('llama2int', 'llama2')}-offline")
-    return row["load_tokens_per_s"] / row["capacity_tokens_per_s"] * offline["predicted"]
+    as_offline = rows[rows["id"] == row["id"]].assign(load="offline", metric="output_tokens_per_s_total",
+                                                      unit="tokens/s")
+    return row["load_tokens_per_s"] / row["capacity_tokens_per_s"] * predict(as_offline)[0]
 
 
 def test_server_rows_match_their_share_of_capacity_by_littles_law(rows, table):
@@ -116,7 +118,7 @@ def test_server_rows_match_their_share_of_capacity_by_littles_law(rows, table):
         row = by_id(rows, f"{key}-server-ttft")
         groups = row["gpus"] / (row["tp"] * row["attention_dp"])  # replicas (DeepSeek-R1: 8 attention-DP ranks)
         latency_s = (ttft["predicted"] + row["osl"] * tpot["predicted"]) / 1e3
-        requests_per_s = _matched_load(rows, table, key) / groups / row["osl"]
+        requests_per_s = _matched_load(rows, key) / groups / row["osl"]
         assert ttft["concurrency"] == pytest.approx(requests_per_s * latency_s, rel=1e-9)
     # the same rows evaluated at the matched C as concurrency rows serve that load
     at_c = rows.copy()
@@ -126,7 +128,7 @@ def test_server_rows_match_their_share_of_capacity_by_littles_law(rows, table):
     at_c.loc[server, "unit"] = "tokens/s"
     served = predict(at_c)[server]
     keys = [i.rsplit("-server-", 1)[0] for i in rows.loc[server, "id"]]
-    np.testing.assert_allclose(served, [_matched_load(rows, table, k) for k in keys], rtol=1e-9)
+    np.testing.assert_allclose(served, [_matched_load(rows, k) for k in keys], rtol=1e-9)
     # without a measured capacity, a row is matched to its absolute load where the model reaches it
     # (a load beyond the model's capacity is flagged, not matched)
     absolute = rows.copy()
