@@ -66,12 +66,18 @@ def test_shipped_validation_csv_loads_with_layout_defaults():
     rows = load_validation_set()
     assert len(rows) == 106
     assert list(rows.columns) == [*COLUMNS, "unsupported"]
-    # only DeepSeek-R1's MLPerf rows give a layout: NVIDIA's attention DP over 8 GPUs, 8-way EP
+    # DeepSeek-R1's MLPerf rows give a layout: NVIDIA's attention DP over 8 GPUs, 8-way EP; three
+    # offline rows pipeline over 2 stages as their submissions' configurations do
     laid_out = rows["id"].str.startswith("mlperf51-dsr1")
     assert laid_out.sum() == 6
     assert (rows.loc[laid_out, ["tp", "attention_dp", "moe_tp", "moe_ep"]] == [1, 8, 1, 8]).all().all()
+    pipelined = {"mlperf51-l405-b200-nvidia-offline": 2, "mlperf51-l405-h200-nebius-offline": 4,
+                 "mlperf51-llama2-h100-cisco-offline": 1}  # id -> TP, each with PP 2
+    staged = rows["id"].isin(pipelined)
+    assert (rows.loc[staged, "pp"] == 2).all() and (rows.loc[~staged, "pp"] == 1).all()
+    assert rows.loc[staged].set_index("id")["tp"].to_dict() == pipelined
     others = rows[~laid_out]
-    assert (rows["pp"] == 1).all() and (others["attention_dp"] == 1).all() and (others["moe_ep"] == 1).all()
+    assert (others["attention_dp"] == 1).all() and (others["moe_ep"] == 1).all()
     assert (others["moe_tp"] == others["tp"]).all() and rows["moe_tp"].dtype == "int64"
     assert (rows["mode"] == "agg").all() and (rows["unsupported"] == "").all()
     # only the KV-capacity row names its engine: vLLM's memory share decides what it measures
