@@ -212,17 +212,21 @@ def test_a_load_beyond_capacity_stays_beyond_it_at_higher_rates():
     operating point: a mixture of experts, whose step rises steeply at a small batch (experts
     waking) and flattens once all run, is not flagged at a rate that a higher one passes (the
     first version flagged 0.45-0.5 requests/s here and passed 0.55-0.6), and its wait for a slot
-    grows with the rate."""
+    grows with the rate; so does its median TPOT, whose batch spread takes the same secant (with
+    the tangent at B it fell from 12 to 5 ms between 0.35 and 0.45 requests/s)."""
     rates = [0.3, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8, 1.0]
     ds = jp.sweep("h200-sxm", "kimi-k2.5", tp=8, request_rate=rates, arrivals="poisson", prefill_model="shared",
                   gemm_rate="measured", attention="flops", context_tokens=32768, hit_rate=0.0,
-                  variables=["memory_wait_ms"], percentiles=False).squeeze()
+                  variables=["memory_wait_ms", "tpot_ms", "p50_tpot_ms", "p99_tpot_ms"], percentiles=True).squeeze()
     ok = ds.feasible.values
     assert ok[:2].all() and not ok[-1]
     assert np.all(np.diff(ok.astype(int)) <= 0)  # once beyond capacity, beyond it
     assert (ds.infeasible_reason.values[~ok] == LOAD_BEYOND_CAPACITY).all()
     wait = ds.memory_wait_ms.values[ok]
     assert np.all(np.diff(wait) >= 0)
+    median, mean, p99 = (ds[name].values[ok] for name in ("p50_tpot_ms", "tpot_ms", "p99_tpot_ms"))
+    assert np.all(np.diff(median) >= 0), median
+    assert np.all((0.5 * mean < median) & (median < p99)), (median, mean, p99)
 
 
 def test_a_spec_takes_request_rate_arrivals_and_an_slo():

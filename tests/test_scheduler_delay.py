@@ -36,11 +36,14 @@ def test_under_poisson_arrivals_ttft_gains_d_steps_and_nothing_else_moves(prefil
     np.testing.assert_allclose(delayed.tpot_ms, plain.tpot_ms, rtol=1e-6)
     shift = 3.0 * delayed.tpot_ms
     np.testing.assert_allclose(delayed.ttft_ms - plain.ttft_ms, shift, rtol=1e-5)
-    # every request waits alike: the TTFT and E2E quantiles move by the same d x TPOT, TPOT's not
+    # every request waits alike: the TTFT and E2E quantiles move by the same d x TPOT, TPOT's not,
+    # but for the batch's spread: a request holds its KV slot through the delay, so the slots'
+    # holding time gains d (TPOT(M) - TPOT(B)) from B to the full batch M, and the occupancy's
+    # over-dispersion with it (T_hold's secant, docs/model.md "The wait for a KV slot")
     for p in (50, 90, 99):
         np.testing.assert_allclose(delayed[f"p{p}_ttft_ms"] - plain[f"p{p}_ttft_ms"], shift, rtol=1e-4)
-        np.testing.assert_allclose(delayed[f"p{p}_e2el_ms"] - plain[f"p{p}_e2el_ms"], shift, rtol=1e-3)
-        np.testing.assert_allclose(delayed[f"p{p}_tpot_ms"], plain[f"p{p}_tpot_ms"], rtol=1e-5)
+        np.testing.assert_allclose(delayed[f"p{p}_e2el_ms"], plain[f"p{p}_e2el_ms"] + shift, rtol=1e-3)
+        np.testing.assert_allclose(delayed[f"p{p}_tpot_ms"], plain[f"p{p}_tpot_ms"], rtol=5e-3)
 
 
 def test_in_the_closed_loop_the_delay_is_part_of_the_turn():

@@ -323,7 +323,11 @@ def _with_slot_wait(state: TurnState, full: TurnState, saturated_tpot_ms: jax.Ar
     at B [ms per request], where B is at M already. Both belong to the path to the full engine,
     not to the operating point: extrapolating the tangent at B overshot a mixture of experts'
     T_hold(M) (its step steep while experts wake at a small batch, flat once all run) and
-    flagged a load beyond capacity that a higher load, at a larger B, passed."""
+    flagged a load beyond capacity that a higher load, at a larger B, passed.
+
+    Returns the turn and that over-dispersion factor, which the percentiles' spread of the batch
+    takes too (the tangent's, clipped where a MoE's step is steep, made P50 TPOT fall with the
+    rate)."""
     hold = state.latency_ms - state.queue_wait_ms - state.memory_wait_ms
     # (beyond the prefill's capacity at M the full turn is inf, and so are its waits)
     at_arrivals = jnp.where(jnp.isfinite(full.latency_ms), full.latency_ms - full.queue_wait_ms - full.memory_wait_ms,
@@ -339,7 +343,7 @@ def _with_slot_wait(state: TurnState, full: TurnState, saturated_tpot_ms: jax.Ar
     busy = 1.0 - (1.0 - state.queue_busy) * (1.0 - waits)
     return state._replace(ttft_ms=state.ttft_ms + wait, latency_ms=state.latency_ms + wait,
                           memory_wait_ms=state.memory_wait_ms + wait, queue_wait_ms=state.queue_wait_ms + wait,
-                          queue_busy=jnp.where(jnp.isfinite(wait), busy, 1.0))
+                          queue_busy=jnp.where(jnp.isfinite(wait), busy, 1.0)), fano
 
 
 def turn_latency_ms(turn: TurnLatency, batch: jax.Array, options: ModelOptions = ModelOptions()) -> jax.Array:
@@ -575,9 +579,7 @@ def evaluate_point(
         step_slope = decode_step(coefficients, state.seen_batch + 1.0, options.expert_routing).tpot_ms - \
             state.step.tpot_ms
     if open_loop:  # a request waits for a KV slot before its prefill (`jaxpareto.physics.queueing`)
-        # the batch's spread around B, for the percentiles: T_hold's tangent there
-        hold_slope = workload.osl * tpot_slope_ms(state, step_slope)
-        fano = batch_fano_factor(state.prefill_dispersion, rate_per_ms, hold_slope)
+        hold_slope = workload.osl * tpot_slope_ms(state, step_slope)  # T_hold's tangent at B
         saturated_tpot = full.step.tpot_ms
         if options.prefill_model == "shared":  # the slots' replacements prefill in the decode steps
             saturated_tpot = saturated_tpot_ms(
@@ -586,8 +588,9 @@ def evaluate_point(
                                       turn.decode_in_budget), prefill_ms_per_token,
                 coefficients.eta_decode, coefficients.elementwise_overhead,
                 prefill_expert_costs(coefficients, batch_cap, options) if measured else None)
-        state = _with_slot_wait(state, full, saturated_tpot, batch_cap, rate_per_ms, workload.osl, workload.osl_cv,
-                                hold_slope)
+        # the occupancy's over-dispersion, for the slot queue and the percentiles' batch spread alike
+        state, fano = _with_slot_wait(state, full, saturated_tpot, batch_cap, rate_per_ms, workload.osl,
+                                      workload.osl_cv, hold_slope)
     step, latency = state.step, state.latency_ms
     if open_loop:  # beyond capacity: no fixed point below the cap, or a queue's ρ >= 1
         stable = solution.converged & jnp.isfinite(latency) & (state.queue_busy < 1.0)
