@@ -80,22 +80,22 @@ def test_concurrency_one_tpot_matches_the_seed_equations(table):
 
 
 def test_offline_throughput_matches_the_seed_equations_and_counts_every_gpu(table):
-    """MLPerf v5.1 llama2-70b on 8 H200 in 8 TP-1 groups, fp8 weights and KV, 222.3 in / 265 out,
+    """MLPerf v4.1 llama2-70b on a DGX H100 in 4 TP-2 groups, fp8 weights and KV, 222.3 in / 265 out,
     output lengths spread with CV 0.787: decode sees the length-biased in-flight context."""
-    total_b, table_b, gpus, tp, isl, osl, osl_cv = 68.976648192, 32_000 * 8192 / 1e9, 8, 1, 222.3, 265, 0.787
-    memory_gb, bandwidth_gbs, fp8_tflops = 141.0, 4800.0, 1979e12
+    total_b, table_b, gpus, tp, isl, osl, osl_cv = 68.976648192, 32_000 * 8192 / 1e9, 8, 2, 222.3, 265, 0.787
+    memory_gb, bandwidth_gbs, fp8_tflops = 80.0, 3350.0, 1979e12
     params_b = total_b - table_b  # active: the untied input table is looked up, not read whole
     context = isl + osl * (1 + osl_cv**2) / 2
     kv_per_token = 2 * 80 * 8 * 128 * 1  # fp8 KV
     available_gb = tp * memory_gb - (params_b * 1.0 + table_b * 2.0)  # the input table stays 16-bit
-    sessions = np.floor(available_gb / (context * kv_per_token / 1e9))  # r_kv = 1 at TP 1
+    sessions = np.floor(available_gb / (context * kv_per_token / 1e9))  # r_kv = 1 at TP 2
     ttft_ms = 2 * params_b * 1e9 * isl / (tp * fp8_tflops) * 1e3 / 0.65
     memory_ms = (params_b * 1.0 / (tp * bandwidth_gbs) * 1e3
                  + sessions * context * kv_per_token / (tp * bandwidth_gbs * 1e9) * 1e3) * 1.10
     compute_ms = 2 * params_b * 1e9 * sessions / (tp * fp8_tflops) * 1e3
     tpot_ms = max(memory_ms, compute_ms) / 0.40
     per_group = sessions * osl / ((ttft_ms + osl * tpot_ms) / 1e3)
-    row = by_id(table, "mlperf51-llama2-h200-nebius-offline")
+    row = by_id(table, "mlperf41-llama2-dgxh100-offline")
     assert row["concurrency"] == sessions
     assert row["predicted"] == pytest.approx(per_group * gpus / tp, rel=1e-9)
 
@@ -118,7 +118,8 @@ def test_server_rows_match_their_share_of_capacity_by_littles_law(rows, table):
                 "mlperf51-llama2int-b200-nvidia"):
         ttft, tpot = by_id(table, f"{key}-server-ttft"), by_id(table, f"{key}-server-tpot")
         row = by_id(rows, f"{key}-server-ttft")
-        groups = row["gpus"] / (row["tp"] * row["attention_dp"])  # replicas (DeepSeek-R1: 8 attention-DP ranks)
+        # replicas (DeepSeek-R1: 8 attention-DP ranks; a pipeline's stages hold one replica)
+        groups = row["gpus"] / (row["tp"] * row["attention_dp"] * row["pp"])
         latency_s = (ttft["predicted"] + row["osl"] * tpot["predicted"]) / 1e3
         requests_per_s = _matched_load(rows, key) / groups / row["osl"]
         assert ttft["concurrency"] == pytest.approx(requests_per_s * latency_s, rel=1e-9)

@@ -59,7 +59,7 @@ class Engine(Definition):
             that a step of B decoding requests has P - B tokens left for prefill (vLLM V1 and
             TensorRT-LLM schedule their running requests first, one token each, then prompts
             in what is left); False (default): all P go to prefill (SGLang's chunked prefill,
-            whose prefill batches run beside the decode batch). Under the shared engine only
+            whose prefill batches run as steps of their own by default). Under the shared engine only
             (`jaxpareto.physics.point.prefill_budget_tokens`).
         max_running_requests: requests one engine instance (a TP group, an attention-DP rank
             or a pipeline) runs at once at most (vLLM ``max_num_seqs``, TensorRT-LLM

@@ -16,8 +16,12 @@ Load. Rows are evaluated at what they were measured at:
   model's capacity X(concurrency_max) as the measured load is of the system's measured offline
   throughput (``capacity_tokens_per_s``): a server benchmark runs near its own saturation, and
   its latencies there depend on how close it is, which the absolute load would misplace
-  whenever the model's capacity is off (the offline rows score the capacity itself). Rows
-  without a capacity are matched to the absolute load per group; a load above X at
+  whenever the model's capacity is off (the offline rows score the capacity itself). The
+  model's capacity is the server row's own: its layout and settings, which may differ from the
+  offline run's (Llama-3.1-405B on B200 serves at TP 4 and ran offline at TP 2 x PP 2; the
+  model's capacities of the two differ by 6 %, 10 % for Llama-2-70B on Cisco's H100s); the
+  share of the offline throughput then stands for the share of the server layout's capacity.
+  Rows without a capacity are matched to the absolute load per group; a load above X at
   concurrency_max (or below X(1)) is flagged unreachable and evaluated at that bound.
 - ``static``: ``kv_capacity_tokens`` is concurrency_max at a 1-token context: M_avail / κ r_kv.
 

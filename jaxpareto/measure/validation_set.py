@@ -64,7 +64,8 @@ blank: its engine's; a file may leave them out): ``scheduler_delay_steps``, the 
 first token waits for the scheduler, ``gemm_kernels``, whose GEMM kernels the run computed
 with (one of `jaxpareto.definitions.hardware.GEMM_KERNELS`: the GPU's measurements of them apply
 under ``gemm_rate="measured"``), and ``prefill_chunk_tokens``, the tokens one engine step
-carries at most (TensorRT-LLM ``max_num_tokens``, vLLM ``max_num_batched_tokens``;
+carries at most (the runtime TensorRT-LLM ``max_num_tokens``, not the engine build's; vLLM
+``max_num_batched_tokens``; per step, which each of a pipeline's stages carries;
 `jaxpareto.definitions.engine.Engine`). Rows whose layout
 the model cannot express yet load like any other, and
 `unsupported_reason` (the loaded ``unsupported`` column) says why; they are kept, never

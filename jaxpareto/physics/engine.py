@@ -4,7 +4,9 @@
 GPU's full speed, by an engine that, like vLLM's scheduler with chunked prefill (Agrawal et al.,
 "Taming Throughput-Latency Tradeoff in LLM Inference with Sarathi-Serve", OSDI 2024), runs one
 step at a time, each step carrying one decode token of each of the B active sessions plus up to
-``prefill_chunk_tokens`` (P, vLLM's ``max_num_batched_tokens``) prefill tokens. A step's time
+P prefill tokens: the engine's ``prefill_chunk_tokens`` (vLLM's ``max_num_batched_tokens``), less
+the step's decode tokens where the engine counts them against it (vLLM, TensorRT-LLM;
+`jaxpareto.physics.point.prefill_budget_tokens`). A step's time
 comes from the same roofline as the seed's decode step (eq. 3):
 
     T(B, p) = max(t_memory(B), t_compute(B) + p c_p)

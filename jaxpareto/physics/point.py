@@ -133,7 +133,7 @@ def prefill_budget_tokens(chunk_tokens: jax.Array, decode_tokens: jax.Array, pre
     """
     if decode_in_budget is None:
         return chunk_tokens
-    fed = chunk_tokens * prefill_tokens / jnp.maximum(prefill_tokens + osl, 1.0)
+    fed = chunk_tokens * (prefill_tokens / jnp.maximum(prefill_tokens + osl, 1.0))  # P L in float32 could overflow
     left = jnp.maximum(chunk_tokens - decode_in_budget * decode_tokens, fed)
     return jnp.maximum(left, MIN_PREFILL_BUDGET_TOKENS)
 
