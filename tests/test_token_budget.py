@@ -11,7 +11,7 @@ import jaxpareto as jp
 from jaxpareto.definitions.engine import engines
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.measure.validation_set import default_path, load_validation_set
-from jaxpareto.physics.point import MIN_PREFILL_BUDGET_TOKENS, prefill_budget_tokens
+from jaxpareto.physics.engine import MIN_PREFILL_BUDGET_TOKENS, prefill_budget_tokens
 
 VLLM = engines()["vllm"]
 BUDGET = 1024

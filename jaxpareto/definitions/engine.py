@@ -60,7 +60,7 @@ class Engine(Definition):
             TensorRT-LLM schedule their running requests first, one token each, then prompts
             in what is left); False (default): all P go to prefill (SGLang's chunked prefill,
             whose prefill batches run as steps of their own by default). Under the shared engine only
-            (`jaxpareto.physics.point.prefill_budget_tokens`).
+            (`jaxpareto.physics.engine.prefill_budget_tokens`).
         max_running_requests: requests one engine instance (a TP group, an attention-DP rank
             or a pipeline) runs at once at most (vLLM ``max_num_seqs``, TensorRT-LLM
             ``max_batch_size``, SGLang ``max_running_requests``); 0: only KV memory limits

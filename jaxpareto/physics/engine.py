@@ -6,7 +6,7 @@ GPU's full speed, by an engine that, like vLLM's scheduler with chunked prefill 
 step at a time, each step carrying one decode token of each of the B active sessions plus up to
 P prefill tokens: the engine's ``prefill_chunk_tokens`` (vLLM's ``max_num_batched_tokens``), less
 the step's decode tokens where the engine counts them against it (vLLM, TensorRT-LLM;
-`jaxpareto.physics.point.prefill_budget_tokens`). A step's time
+`prefill_budget_tokens`). A step's time
 comes from the same roofline as the seed's decode step (eq. 3):
 
     T(B, p) = max(t_memory(B), t_compute(B) + p c_p)
@@ -154,6 +154,39 @@ def lockstep_share(seen: jax.Array, load: jax.Array, lockstep_ranks=None) -> jax
     if lockstep_ranks is None:
         return seen
     return jnp.where(lockstep_ranks > 1, 1.0 - (1.0 - seen) * jnp.power(1.0 - load, lockstep_ranks - 1.0), seen)
+
+
+#: The fewest prefill tokens a step keeps (a numerical floor, for turns of no prefill at all).
+MIN_PREFILL_BUDGET_TOKENS = 1.0
+
+
+def prefill_budget_tokens(chunk_tokens: jax.Array, decode_tokens: jax.Array, prefill_tokens: jax.Array,
+                          osl: jax.Array, decode_in_budget=None) -> jax.Array:
+    """P_prefill: the prefill tokens a step of the shared engine may carry [tokens].
+
+    The step's token budget P (vLLM ``max_num_batched_tokens``, TensorRT-LLM ``max_num_tokens``)
+    less, where the engine counts them (``decode_in_budget`` 1), the step's decode tokens, one
+    per running request: vLLM V1's scheduler schedules its running requests first and prompts
+    in the budget left (vllm/v1/core/sched/scheduler.py, ``token_budget``); TensorRT-LLM's
+    scheduler counts a generation request's token against ``max_num_tokens`` as a context
+    request's (its performance-tuning guide, "Tuning Max Batch Size and Max Num Tokens").
+
+    The decode tokens are the batch B, but at most the P OSL / (L + OSL) that the budget keeps
+    fed: a request decodes OSL steps for every L prefill tokens, so D decoding requests need
+    D L / OSL prefill tokens a step, and D + D L / OSL <= P. Sessions beyond that wait for
+    their prefill rather than decode (the closed loop counts every session of its turn in B),
+    so P L / (L + OSL) is always left to prefill.
+
+    Args:
+        chunk_tokens: P [tokens]. decode_tokens: the step's batch, B [requests].
+        prefill_tokens: L, a turn's prefill [tokens]. osl: a turn's output tokens.
+        decode_in_budget: 1, 0 (scalars) or None (static: P, no term in the program).
+    """
+    if decode_in_budget is None:
+        return chunk_tokens
+    fed = chunk_tokens * (prefill_tokens / jnp.maximum(prefill_tokens + osl, 1.0))  # P L in float32 could overflow
+    left = jnp.maximum(chunk_tokens - decode_in_budget * decode_tokens, fed)
+    return jnp.maximum(left, MIN_PREFILL_BUDGET_TOKENS)
 
 
 LOAD_BRACKET = 40.0  # s = -ln(1 - ρ) in [0, 40]: ρ up to 1 - 4e-18

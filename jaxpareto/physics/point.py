@@ -26,7 +26,7 @@ from jaxpareto.physics.closed_loop import LoopInputs, active_ratio, solve_closed
 from jaxpareto.physics.costs import engine_efficiency, prefill_alone_ms, prefill_expert_costs, tp_costs, turn_tokens
 from jaxpareto.physics.decode import DecodeCoefficients, DecodeStep, decode_step, tpot_lines
 from jaxpareto.physics.disaggregated_point import evaluate_disaggregated
-from jaxpareto.physics.engine import LOAD_BRACKET, shared_turn, synchronised_turn
+from jaxpareto.physics.engine import LOAD_BRACKET, prefill_budget_tokens, shared_turn, synchronised_turn
 from jaxpareto.physics.intensity import operational_intensity
 from jaxpareto.physics.joint import JointSystem
 from jaxpareto.physics.layout import expert_exchange, fills_budget, layout_costs, layout_splits, pipeline_costs, \
@@ -34,8 +34,7 @@ from jaxpareto.physics.layout import expert_exchange, fills_budget, layout_costs
 from jaxpareto.physics.limits import LAYOUT_DOES_NOT_SPLIT, LOAD_BEYOND_CAPACITY, REPLICA_DOES_NOT_DIVIDE_BUDGET, \
     context_fits, heads_split, infeasible_reason
 from jaxpareto.physics.memory import _INT32_MAX, decode_tokens_in_budget, memory_budget, running_limit, \
-    scheduler_delay_steps, \
-    session_contexts, session_gb
+    scheduler_delay_steps, session_contexts, session_gb
 from jaxpareto.physics.open_engine import poisson_turn, saturated_tpot_ms
 from jaxpareto.physics.outputs import DECODE_COMPUTE, DECODE_MEMORY, DECODE_NONE, PointOutputs
 from jaxpareto.physics.percentiles import PERCENTILES, TurnSpread, latency_percentiles
@@ -76,7 +75,8 @@ class TurnLatency(NamedTuple):
             (`jaxpareto.definitions.engine.Engine`): TTFT gains d x TPOT (the mean step); None:
             no engine, no term (static).
         decode_in_budget: 1 where the engine's decode tokens take their share of
-            ``chunk_tokens`` (`prefill_budget_tokens`), 0 where not; None: no term (static).
+            ``chunk_tokens`` (`jaxpareto.physics.engine.prefill_budget_tokens`), 0 where not; None: no term
+            (static).
     """
 
     ttft_ms: jax.Array
@@ -103,39 +103,6 @@ class TurnLatency(NamedTuple):
     lockstep_ranks: jax.Array | None = None
     scheduler_delay_steps: jax.Array | None = None
     decode_in_budget: jax.Array | None = None
-
-
-#: The fewest prefill tokens a step keeps (a numerical floor, for turns of no prefill at all).
-MIN_PREFILL_BUDGET_TOKENS = 1.0
-
-
-def prefill_budget_tokens(chunk_tokens: jax.Array, decode_tokens: jax.Array, prefill_tokens: jax.Array,
-                          osl: jax.Array, decode_in_budget=None) -> jax.Array:
-    """P_prefill: the prefill tokens a step of the shared engine may carry [tokens].
-
-    The step's token budget P (vLLM ``max_num_batched_tokens``, TensorRT-LLM ``max_num_tokens``)
-    less, where the engine counts them (``decode_in_budget`` 1), the step's decode tokens, one
-    per running request: vLLM V1's scheduler schedules its running requests first and prompts
-    in the budget left (vllm/v1/core/sched/scheduler.py, ``token_budget``); TensorRT-LLM's
-    scheduler counts a generation request's token against ``max_num_tokens`` as a context
-    request's (its performance-tuning guide, "Tuning Max Batch Size and Max Num Tokens").
-
-    The decode tokens are the batch B, but at most the P OSL / (L + OSL) that the budget keeps
-    fed: a request decodes OSL steps for every L prefill tokens, so D decoding requests need
-    D L / OSL prefill tokens a step, and D + D L / OSL <= P. Sessions beyond that wait for
-    their prefill rather than decode (the closed loop counts every session of its turn in B),
-    so P L / (L + OSL) is always left to prefill.
-
-    Args:
-        chunk_tokens: P [tokens]. decode_tokens: the step's batch, B [requests].
-        prefill_tokens: L, a turn's prefill [tokens]. osl: a turn's output tokens.
-        decode_in_budget: 1, 0 (scalars) or None (static: P, no term in the program).
-    """
-    if decode_in_budget is None:
-        return chunk_tokens
-    fed = chunk_tokens * (prefill_tokens / jnp.maximum(prefill_tokens + osl, 1.0))  # P L in float32 could overflow
-    left = jnp.maximum(chunk_tokens - decode_in_budget * decode_tokens, fed)
-    return jnp.maximum(left, MIN_PREFILL_BUDGET_TOKENS)
 
 
 class TurnState(NamedTuple):
