@@ -100,19 +100,20 @@ def test_offline_throughput_matches_the_seed_equations_and_counts_every_gpu(tabl
     assert row["predicted"] == pytest.approx(per_group * gpus / tp, rel=1e-9)
 
 
-def _matched_load(rows, key):
-    """What a server row is matched to, whole system [tokens/s]: its measured share of the
-    system's offline capacity, times the model's offline throughput of that system under the
-    server row's own settings (its scheduler delay may differ from the offline row's)."""
-    row = by_id(rows, f"{key}-server-ttft")
-    as_offline = rows[rows["id"] == row["id"]].assign(load="offline", metric="output_tokens_per_s_total",
-                                                      unit="tokens/s")
-    return row["load_tokens_per_s"] / row["capacity_tokens_per_s"] * predict(as_offline)[0]
+def _matched_loads(rows) -> pd.Series:
+    """What each server row is matched to, whole system [tokens/s], by row id: its measured share
+    of the system's offline capacity, times the model's offline throughput of that system under
+    the server row's own settings (its scheduler delay may differ from the offline row's)."""
+    server = rows[rows["load"].eq("server")]
+    as_offline = server.assign(load="offline", metric="output_tokens_per_s_total", unit="tokens/s")
+    share = server["load_tokens_per_s"] / server["capacity_tokens_per_s"]
+    return pd.Series(share.to_numpy() * predict(as_offline), index=server["id"].to_numpy())
 
 
 def test_server_rows_match_their_share_of_capacity_by_littles_law(rows, table):
     server = rows["load"].eq("server").to_numpy()
     assert rows.loc[server, "capacity_tokens_per_s"].notna().all()
+    matched_loads = _matched_loads(rows)
     # C = (requests/s per group) x R with R = TTFT + OSL x TPOT, both predicted at that C
     for key in ("mlperf51-llama2-b200-nvidia", "mlperf51-l405-h100-cisco", "mlperf51-dsr1-gb200nvl72-nvidia",
                 "mlperf51-llama2int-b200-nvidia"):
@@ -121,7 +122,7 @@ def test_server_rows_match_their_share_of_capacity_by_littles_law(rows, table):
         # replicas (DeepSeek-R1: 8 attention-DP ranks; a pipeline's stages hold one replica)
         groups = row["gpus"] / (row["tp"] * row["attention_dp"] * row["pp"])
         latency_s = (ttft["predicted"] + row["osl"] * tpot["predicted"]) / 1e3
-        requests_per_s = _matched_load(rows, key) / groups / row["osl"]
+        requests_per_s = matched_loads[f"{key}-server-ttft"] / groups / row["osl"]
         assert ttft["concurrency"] == pytest.approx(requests_per_s * latency_s, rel=1e-9)
     # the same rows evaluated at the matched C as concurrency rows serve that load
     at_c = rows.copy()
@@ -130,8 +131,7 @@ def test_server_rows_match_their_share_of_capacity_by_littles_law(rows, table):
     at_c.loc[server, "metric"] = "output_tokens_per_s_total"
     at_c.loc[server, "unit"] = "tokens/s"
     served = predict(at_c)[server]
-    keys = [i.rsplit("-server-", 1)[0] for i in rows.loc[server, "id"]]
-    np.testing.assert_allclose(served, [_matched_load(rows, k) for k in keys], rtol=1e-9)
+    np.testing.assert_allclose(served, matched_loads[rows.loc[server, "id"]].to_numpy(), rtol=1e-9)
     # without a measured capacity, a row is matched to its absolute load where the model reaches it
     # (a load beyond the model's capacity is flagged, not matched)
     absolute = rows.copy()

@@ -85,13 +85,6 @@ def scheduler_delay_steps(engine) -> jax.Array | None:
     return None if engine is None else engine.scheduler_delay_steps
 
 
-def decode_tokens_in_budget(engine) -> jax.Array | None:
-    """1 where the engine's decode tokens count against its step's token budget, 0 where they
-    do not (`jaxpareto.definitions.engine.Engine.decode_tokens_in_budget`); None where the point
-    has no engine or no engine of its table counts them (no term in the program)."""
-    return None if engine is None else engine.decode_tokens_in_budget
-
-
 def kv_replication(tp: jax.Array, kv_heads: jax.Array) -> jax.Array:
     """r_kv = G / min(G, n_kv): copies of each KV head once TP exceeds the KV heads."""
     return tp / jnp.minimum(tp, kv_heads)

@@ -33,8 +33,8 @@ from jaxpareto.physics.layout import expert_exchange, fills_budget, layout_costs
     point_layout, rank_model
 from jaxpareto.physics.limits import LAYOUT_DOES_NOT_SPLIT, LOAD_BEYOND_CAPACITY, REPLICA_DOES_NOT_DIVIDE_BUDGET, \
     context_fits, heads_split, infeasible_reason
-from jaxpareto.physics.memory import _INT32_MAX, decode_tokens_in_budget, memory_budget, running_limit, \
-    scheduler_delay_steps, session_contexts, session_gb
+from jaxpareto.physics.memory import _INT32_MAX, memory_budget, running_limit, scheduler_delay_steps, \
+    session_contexts, session_gb
 from jaxpareto.physics.open_engine import poisson_turn, saturated_tpot_ms
 from jaxpareto.physics.outputs import DECODE_COMPUTE, DECODE_MEMORY, DECODE_NONE, PointOutputs
 from jaxpareto.physics.percentiles import PERCENTILES, TurnSpread, latency_percentiles
@@ -504,7 +504,7 @@ def evaluate_point(
 
     zero = 0.0 * tokens
     delay_steps = scheduler_delay_steps(engine)  # None: no engine of the table sets one, no term
-    in_budget = decode_tokens_in_budget(engine)  # None likewise
+    in_budget = None if engine is None else engine.decode_tokens_in_budget  # None likewise
     isolated_ttft = prefill_alone_ms(costs, tokens, chunk_tokens, efficiency, options) + fill_ms
     turn = TurnLatency(
         ttft_ms=isolated_ttft,
@@ -545,6 +545,7 @@ def evaluate_point(
     if open_loop or percentiles:  # a step's added time per request more in the batch
         step_slope = decode_step(coefficients, state.seen_batch + 1.0, options.expert_routing).tpot_ms - \
             state.step.tpot_ms
+    saturated_tpot = jnp.inf  # the open loop's TPOT with every KV slot busy (caps its quantiles)
     if open_loop:  # a request waits for a KV slot before its prefill (`jaxpareto.physics.queueing`)
         hold_slope = workload.osl * tpot_slope_ms(state, step_slope)  # T_hold's tangent at B
         saturated_tpot = full.step.tpot_ms
@@ -579,8 +580,6 @@ def evaluate_point(
         return jnp.where(ok, value, jnp.nan)
 
     if percentiles:
-        if not open_loop:
-            saturated_tpot = jnp.inf  # the open loop's TPOT with every KV slot busy caps its quantiles
         spread = TurnSpread(state.ttft_ms, state.queue_wait_ms, state.queue_busy, state.mix, state.tpot_ms,
                             workload.osl, workload.osl_cv, state.decode_step_ms, state.mixed_step_ms,
                             state.mixed_share, batch_variance, step_slope, turns_per_s / MS_PER_S,
