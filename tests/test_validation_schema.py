@@ -14,6 +14,7 @@ import pytest
 from jaxpareto.definitions import catalog
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.measure.predict import predict
+from jaxpareto.measure.row_inputs import row_inputs
 from jaxpareto.measure.validation_set import COLUMNS, ENGINES, default_path, load_validation_set, unsupported_reason
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -209,3 +210,35 @@ def test_length_spreads_are_optional_and_checked(tmp_path):
     for value, message in (("10.5", r"out of range"), ("-0.1", r"out of range"), ("wide", r"not a number")):
         with pytest.raises(JaxparetoError, match=rf"\(line 2\)\.osl_cv: {message}"):
             load_validation_set(_shipped_with(tmp_path, "osl_cv", value))
+
+
+def test_expert_imbalance_is_optional_checked_and_slows_the_busiest_gpu(tmp_path):
+    """``expert_imbalance`` sets the rows' `Workload.expert_imbalance`: a file without it, or with it
+    blank or 1, predicts as balanced routing; the DeepSeek-R1 rows' estimate slows their experts
+    (offline throughput falls, server TPOT rises, the more the larger f); a value below 1, not a
+    number, or on a run without expert parallelism is refused naming the row and the column."""
+    frame = pd.read_csv(default_path(), dtype=str, keep_default_na=False)
+    moe = frame[frame["id"].str.startswith("mlperf51-dsr1-b200")].reset_index(drop=True)
+    assert set(moe["expert_imbalance"]) == {"1.34"} and moe["notes"].str.contains("no EPLB").all()
+    versions = {}
+    for name, column in (("absent", None), ("blank", ""), ("one", "1"), ("shipped", "1.34"), ("more", "2")):
+        version = moe.drop(columns="expert_imbalance") if column is None else moe.assign(expert_imbalance=column)
+        path = tmp_path / f"{name}.csv"
+        version.to_csv(path, index=False)
+        rows = load_validation_set(path)
+        assert row_inputs(rows).workload.expert_imbalance.tolist() == [float(column or 1)] * len(rows)
+        with jax.enable_x64(True):
+            versions[name] = predict(rows)
+    np.testing.assert_array_equal(versions["absent"], versions["blank"])
+    np.testing.assert_array_equal(versions["absent"], versions["one"])
+    metric = moe["metric"].to_numpy()
+    offline, tpot = metric == "output_tokens_per_s_total", metric == "tpot_ms"
+    assert (versions["one"][offline] > versions["shipped"][offline]).all()
+    assert (versions["shipped"][offline] > versions["more"][offline]).all()
+    assert (versions["one"][tpot] < versions["shipped"][tpot]).all()
+    assert (versions["shipped"][tpot] < versions["more"][tpot]).all()
+    for value, message in (("0.9", r"out of range"), ("hot", r"not a number")):
+        with pytest.raises(JaxparetoError, match=rf"\(line 2\)\.expert_imbalance: {message}"):
+            load_validation_set(_shipped_with(tmp_path, "expert_imbalance", value))
+    with pytest.raises(JaxparetoError, match=r"\(line 2\)\.expert_imbalance: .*moe_ep > 1"):  # a dense Llama row
+        load_validation_set(_shipped_with(tmp_path, "expert_imbalance", "1.2"))

@@ -38,7 +38,8 @@ from jaxpareto.definitions.hardware import GEMM_KERNELS, HardwareParams
 from jaxpareto.definitions.model import ModelParams
 from jaxpareto.definitions.settings import LatencySlo, Workload, numeric_fields
 from jaxpareto.mapper import stack_params
-from jaxpareto.measure.validation_set import COLUMNS, SETTING_COLUMNS, SPREAD_COLUMNS, row_gpu, row_model
+from jaxpareto.measure.validation_set import (COLUMNS, IMBALANCE_COLUMNS, SETTING_COLUMNS, SPREAD_COLUMNS, row_gpu,
+                                              row_model)
 from jaxpareto.physics.memory import in_flight_context
 
 PREFILL = ("isl", "context", "prompt")
@@ -69,8 +70,8 @@ class RowInputs:
             row gives one; server and static rows: 1, unused).
         think_time_s: Z = 0. context_tokens: L [tokens] (the prompt with ``prefill="isl"``). hit_rate: 1 with
             ``prefill="isl"``.
-        workload: per-row `Workload` (OSL, ΔL = ISL, the rows' ``isl_cv`` and ``osl_cv``; other fields
-            at their defaults).
+        workload: per-row `Workload` (OSL, ΔL = ISL, the rows' ``isl_cv``, ``osl_cv`` and
+            ``expert_imbalance``; other fields at their defaults).
         metric: index into the candidate predictions (`METRIC_CODE`).
         server: the row is matched to ``target``.
         target: a server row's load per replica [output tokens/s] (0 elsewhere).
@@ -112,6 +113,14 @@ def engine_names(rows: pd.DataFrame) -> tuple[str, ...]:
     return tuple(sorted(set(column.replace("", SEED_ENGINE))))
 
 
+def _imbalance(rows: pd.DataFrame, dtype) -> np.ndarray:
+    """The ``expert_imbalance`` column as ``Workload.expert_imbalance``: 1 (balanced) where blank
+    or absent."""
+    if "expert_imbalance" not in rows:
+        return np.ones(len(rows), dtype)
+    return np.nan_to_num(np.asarray(rows["expert_imbalance"], dtype=dtype), nan=1.0)
+
+
 def _setting(rows: pd.DataFrame, name: str, dtype) -> np.ndarray:
     """A `SETTING_COLUMNS` column as the engine parameter's numbers, NaN where blank or absent
     (``gemm_kernels``: 1 + the index in `GEMM_KERNELS`, as `EngineParams` codes them)."""
@@ -140,7 +149,7 @@ def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl")
     """
     _check_choice("dtype", dtype, DTYPES)
     _check_choice("prefill", prefill, PREFILL)
-    missing = [c for c in COLUMNS if c not in rows.columns and c not in SETTING_COLUMNS]
+    missing = [c for c in COLUMNS if c not in rows.columns and c not in SETTING_COLUMNS + IMBALANCE_COLUMNS]
     if missing:
         raise JaxparetoError("rows", f"missing columns {missing}", list(COLUMNS))
     if len(rows) == 0:
@@ -177,7 +186,8 @@ def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl")
     static_kv = np.where(load == "static", 1.0, 0.0).astype(dt)
     workload = dataclasses.replace(workload, osl=osl, delta_tokens=isl, kv_context_tokens=static_kv,
                                    decode_context_tokens=decode_context,
-                                   isl_cv=isl_cv.astype(dt), osl_cv=osl_cv.astype(dt))
+                                   isl_cv=isl_cv.astype(dt), osl_cv=osl_cv.astype(dt),
+                                   expert_imbalance=_imbalance(rows, dt))
     names = engine_names(rows)
     row_engines = [r.get("engine") or SEED_ENGINE for r in records]
     factors_off = {name: resolve_engine(name).model_copy(update={"efficiency": {}}).to_params() for name in names}

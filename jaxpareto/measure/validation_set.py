@@ -59,7 +59,10 @@ prefill and decode workers); the parallel layout ``pp``, ``attention_dp``, ``moe
 (blank: 1, 1, ``tp``, 1); a disaggregated run's pools ``prefill_workers``, ``prefill_tp`` and
 ``decode_workers`` (`DISAGGREGATION_COLUMNS`, which a file may leave out); the request lengths'
 spread ``isl_cv`` and ``osl_cv`` (`SPREAD_COLUMNS`, blank: fixed lengths; a file may leave them
-out); the run's own engine settings where its configuration is published (`SETTING_COLUMNS`,
+out); ``expert_imbalance``, the routed tokens the busiest expert-parallel GPU receives over the
+mean, for a MoE run with ``moe_ep`` > 1 whose routing is not balanced (`IMBALANCE_COLUMNS`,
+``Workload.expert_imbalance``; blank: 1; a file may leave it out); the run's own engine settings
+where its configuration is published (`SETTING_COLUMNS`,
 blank: its engine's; a file may leave them out): ``scheduler_delay_steps``, the steps a request's
 first token waits for the scheduler, ``gemm_kernels``, whose GEMM kernels the run computed
 with (one of `jaxpareto.definitions.hardware.GEMM_KERNELS`: the GPU's measurements of them apply
@@ -142,8 +145,8 @@ ENGINES = ("vllm", "sglang", "trtllm")
 MODES = ("agg", "disagg")
 
 # column -> kind: "str" (non-empty), "opt_str" (may be blank), "int", "opt_int" (blank: a
-# default, see `_LAYOUT_DEFAULTS`), "num", "opt_num" (> 0), "opt_cv" (the bounds of the `Workload`
-# field of that name), "opt_steps" (>= 0), "opt_kernels" (blank or one of `GEMM_KERNELS`)
+# default, see `_LAYOUT_DEFAULTS`), "num", "opt_num" (> 0), "opt_workload" (the bounds of the
+# `Workload` field of that name), "opt_steps" (>= 0), "opt_kernels" (blank or one of `GEMM_KERNELS`)
 COLUMNS: dict[str, str] = {
     "id": "str",
     "source": "str",
@@ -158,6 +161,7 @@ COLUMNS: dict[str, str] = {
     "attention_dp": "opt_int",
     "moe_tp": "opt_int",
     "moe_ep": "opt_int",
+    "expert_imbalance": "opt_workload",
     "mode": "opt_str",
     "prefill_workers": "opt_int",
     "prefill_tp": "opt_int",
@@ -168,8 +172,8 @@ COLUMNS: dict[str, str] = {
     "isl": "num",
     "osl": "num",
     "context_tokens": "opt_num",
-    "isl_cv": "opt_cv",
-    "osl_cv": "opt_cv",
+    "isl_cv": "opt_workload",
+    "osl_cv": "opt_workload",
     "concurrency": "opt_num",
     "load": "str",
     "load_tokens_per_s": "opt_num",
@@ -196,7 +200,11 @@ SPREAD_COLUMNS = ("isl_cv", "osl_cv")
 #: The run's own engine settings where its configuration is published, over its engine's
 #: (`jaxpareto.definitions.engine.Engine`; blank: the engine's). Optional in a file.
 SETTING_COLUMNS = ("scheduler_delay_steps", "gemm_kernels", "prefill_chunk_tokens")
-_WORKLOAD_BOUNDS = {f.name: f.metadata["bounds"] for f in numeric_fields(Workload) if f.name in SPREAD_COLUMNS}
+#: The tokens the busiest expert-parallel GPU receives over the mean where the run's routing is
+#: known to be unbalanced (``Workload.expert_imbalance``; blank: 1, balanced). Optional in a file.
+IMBALANCE_COLUMNS = ("expert_imbalance",)
+_WORKLOAD_BOUNDS = {f.name: f.metadata["bounds"] for f in numeric_fields(Workload)
+                    if f.name in SPREAD_COLUMNS + IMBALANCE_COLUMNS}
 
 #: Values of blank layout columns: pipeline stages, attention data-parallel ranks, MoE tensor- and
 #: expert-parallel ways (``moe_tp`` blank: the row's ``tp``).
@@ -230,7 +238,7 @@ def _parse(kind: str, text: str, where: str, column: str = ""):
         number = float(text)
     except ValueError:
         raise JaxparetoError(where, f"not a number: {text!r}") from None
-    if kind == "opt_cv":  # a length spread: the bounds of the Workload field it sets
+    if kind == "opt_workload":  # a length spread or the expert imbalance: the Workload field's bounds
         return check_number(where, number, **_WORKLOAD_BOUNDS[column])
     if kind == "opt_steps":
         if not math.isfinite(number) or number < 0:
@@ -288,6 +296,11 @@ def _check_row(row: dict, where) -> None:
     if server and row["metric"] not in ("ttft_ms", "tpot_ms", "itl_ms"):
         raise JaxparetoError(where("metric"), "a server row measures a latency at its load", ["ttft_ms", "tpot_ms",
                                                                                                "itl_ms"])
+    imbalance, model = row["expert_imbalance"], {**catalog.models(), **EXTRA_MODELS}[row["model"]]
+    if not math.isnan(imbalance) and imbalance != 1 and not (model.experts and _or(row["moe_ep"], 1) > 1):
+        raise JaxparetoError(where("expert_imbalance"), "is the busiest expert-parallel GPU's share of the routed "
+                                                        "tokens: it needs a MoE model with moe_ep > 1 (blank or 1 "
+                                                        "otherwise)")
     if (row["metric"] == "kv_capacity_tokens") != (row["load"] == "static"):
         raise JaxparetoError(where("load"), "kv_capacity_tokens rows, and only they, have load 'static'")
     try:
@@ -328,7 +341,7 @@ def load_validation_set(path: str | Path | None = None) -> pd.DataFrame:
         raise JaxparetoError("validation set", f"{path}: not a readable CSV ({error})") from None
     except OSError as error:  # missing file, a folder, no permission
         raise JaxparetoError("validation set", f"cannot read {path}: {error.strerror or error}") from None
-    for name in DISAGGREGATION_COLUMNS + SPREAD_COLUMNS + SETTING_COLUMNS:
+    for name in DISAGGREGATION_COLUMNS + SPREAD_COLUMNS + SETTING_COLUMNS + IMBALANCE_COLUMNS:
         if name not in raw.columns:
             raw[name] = ""
     missing = [c for c in COLUMNS if c not in raw.columns]
