@@ -299,6 +299,15 @@ def plan_sweep(
     )
     if layout:
         _check_layout_settings(options, workload, definitions, axes)
+    padding = [engine.name for engine in definitions["engine"] if engine.cuda_graph_batch_step > 0]
+    if solver.name == "exact" and padding:
+        raise JaxparetoError("solver", f"'exact' needs a piecewise-linear R(B), and engines {padding} pad their "
+                                       "decode steps to CUDA graphs (cuda_graph_batch_step), which is not; use "
+                                       "'damped'")
+    if options.disaggregated and padding:
+        raise JaxparetoError("engine", f"engines {padding} pad their decode steps to CUDA graphs "
+                                       f"(cuda_graph_batch_step), which {options.serving!r} serving does not model; "
+                                       "give them cuda_graph_batch_step 0", ("aggregated",))
     extra = dict(attrs or {})
     if calibration is not None and not isinstance(calibration, Mapping):
         extra.setdefault("calibration", str(calibration))

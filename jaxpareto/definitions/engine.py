@@ -84,6 +84,14 @@ class Engine(Definition):
             ``gemm_rate="measured"`` its matmuls reach the share and take the offset that a GPU
             measured for those kernels (`jaxpareto.definitions.hardware.Hardware.engine_gemm`),
             where it has them. None (default): the GPU's own values, the medians over engines.
+        cuda_graph_batch_step: g >= 0, the step between the batch sizes of the CUDA graphs the
+            engine captured for its decode steps, where it pads a step to the next of them
+            (TensorRT-LLM's ``cuda_graph_config`` with ``enable_padding``: "batches are rounded up
+            to the nearest cuda_graph_batch_size"; MLPerf's DeepSeek-R1 configurations capture
+            128, 256, 384 and 512): the padded requests cost their matmuls and all-reduces
+            (`jaxpareto.physics.cuda_graphs`). 0 (default): no padding modelled. With it, TPOT
+            is no longer piecewise linear in B: the damped solver runs where the exact one was
+            asked for by the gradient searches and the validation, and a sweep refuses "exact".
         efficiency: `Efficiency` fields this engine sets (calibrated factors); the others come
             from the shared `Efficiency` of the run.
         sources: field name -> where its value comes from.
@@ -102,6 +110,7 @@ class Engine(Definition):
     max_running_requests: int = pydantic.Field(default=0, ge=0)
     scheduler_delay_steps: float = pydantic.Field(default=0.0, ge=0, allow_inf_nan=False)
     gemm_kernels: GemmKernels | None = None
+    cuda_graph_batch_step: int = pydantic.Field(default=0, ge=0)
     efficiency: dict[str, float] = pydantic.Field(default_factory=dict)
     sources: dict[str, str] = pydantic.Field(default_factory=dict)
 
@@ -134,6 +143,8 @@ class Engine(Definition):
             scheduler_delay_steps=float(self.scheduler_delay_steps) if self.scheduler_delay_steps > 0 else None,
             # 1 + the kernels' index; none: no lookup in the program (a mixed table takes 0, the GPU's)
             gemm_kernels=None if self.gemm_kernels is None else float(GEMM_KERNELS.index(self.gemm_kernels) + 1),
+            # none: no padding term in the program (a mixed table takes 0: no padding)
+            cuda_graph_batch_step=float(self.cuda_graph_batch_step) if self.cuda_graph_batch_step > 0 else None,
             efficiency=Efficiency(**own),
             efficiency_mask=Efficiency(**mask),
         )
@@ -156,7 +167,8 @@ class EngineParams:
     budget, None where it does not (0 where a table mixes the two);
     ``gemm_kernels`` is 1 + the index of the engine's kernels in
     `jaxpareto.definitions.hardware.GEMM_KERNELS`, None for an engine that names none (0 where a
-    table mixes the two: the GPU's own measurements).
+    table mixes the two: the GPU's own measurements); ``cuda_graph_batch_step`` is None for an
+    engine that pads to no CUDA graph (0 where a table mixes the two).
     """
 
     gpu_memory_utilization: jax.Array | float
@@ -170,6 +182,7 @@ class EngineParams:
     efficiency_mask: Efficiency
     gemm_kernels: jax.Array | float | None = None
     decode_tokens_in_budget: jax.Array | float | None = None
+    cuda_graph_batch_step: jax.Array | float | None = None
 
 
 def seed_engine() -> Engine:

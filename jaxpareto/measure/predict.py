@@ -211,7 +211,9 @@ class Predictor:
             raise JaxparetoError("options", f"expected jaxpareto ModelOptions, got {type(options).__name__}")
         self.options = options
         self.prefill = default_prefill(options) if prefill is None else prefill
-        self.inputs = row_inputs(self.rows, dtype, self.prefill)
+        # rows padded to CUDA graphs are a program of their own (below): here none pads, so the
+        # others keep the exact solver where it applies
+        self.inputs = row_inputs(_without_graphs(self.rows), dtype, self.prefill)
         self.engines = engine_names(self.rows)
         unsupported = self.rows["unsupported"] if "unsupported" in self.rows else pd.Series("", index=self.rows.index)
         self.unsupported = unsupported.fillna("").to_numpy(dtype=object)
@@ -226,6 +228,11 @@ class Predictor:
                                                 "staggered turns without the LRU model", self.unsupported).astype(object)
             pooled[:] = False
         self.pooled = np.flatnonzero(pooled)
+        # runs that pad their decode steps to CUDA graphs: R(B) is not piecewise linear, and
+        # `evaluate_point` runs the damped solver for them in place of the exact one
+        graphs = self.rows["cuda_graph_batch_step"] if "cuda_graph_batch_step" in self.rows else \
+            pd.Series(np.nan, index=self.rows.index)
+        self.padded = np.flatnonzero(graphs.notna().to_numpy() & ~pooled & (self.unsupported == ""))
         dt = np.dtype(dtype)
         solver = solver_of(solver).validate()  # its controls; the name is the options' differentiable_solver
         self.solver = dataclasses.replace(
@@ -233,13 +240,21 @@ class Predictor:
             max_iter=np.asarray(solver.max_iter, np.int32))
         any_server = bool(self.rows["load"].eq("server").any())  # else no bisection to run
         self._jitted = _jitted_predict(options.validate(), int(bisection_steps) if any_server else 0)
-        if len(self.pooled):
-            rows_d = self.rows.iloc[self.pooled]
-            inputs_d = row_inputs(rows_d, dtype, self.prefill)
-            self.inputs_d = dataclasses.replace(inputs_d, engine_index=np.asarray(
-                [self.engines.index(name) for name in (rows_d["engine"].replace("", SEED_ENGINE))], np.int32))
-            self._jitted_d = _jitted_predict(disaggregated, int(bisection_steps) if rows_d["load"].eq("server").any()
-                                             else 0)
+        # (row indices, their inputs, their program): predictions that replace the main program's
+        self._groups = [self._group(indices, group_options, bisection_steps)
+                        for indices, group_options in ((self.pooled, disaggregated if len(self.pooled) else None),
+                                                       (self.padded, options.validate()))
+                        if len(indices)]
+
+    def _group(self, indices: np.ndarray, options: ModelOptions, bisection_steps: int):
+        """The rows at ``indices`` as a program of their own under ``options``, their engines
+        indexed as in `engines`."""
+        rows = self.rows.iloc[indices]
+        inputs = row_inputs(rows, self.dtype, self.prefill)
+        inputs = dataclasses.replace(inputs, engine_index=np.asarray(
+            [self.engines.index(name) for name in (rows["engine"].replace("", SEED_ENGINE))], np.int32))
+        return indices, inputs, _jitted_predict(options, int(bisection_steps) if rows["load"].eq("server").any()
+                                                else 0)
 
     def evaluate(self, efficiency) -> tuple[jax.Array, dict[str, jax.Array]]:
         """(predictions (rows,), diagnostics of `details`) as JAX arrays: traceable, for losses
@@ -269,10 +284,10 @@ class Predictor:
             raise JaxparetoError("dtype", f"{self.dtype} needs jax.enable_x64(True) around the call and jax.grad")
         table = jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype=dt), self.factor_table(efficiency))
         prediction, details = self._jitted(self.inputs, table, self.solver)
-        if len(self.pooled):  # the disaggregated runs' own predictions in their places
-            pooled, pooled_details = self._jitted_d(self.inputs_d, table, self.solver)
-            prediction = prediction.at[self.pooled].set(pooled)
-            details = {k: v.at[self.pooled].set(pooled_details[k].astype(v.dtype)) for k, v in details.items()}
+        for indices, inputs, jitted in self._groups:  # disaggregated and padded runs' own predictions
+            own, own_details = jitted(inputs, table, self.solver)
+            prediction = prediction.at[indices].set(own)
+            details = {k: v.at[indices].set(own_details[k].astype(v.dtype)) for k, v in details.items()}
         supported = jnp.asarray(self.unsupported == "")
         return jnp.where(supported, prediction, jnp.nan), {**details, "supported": supported}
 
@@ -287,6 +302,11 @@ class Predictor:
         ``max_load_tokens_per_s`` (whole-system throughput at concurrency_max), ``feasible``."""
         prediction, details = self._run(efficiency)
         return {"prediction": np.asarray(prediction), **{k: np.asarray(v) for k, v in details.items()}}
+
+
+def _without_graphs(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows with no run's CUDA-graph padding (``cuda_graph_batch_step`` blank)."""
+    return rows.assign(cuda_graph_batch_step=np.nan) if "cuda_graph_batch_step" in rows else rows
 
 
 def default_prefill(options: ModelOptions) -> str:

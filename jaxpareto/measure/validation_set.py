@@ -66,9 +66,11 @@ where its configuration is published (`SETTING_COLUMNS`,
 blank: its engine's; a file may leave them out): ``scheduler_delay_steps``, the steps a request's
 first token waits for the scheduler, ``gemm_kernels``, whose GEMM kernels the run computed
 with (one of `jaxpareto.definitions.hardware.GEMM_KERNELS`: the GPU's measurements of them apply
-under ``gemm_rate="measured"``), and ``prefill_chunk_tokens``, the tokens one engine step
+under ``gemm_rate="measured"``), ``prefill_chunk_tokens``, the tokens one engine step
 carries at most (the runtime TensorRT-LLM ``max_num_tokens``, not the engine build's; vLLM
-``max_num_batched_tokens``; per step, which each of a pipeline's stages carries;
+``max_num_batched_tokens``; per step, which each of a pipeline's stages carries), and
+``cuda_graph_batch_step``, the step between the batch sizes of the CUDA graphs the run pads its
+decode steps to (TensorRT-LLM's ``cuda_graph_batch_sizes`` with ``cuda_graph_padding_enabled``;
 `jaxpareto.definitions.engine.Engine`). Rows whose layout
 the model cannot express yet load like any other, and
 `unsupported_reason` (the loaded ``unsupported`` column) says why; they are kept, never
@@ -181,6 +183,7 @@ COLUMNS: dict[str, str] = {
     "scheduler_delay_steps": "opt_steps",
     "gemm_kernels": "opt_kernels",
     "prefill_chunk_tokens": "opt_int",
+    "cuda_graph_batch_step": "opt_int",
     "metric": "str",
     "statistic": "str",
     "value": "num",
@@ -199,7 +202,7 @@ DISAGGREGATION_COLUMNS = ("prefill_workers", "prefill_tp", "decode_workers")
 SPREAD_COLUMNS = ("isl_cv", "osl_cv")
 #: The run's own engine settings where its configuration is published, over its engine's
 #: (`jaxpareto.definitions.engine.Engine`; blank: the engine's). Optional in a file.
-SETTING_COLUMNS = ("scheduler_delay_steps", "gemm_kernels", "prefill_chunk_tokens")
+SETTING_COLUMNS = ("scheduler_delay_steps", "gemm_kernels", "prefill_chunk_tokens", "cuda_graph_batch_step")
 #: The tokens the busiest expert-parallel GPU receives over the mean where the run's routing is
 #: known to be unbalanced (``Workload.expert_imbalance``; blank: 1, balanced). Optional in a file.
 IMBALANCE_COLUMNS = ("expert_imbalance",)
@@ -296,6 +299,9 @@ def _check_row(row: dict, where) -> None:
     if server and row["metric"] not in ("ttft_ms", "tpot_ms", "itl_ms"):
         raise JaxparetoError(where("metric"), "a server row measures a latency at its load", ["ttft_ms", "tpot_ms",
                                                                                                "itl_ms"])
+    if not math.isnan(row["cuda_graph_batch_step"]) and row["mode"] == "disagg":
+        raise JaxparetoError(where("cuda_graph_batch_step"), "a disaggregated run's CUDA-graph padding is not "
+                                                             "modelled: leave it blank")
     imbalance, model = row["expert_imbalance"], {**catalog.models(), **EXTRA_MODELS}[row["model"]]
     if not math.isnan(imbalance) and imbalance != 1 and not (model.experts and _or(row["moe_ep"], 1) > 1):
         raise JaxparetoError(where("expert_imbalance"), "is the busiest expert-parallel GPU's share of the routed "

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from jaxpareto.definitions.hardware import HardwareParams
 from jaxpareto.definitions.options import ROOFLINES
 from jaxpareto.physics.attention import decode_pairs
+from jaxpareto.physics.cuda_graphs import padded_batch
 from jaxpareto.physics.memory import session_gb
 from jaxpareto.definitions.model import ModelParams
 from jaxpareto.definitions.units import FLOPS_PER_PARAM_PER_TOKEN, FLOPS_PER_TFLOPS, MS_PER_S, PARAMS_PER_B
@@ -57,6 +58,15 @@ class DecodeCoefficients(NamedTuple):
             session's attention FLOPs (0 where they are not counted) [ms]: the step then runs
             the projections' roofline and attention's one after the other (`decode_step`). None:
             the seed's one roofline for the whole step.
+        graph_step: g, the step between the batch sizes of the engine's CUDA graphs, which pads
+            a decode step to the next of them (`jaxpareto.physics.cuda_graphs.padded_batch`)
+            [requests]; None: no padding term in the program (0 in a table that mixes).
+        graph_ranks: D, the attention-DP ranks that replay one graph (1 without).
+        graph_sessions: a rank's sessions in the closed loop (its batch is binomial over them);
+            inf in the open loop.
+        padding_compute_ms: a padded request's matmuls, ``compute_ms`` without attention's FLOPs
+            (its projections and routed experts, the busiest GPU's share) [ms]; it also pays
+            ``allreduce_ms``, not KV reads.
     """
 
     nonmoe_ms: jax.Array
@@ -73,6 +83,10 @@ class DecodeCoefficients(NamedTuple):
     compute_floor_ms: jax.Array = 0.0
     expert_floor_ms: jax.Array = 0.0
     attention_ms: jax.Array | None = None
+    graph_step: jax.Array | None = None
+    graph_ranks: jax.Array | float = 1.0
+    graph_sessions: jax.Array | float = jnp.inf
+    padding_compute_ms: jax.Array | float = 0.0
 
 
 class DecodeStep(NamedTuple):
@@ -203,6 +217,7 @@ def decode_coefficients(
     expert_floor_ms = expert_offset * matmul_ms * expert_share * slowdown
     floor_ms = floor_ms * nonmoe_share
     matmul_ms = routed_at_expert_rate(matmul_ms, model, slowdown)
+    padding_compute_ms = matmul_ms  # a padded request's matmuls: no attention over a context
     attention_ms = 0.0 * matmul_ms
     if attention_tflops is not None:
         full, window = decode_pairs(context_tokens, model.kv_window_tokens)
@@ -222,6 +237,7 @@ def decode_coefficients(
         compute_floor_ms=floor_ms,
         expert_floor_ms=expert_floor_ms,
         attention_ms=attention_ms if roofline == "operator" else None,  # None: the seed's one roofline
+        padding_compute_ms=padding_compute_ms,
     )
 
 
@@ -244,6 +260,9 @@ def experts_touched(batch: jax.Array, experts: jax.Array, experts_per_token: jax
 def decode_step(c: DecodeCoefficients, batch: jax.Array, routing: str = "seed") -> DecodeStep:
     """Seed eq. 3 at effective batch B (continuous, >= 0); ``routing`` as in `experts_touched`.
     A pipeline's step costs at least its ``batch_floor`` (B >= 0 is unchanged by a floor of 0).
+    With ``c.graph_step`` given, the requests that pad the step to its CUDA graph's batch add
+    their matmuls and all-reduces (`jaxpareto.physics.cuda_graphs.padded_batch`): TPOT is then
+    no longer piecewise linear in B, and `tpot_lines`, which leaves them out, does not apply.
 
     With ``c.attention_ms`` given (``roofline="operator"``; docs/model.md, "Per-operator
     roofline") every layer runs its projections and then its attention as separate kernels, so
@@ -260,6 +279,10 @@ def decode_step(c: DecodeCoefficients, batch: jax.Array, routing: str = "seed") 
     t_kv_ms = batch * c.kv_ms
     t_compute_ms = batch * c.compute_ms + (c.compute_floor_ms + touched * c.expert_floor_ms)
     t_fixed_ms = c.fixed_ms + batch * c.allreduce_ms
+    if c.graph_step is not None:  # the CUDA graph's padded requests: matmuls and all-reduces only
+        padding = padded_batch(batch, c.graph_step, c.graph_ranks, c.graph_sessions) - batch
+        t_compute_ms = t_compute_ms + padding * c.padding_compute_ms
+        t_fixed_ms = t_fixed_ms + padding * c.allreduce_ms
     if c.attention_ms is None:
         t_memory_ms = (t_weight_ms + t_kv_ms) * c.elementwise_overhead
         tpot_ms = jnp.maximum(t_memory_ms, t_compute_ms) / c.eta_decode + t_fixed_ms
@@ -275,7 +298,8 @@ def decode_step(c: DecodeCoefficients, batch: jax.Array, routing: str = "seed") 
 
 def tpot_lines(c: DecodeCoefficients) -> TpotLines:
     """The linear pieces of TPOT(B) (min(B K, E) x w = min(B K w, E w) for w >= 0, for the
-    experts' weights w and their GEMM offsets)."""
+    experts' weights w and their GEMM offsets); without a CUDA graph's padding, which is not
+    linear in B (``c.graph_step`` None)."""
     scale = c.elementwise_overhead / c.eta_decode
     compute_a = c.fixed_ms + c.compute_floor_ms / c.eta_decode
     compute_b = c.compute_ms / c.eta_decode + c.allreduce_ms

@@ -223,6 +223,7 @@ def layout_costs(costs: TpCosts, exchange: ExchangeCosts, eta_prefill: jax.Array
         allreduce_ms=decode.allreduce_ms + exchange.per_token_ms,
         fixed_ms=decode.fixed_ms + exchange.fixed_ms,
         compute_ms=decode.compute_ms + exchange.imbalance_compute_ms,
+        padding_compute_ms=decode.padding_compute_ms + exchange.imbalance_compute_ms,
         experts_per_token=jnp.minimum(decode.experts_per_token * exchange.imbalance, decode.experts),
     )
     prefill = costs.prefill_ms_per_token + exchange.per_token_ms + exchange.imbalance_compute_ms / eta_prefill
@@ -295,6 +296,7 @@ def pipeline_costs(costs: TpCosts, hw: HardwareParams, model: ModelParams, tp: j
                               safe_e * -jnp.expm1(jnp.log1p(-jnp.minimum(k / safe_e, 1.0 - 1e-7)) / stages), k)
     decode = decode._replace(
         kv_ms=decode.kv_ms / stages, compute_ms=decode.compute_ms / stages,
+        padding_compute_ms=decode.padding_compute_ms / stages,
         attention_ms=None if decode.attention_ms is None else decode.attention_ms / stages,
         allreduce_ms=decode.allreduce_ms / stages + hops / stages * hop_ms,
         fixed_ms=decode.fixed_ms + hops * (latency_us / 1000.0 + step_overhead_ms), experts_per_token=per_token,

@@ -415,7 +415,9 @@ def evaluate_point(
         workload, efficiency: shared scalars.
         solver: the closed-loop solver and its controls; ``solver.name`` (static) is "damped"
             (the seed's iteration, the reference) or "exact" (closed form per linear piece of
-            R(B), `solve_effective_batch_exact`; needs ``options.piecewise_linear``).
+            R(B), `solve_effective_batch_exact`; needs ``options.piecewise_linear``; an engine
+            that pads its decode steps to CUDA graphs, ``cuda_graph_batch_step``, runs the damped
+            solver in its place: TPOT is then smooth, not piecewise linear, in B).
         options: which equations (`jaxpareto.definitions.options.ModelOptions`, static); the defaults are
             the seed's. With the shared engine or the LRU model the fixed point's tolerance is at
             least 64 eps of the dtype (7.6e-6 in float32): R(B) then contains inner roots; D - 1
@@ -440,6 +442,9 @@ def evaluate_point(
     efficiency = engine_efficiency(efficiency, engine)
     if solver.name not in SOLVERS or (solver.name == "exact" and not options.piecewise_linear):
         raise ValueError(f"solver {solver.name!r} not in {SOLVERS}, or 'exact' with {options} (not piecewise linear)")
+    graph_step = None if engine is None else engine.cuda_graph_batch_step  # None: no padding term
+    if solver.name == "exact" and graph_step is not None:  # a CUDA graph's padding is not piecewise linear
+        solver = dataclasses.replace(solver, name="damped")
     open_loop = options.open_loop
     hw, model, tp = engine_gpu(point.gpu, engine, options), point.model, point.tp
     # a parallel layout (physics/layout.py): one of D alike attention-DP ranks stands for the
@@ -495,6 +500,10 @@ def evaluate_point(
                                   efficiency.decode_overhead_ms, chunk_tokens, tokens, options.expert_routing)
         costs, chunk_tokens, fill_ms = pipeline.costs, pipeline.chunk_tokens, pipeline.fill_ms
     prefill_ms_per_token, coefficients, ttft_fixed_ms = costs.prefill_ms_per_token, costs.decode, costs.ttft_fixed_ms
+    if graph_step is not None:  # decode steps padded to the engine's CUDA graphs (physics/cuda_graphs.py)
+        coefficients = coefficients._replace(
+            graph_step=graph_step + 0.0 * tokens, graph_ranks=1.0 if ranks is None else ranks,
+            graph_sessions=concurrency_eff + 0.0 * tokens)  # per rank; inf in the open loop (all admitted)
     think_ms = think_time_s * MS_PER_S
     paused = paused_sessions(rate_per_ms, think_ms, workload.turns_per_session)
     # host tier: per GPU, each rank loads its share of the context's KV over its own link
