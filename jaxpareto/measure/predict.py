@@ -135,7 +135,9 @@ def _predict(inputs: RowInputs, table, solver, *, options, steps):
     open_loop, options = options.open_loop, options._replace(arrivals="staggered") if options.open_loop else options
     efficiency = _row_efficiency(inputs, table)
     frozen = jax.lax.stop_gradient(efficiency)
-    c0, reachable, cmax, x_max = _solve_server(inputs, frozen, solver, options, steps)
+    c0, reachable, cmax, x_max = _solve_server(inputs, frozen, solver, options, 0 if open_loop else steps)
+    if open_loop:  # the server rows are evaluated at their rate below, not at a matched C: no halvings,
+        c0 = jnp.where(inputs.server, jnp.ones_like(c0), c0)  # their layout's feasibility at one session
 
     def x_of(eff, c):
         return _group_throughput(_outputs(inputs, eff, solver, c, options), inputs)
