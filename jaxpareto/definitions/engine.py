@@ -91,7 +91,8 @@ class Engine(Definition):
             128, 256, 384 and 512): the padded requests cost their matmuls and all-reduces
             (`jaxpareto.physics.cuda_graphs`). 0 (default): no padding modelled. With it, TPOT
             is no longer piecewise linear in B: the damped solver runs where the exact one was
-            asked for by the gradient searches and the validation, and a sweep refuses "exact".
+            asked for by the gradient searches and the validation, and a sweep refuses "exact"
+            and disaggregated serving (not modelled) with it.
         efficiency: `Efficiency` fields this engine sets (calibrated factors); the others come
             from the shared `Efficiency` of the run.
         sources: field name -> where its value comes from.

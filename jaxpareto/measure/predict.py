@@ -137,14 +137,14 @@ def _predict(inputs: RowInputs, table, solver, *, options, steps):
     frozen = jax.lax.stop_gradient(efficiency)
     c0, reachable, cmax, x_max = _solve_server(inputs, frozen, solver, options, 0 if open_loop else steps)
     if open_loop:  # the server rows are evaluated at their rate below, not at a matched C: no halvings,
-        c0 = jnp.where(inputs.server, jnp.ones_like(c0), c0)  # their layout's feasibility at one session
+        c0 = jnp.where(inputs.server, jnp.ones_like(c0), c0)  # nor a Newton step; their layout's feasibility
 
     def x_of(eff, c):
         return _group_throughput(_outputs(inputs, eff, solver, c, options), inputs)
 
     # Newton step with a held slope: value C0, derivative -(dX/dθ) / (dX/dC) (implicit function).
     _, slope = jax.jvp(functools.partial(x_of, frozen), (c0,), (jnp.ones_like(c0),))
-    solved = reachable & (slope > 0)
+    solved = reachable & (slope > 0) & ~(inputs.server & open_loop)  # the open loop's server rows: at their rate
     slope = jax.lax.stop_gradient(jnp.where(solved, slope, 1.0))
     capacity = x_of(efficiency, jnp.maximum(cmax, 1.0))
     residual = jnp.where(solved, x_of(efficiency, c0) - _target(inputs, capacity), 0.0)

@@ -64,6 +64,9 @@ class DecodeCoefficients(NamedTuple):
         graph_ranks: D, the attention-DP ranks that replay one graph (1 without).
         graph_sessions: a rank's sessions in the closed loop (its batch is binomial over them);
             inf in the open loop.
+        graph_most: the most requests a rank runs at once (its KV slots and request limit).
+        graph_microbatches: S, a pipeline's micro-batches, each padded to its own graph (1
+            without a pipeline).
         padding_compute_ms: a padded request's matmuls, ``compute_ms`` without attention's FLOPs
             (its projections and routed experts, the busiest GPU's share) [ms]; it also pays
             ``allreduce_ms``, not KV reads.
@@ -86,6 +89,8 @@ class DecodeCoefficients(NamedTuple):
     graph_step: jax.Array | None = None
     graph_ranks: jax.Array | float = 1.0
     graph_sessions: jax.Array | float = jnp.inf
+    graph_most: jax.Array | float = jnp.inf
+    graph_microbatches: jax.Array | float = 1.0
     padding_compute_ms: jax.Array | float = 0.0
 
 
@@ -280,7 +285,9 @@ def decode_step(c: DecodeCoefficients, batch: jax.Array, routing: str = "seed") 
     t_compute_ms = batch * c.compute_ms + (c.compute_floor_ms + touched * c.expert_floor_ms)
     t_fixed_ms = c.fixed_ms + batch * c.allreduce_ms
     if c.graph_step is not None:  # the CUDA graph's padded requests: matmuls and all-reduces only
-        padding = padded_batch(batch, c.graph_step, c.graph_ranks, c.graph_sessions) - batch
+        s = c.graph_microbatches  # a pipeline's S micro-batches of B / S, each its own graph
+        padding = s * padded_batch(batch / s, c.graph_step, c.graph_ranks, c.graph_sessions / s, c.graph_most / s) \
+            - batch
         t_compute_ms = t_compute_ms + padding * c.padding_compute_ms
         t_fixed_ms = t_fixed_ms + padding * c.allreduce_ms
     if c.attention_ms is None:

@@ -435,6 +435,9 @@ def evaluate_point(
         ValueError: an unknown solver or option, or "exact" with a non-linear R(B).
     """
     options.validate()
+    if options.disaggregated and point.get("engine") is not None and point["engine"].cuda_graph_batch_step is not None:
+        raise ValueError("an engine's CUDA-graph padding (cuda_graph_batch_step) is not modelled for disaggregated "
+                         "serving")
     if options.disaggregated:  # a prefill pool of its own: `jaxpareto.physics.disaggregated_point`
         return evaluate_disaggregated(point, workload, efficiency, solver, options)
     measured = options.profile == "measured"
@@ -503,7 +506,8 @@ def evaluate_point(
     if graph_step is not None:  # decode steps padded to the engine's CUDA graphs (physics/cuda_graphs.py)
         coefficients = coefficients._replace(
             graph_step=graph_step + 0.0 * tokens, graph_ranks=1.0 if ranks is None else ranks,
-            graph_sessions=concurrency_eff + 0.0 * tokens)  # per rank; inf in the open loop (all admitted)
+            graph_sessions=concurrency_eff + 0.0 * tokens,  # per rank; inf in the open loop (all admitted)
+            graph_most=slots + 0.0 * tokens, graph_microbatches=1.0 if layout is None else layout.stages + 0.0 * tokens)
     think_ms = think_time_s * MS_PER_S
     paused = paused_sessions(rate_per_ms, think_ms, workload.turns_per_session)
     # host tier: per GPU, each rank loads its share of the context's KV over its own link

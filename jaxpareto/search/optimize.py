@@ -45,6 +45,7 @@ from jaxpareto.dataset.plan import plan_sweep
 from jaxpareto.definitions.axes import AXIS_BY_NAME, CONCURRENCY_RANGE, LAYOUT_AXES, SCENARIO_AXES, TP_CHOICES
 from jaxpareto.definitions.checks import check_number
 from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.definitions.engine import Engine, resolve_engine
 from jaxpareto.definitions.hardware import Hardware
 from jaxpareto.definitions.options import SEARCH_METHODS, SERVING_MODES, ModelOptions
 from jaxpareto.definitions.schema import PERCENTILE_VARIABLES
@@ -261,6 +262,21 @@ def optimize(
 _LAYOUT_DEFAULTS = {"expert_imbalance": Workload().expert_imbalance, "dp_prefill": ModelOptions().dp_prefill}
 
 
+def _padding_engines(engine) -> list[str]:
+    """The engines of an ``engine`` keyword (a name, an `Engine` or a list) that pad their decode
+    steps to CUDA graphs (`Engine.cuda_graph_batch_step`); unknown names are the plan's to refuse."""
+    items = [] if engine is None else [engine] if isinstance(engine, (str, Engine)) else list(engine)
+    found = []
+    for item in items:
+        try:
+            resolved = resolve_engine(item)
+        except JaxparetoError:
+            continue
+        if resolved.cuda_graph_batch_step > 0:
+            found.append(resolved.name)
+    return found
+
+
 def serving_modes(serving, gpu_budget, settings, outputs) -> tuple[str, ...]:
     """The serving modes a search compares: with a GPU budget, ``serving`` (a mode or a list;
     default aggregated and disaggregated where the disaggregated model covers the search, else
@@ -288,6 +304,9 @@ def serving_modes(serving, gpu_budget, settings, outputs) -> tuple[str, ...]:
             "are not modelled for it yet"
     except JaxparetoError as error:
         why = error.problem
+    padding = _padding_engines(settings.get("engine"))
+    if not why and padding:
+        why = f"engines {padding} pad their decode steps to CUDA graphs, which it does not model"
     if serving is None:
         return ("aggregated", "disaggregated") if gpu_budget is not None and not why else ("aggregated",)
     modes = [serving] if isinstance(serving, str) else list(serving)
