@@ -135,21 +135,22 @@ def _predict(inputs: RowInputs, table, solver, *, options, steps):
     open_loop, options = options.open_loop, options._replace(arrivals="staggered") if options.open_loop else options
     efficiency = _row_efficiency(inputs, table)
     frozen = jax.lax.stop_gradient(efficiency)
+    # the open loop evaluates the server rows at their rate (below), not at a matched C: no halvings
     c0, reachable, cmax, x_max = _solve_server(inputs, frozen, solver, options, 0 if open_loop else steps)
-    if open_loop:  # the server rows are evaluated at their rate below, not at a matched C: no halvings,
-        c0 = jnp.where(inputs.server, jnp.ones_like(c0), c0)  # nor a Newton step; their layout's feasibility
 
     def x_of(eff, c):
         return _group_throughput(_outputs(inputs, eff, solver, c, options), inputs)
 
-    # Newton step with a held slope: value C0, derivative -(dX/dθ) / (dX/dC) (implicit function).
-    _, slope = jax.jvp(functools.partial(x_of, frozen), (c0,), (jnp.ones_like(c0),))
-    solved = reachable & (slope > 0) & ~(inputs.server & open_loop)  # the open loop's server rows: at their rate
-    slope = jax.lax.stop_gradient(jnp.where(solved, slope, 1.0))
     capacity = x_of(efficiency, jnp.maximum(cmax, 1.0))
-    residual = jnp.where(solved, x_of(efficiency, c0) - _target(inputs, capacity), 0.0)
-    c_server = jnp.where(solved, c0 - residual / slope, c0)
-    concurrency = jnp.where(inputs.server, c_server, inputs.concurrency)
+    if open_loop:  # nor a Newton step: the layout's feasibility at one session
+        concurrency = jnp.where(inputs.server, jnp.ones_like(c0), inputs.concurrency)
+    else:  # Newton step with a held slope: value C0, derivative -(dX/dθ) / (dX/dC) (implicit function)
+        _, slope = jax.jvp(functools.partial(x_of, frozen), (c0,), (jnp.ones_like(c0),))
+        solved = reachable & (slope > 0)
+        slope = jax.lax.stop_gradient(jnp.where(solved, slope, 1.0))
+        residual = jnp.where(solved, x_of(efficiency, c0) - _target(inputs, capacity), 0.0)
+        c_server = jnp.where(solved, c0 - residual / slope, c0)
+        concurrency = jnp.where(inputs.server, c_server, inputs.concurrency)
 
     out = _outputs(inputs, efficiency, solver, concurrency, options)
     if open_loop:  # MLPerf's server scenario, `vllm bench serve --request-rate`: Poisson arrivals

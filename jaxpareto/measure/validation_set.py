@@ -302,7 +302,7 @@ def _check_row(row: dict, where) -> None:
     if not math.isnan(row["cuda_graph_batch_step"]) and row["mode"] == "disagg":
         raise JaxparetoError(where("cuda_graph_batch_step"), "a disaggregated run's CUDA-graph padding is not "
                                                              "modelled: leave it blank")
-    imbalance, model = row["expert_imbalance"], {**catalog.models(), **EXTRA_MODELS}[row["model"]]
+    imbalance, model = row["expert_imbalance"], models[row["model"]]
     if not math.isnan(imbalance) and imbalance != 1 and not (model.experts and _or(row["moe_ep"], 1) > 1):
         raise JaxparetoError(where("expert_imbalance"), "is the busiest expert-parallel GPU's share of the routed "
                                                         "tokens: it needs a MoE model with moe_ep > 1 (blank or 1 "
