@@ -73,15 +73,77 @@ def test_a_validation_row_publishing_its_budget_overrides_its_engine(tmp_path):
     assert "prefill_chunk_tokens" in raw.columns
     rows = raw[raw["id"].str.startswith("mlperf51-llama2-h200-nebius")].assign(engine="trtllm")
     given, blank = tmp_path / "given.csv", tmp_path / "blank.csv"
-    rows.assign(prefill_chunk_tokens="1536").to_csv(given, index=False)
+    rows.assign(prefill_chunk_tokens="512").to_csv(given, index=False)
     rows.drop(columns="prefill_chunk_tokens").to_csv(blank, index=False)  # a file may leave it out
     options = jp.ModelOptions(prefill_model="shared")
     small = jp.validate(load_validation_set(given), options=options).set_index("metric")["predicted"]
     default = jp.validate(load_validation_set(blank), options=options).set_index("metric")["predicted"]
-    # the engine's default 8192 leaves room beside ~1,000 decoding requests; 1536 caps the
-    # decoders near 1536 x 265 / (222 + 265) and so the capacity
-    assert small["output_tokens_per_s_total"] < 0.95 * default["output_tokens_per_s_total"]
+    # the engine's default 8192 leaves room beside the ~790 requests KV memory holds; 512 keeps
+    # at most 512 x 265 / (222 + 265) = 279 of them decoding and 233 tokens a step to prefill:
+    # the compute-bound capacity hardly moves, but near it the prompts wait far longer
+    np.testing.assert_allclose(small["output_tokens_per_s_total"], default["output_tokens_per_s_total"], rtol=0.03)
+    assert small["ttft_ms"] > 5.0 * default["ttft_ms"]
     for bad in ("0", "1.5", "-8"):
         rows.assign(prefill_chunk_tokens=bad).to_csv(tmp_path / "bad.csv", index=False)
         with pytest.raises(JaxparetoError, match="prefill_chunk_tokens"):
             load_validation_set(tmp_path / "bad.csv")
+
+
+@pytest.mark.parametrize("counted, fed", [(True, 512 * 256 / (2048 + 256)), (False, 512 * 256 / 2048)])
+def test_the_closed_loop_levels_off_where_the_budget_keeps_its_decoders_fed(counted, fed):
+    # P = 512, L = 2048, OSL = 256: at most P' / L prompts a step start decoding, for OSL steps
+    # each, so D = P' OSL / L decode at once, P' = P - D where decode tokens take their share of
+    # the budget (D = 56.9), P' = P where not (D = 64); the sessions beyond wait for their
+    # prefill. Charging their decode tokens to every step made the throughput fall with C
+    # past D instead of levelling off
+    concurrency = np.array([16, 32, 48, 96, 128, 160])
+    ds = jp.sweep(gpu="h100-sxm", model="llama-3.1-8b", tp=1, context_tokens=2048, osl=256, hit_rate=0.0,
+                  think_time_s=0.0, concurrency=concurrency, prefill_model="shared",
+                  engine=[_engine("budget", counted, 512)]).squeeze()
+    throughput, tpot, ttft = ds.output_tokens_per_s_per_gpu.values, ds.tpot_ms.values, ds.ttft_ms.values
+    assert bool(ds.feasible.all()) and bool(ds.converged.all()) and int(ds.concurrency_max.min()) > 160
+    np.testing.assert_allclose(ds.batch_eff.values, concurrency, rtol=2e-5)  # Z = 0: all in their turn
+    assert np.all(np.diff(throughput) > 0.0), throughput
+    assert throughput[-1] < 1.01 * throughput[-2]  # levelled off
+    # past D a step decodes D requests: TPOT stops growing; below D it grows with the batch
+    past = concurrency > 1.3 * fed
+    np.testing.assert_allclose(tpot[past], tpot[-1], rtol=1e-5)
+    assert tpot[1] < 0.8 * tpot[-1]
+    # and the sessions beyond D wait: at a level X, R = C / X grows with C, all of it in TTFT
+    np.testing.assert_allclose(ttft[-1] - ttft[-2], (160 - 128) * 256 / throughput[-1] * 1e3, rtol=0.02)
+
+
+def test_a_validation_row_may_publish_its_request_limit_and_whether_its_budget_counts_decode_tokens(tmp_path):
+    raw = pd.read_csv(default_path(), dtype=str, keep_default_na=False)
+    rows = raw[raw["id"].str.startswith("mlperf51-llama2-h200-nebius")].assign(prefill_chunk_tokens="512")
+    options = jp.ModelOptions(prefill_model="shared")
+
+    def predicted(**columns):
+        rows.assign(**columns).to_csv(tmp_path / "rows.csv", index=False)
+        return jp.validate(load_validation_set(tmp_path / "rows.csv"), options=options).set_index("metric")["predicted"]
+
+    absent = jp.validate(load_validation_set(_written(rows, tmp_path)), options=options).set_index("metric")["predicted"]
+    blank = predicted(max_running_requests="", decode_tokens_in_budget="")
+    pd.testing.assert_series_equal(blank, absent)
+    pd.testing.assert_series_equal(predicted(decode_tokens_in_budget="0"), absent)  # the seed engine's
+    counted = predicted(decode_tokens_in_budget="1")
+    # the ~280 decode tokens take their share of the 512: half the prompts a step, a far longer
+    # wait near capacity
+    assert counted["ttft_ms"] > 5.0 * absent["ttft_ms"]
+    # under Poisson arrivals a request limit below the ~790 sessions KV memory holds makes
+    # requests wait for a slot (the request limit applies where requests can wait for memory)
+    options = jp.ModelOptions(prefill_model="shared", arrivals="poisson")
+    unlimited, limited = predicted(max_running_requests=""), predicted(max_running_requests="400")
+    assert limited["ttft_ms"] > 1.3 * unlimited["ttft_ms"]
+    assert limited["tpot_ms"] == unlimited["tpot_ms"]
+    for column, bad in (("decode_tokens_in_budget", "2"), ("decode_tokens_in_budget", "yes"),
+                        ("max_running_requests", "0"), ("max_running_requests", "1.5")):
+        rows.assign(**{column: bad}).to_csv(tmp_path / "bad.csv", index=False)
+        with pytest.raises(JaxparetoError, match=column):
+            load_validation_set(tmp_path / "bad.csv")
+
+
+def _written(rows, tmp_path):
+    path = tmp_path / "absent.csv"
+    rows.to_csv(path, index=False)
+    return path

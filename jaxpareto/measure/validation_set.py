@@ -70,8 +70,11 @@ under ``gemm_rate="measured"``), ``prefill_chunk_tokens``, the tokens one engine
 carries at most (the runtime TensorRT-LLM ``max_num_tokens``, not the engine build's; vLLM
 ``max_num_batched_tokens``; per step, which each of a pipeline's stages carries), and
 ``cuda_graph_batch_step``, the step between the batch sizes of the CUDA graphs the run pads its
-decode steps to (TensorRT-LLM's ``cuda_graph_batch_sizes`` with ``cuda_graph_padding_enabled``;
-`jaxpareto.definitions.engine.Engine`). Rows whose layout
+decode steps to (TensorRT-LLM's ``cuda_graph_batch_sizes`` with ``cuda_graph_padding_enabled``),
+``max_running_requests``, the requests one engine instance runs at once at most (TensorRT-LLM's
+runtime ``max_batch_size``, vLLM's ``max_num_seqs``), and ``decode_tokens_in_budget``, 1 where
+the run's decode tokens count against ``prefill_chunk_tokens`` (vLLM, TensorRT-LLM), 0 where not
+(`jaxpareto.definitions.engine.Engine`). Rows whose layout
 the model cannot express yet load like any other, and
 `unsupported_reason` (the loaded ``unsupported`` column) says why; they are kept, never
 approximated.
@@ -148,7 +151,8 @@ MODES = ("agg", "disagg")
 
 # column -> kind: "str" (non-empty), "opt_str" (may be blank), "int", "opt_int" (blank: a
 # default, see `_LAYOUT_DEFAULTS`), "num", "opt_num" (> 0), "opt_workload" (the bounds of the
-# `Workload` field of that name), "opt_steps" (>= 0), "opt_kernels" (blank or one of `GEMM_KERNELS`)
+# `Workload` field of that name), "opt_steps" (>= 0), "opt_kernels" (blank or one of `GEMM_KERNELS`),
+# "opt_flag" (blank, 0 or 1)
 COLUMNS: dict[str, str] = {
     "id": "str",
     "source": "str",
@@ -184,6 +188,8 @@ COLUMNS: dict[str, str] = {
     "gemm_kernels": "opt_kernels",
     "prefill_chunk_tokens": "opt_int",
     "cuda_graph_batch_step": "opt_int",
+    "max_running_requests": "opt_int",
+    "decode_tokens_in_budget": "opt_flag",
     "metric": "str",
     "statistic": "str",
     "value": "num",
@@ -202,7 +208,8 @@ DISAGGREGATION_COLUMNS = ("prefill_workers", "prefill_tp", "decode_workers")
 SPREAD_COLUMNS = ("isl_cv", "osl_cv")
 #: The run's own engine settings where its configuration is published, over its engine's
 #: (`jaxpareto.definitions.engine.Engine`; blank: the engine's). Optional in a file.
-SETTING_COLUMNS = ("scheduler_delay_steps", "gemm_kernels", "prefill_chunk_tokens", "cuda_graph_batch_step")
+SETTING_COLUMNS = ("scheduler_delay_steps", "gemm_kernels", "prefill_chunk_tokens", "cuda_graph_batch_step",
+                   "max_running_requests", "decode_tokens_in_budget")
 #: The tokens the busiest expert-parallel GPU receives over the mean where the run's routing is
 #: known to be unbalanced (``Workload.expert_imbalance``; blank: 1, balanced). Optional in a file.
 IMBALANCE_COLUMNS = ("expert_imbalance",)
@@ -243,6 +250,10 @@ def _parse(kind: str, text: str, where: str, column: str = ""):
         raise JaxparetoError(where, f"not a number: {text!r}") from None
     if kind == "opt_workload":  # a length spread or the expert imbalance: the Workload field's bounds
         return check_number(where, number, **_WORKLOAD_BOUNDS[column])
+    if kind == "opt_flag":
+        if number not in (0.0, 1.0):
+            raise JaxparetoError(where, f"must be 0 or 1 (or blank), got {text!r}")
+        return number
     if kind == "opt_steps":
         if not math.isfinite(number) or number < 0:
             raise JaxparetoError(where, f"must be a finite number >= 0, got {text!r}")

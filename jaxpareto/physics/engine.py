@@ -29,7 +29,9 @@ throughput X [turns/ms] and L_prefill tokens per turn, the prefill load is ρ = 
 - ρ' = ρ (C - 1) / C is the load a session sees: not its own prefill, which it neither queues
   behind nor decodes during (the arrival theorem of closed networks, Lavenberg and Reiser
   1980); one session alone (C = 1) gets eq. 2's TTFT and eq. 3's TPOT;
-- B = X R (Little's law over the active sessions, which, as in the seed, all sit in the batch).
+- B = X R (Little's law over the active sessions, which, as in the seed, all sit in the batch),
+  but a step decodes at most D = P' OSL / L of them (`fed_decode_batch`): past that the rest
+  wait for their prefill, and the throughput levels off rather than falls as C grows.
 
 For a given B, X R - B increases with ρ from -B, so one ρ in [0, 1) closes the three whenever
 B is within what the engine can hold (always at the closed loop's B <= C_eff); it is found by a
@@ -187,6 +189,32 @@ def prefill_budget_tokens(chunk_tokens: jax.Array, decode_tokens: jax.Array, pre
     fed = chunk_tokens * (prefill_tokens / jnp.maximum(prefill_tokens + osl, 1.0))  # P L in float32 could overflow
     left = jnp.maximum(chunk_tokens - decode_in_budget * decode_tokens, fed)
     return jnp.maximum(left, MIN_PREFILL_BUDGET_TOKENS)
+
+
+def fed_decode_batch(chunk_tokens: jax.Array, prefill_tokens: jax.Array, osl: jax.Array,
+                     decode_in_budget=None) -> jax.Array:
+    """D, the most requests a step of the shared engine can keep decoding [requests].
+
+    A step prefills at most its budget's P' tokens, so at most P' / L requests a step finish
+    their prefill and start decoding; each then decodes for OSL steps, so by Little's law over
+    steps at most P' OSL / L requests decode at once. Where the engine counts its decode tokens
+    against the budget (vLLM, TensorRT-LLM: `prefill_budget_tokens`), P' = P - D, and
+    D = P OSL / (L + OSL); elsewhere P' = P and D = P OSL / L.
+
+    In the closed loop, the sessions of B beyond D do not decode: they wait for their prefill
+    (the processor-sharing queue of `shared_turn`), so a step carries min(B, D) decode tokens, and
+    the throughput levels off at D / (OSL T) past saturation, where charging every step the
+    tokens of sessions that are not decoding made it fall with C.
+
+    Args:
+        chunk_tokens: P [tokens]. prefill_tokens: L, a turn's prefill [tokens] (a turn with
+            nothing to prefill is not capped). osl: a turn's output tokens.
+        decode_in_budget: 1, 0 (scalars) or None (static: 0).
+    """
+    counted = 0.0 if decode_in_budget is None else decode_in_budget
+    feeding = prefill_tokens + counted * osl
+    fed = chunk_tokens * (osl / jnp.where(feeding > 0, feeding, 1.0))
+    return jnp.where(prefill_tokens > 0, jnp.maximum(fed, 1.0), jnp.inf)
 
 
 LOAD_BRACKET = 40.0  # s = -ln(1 - ρ) in [0, 40]: ρ up to 1 - 4e-18

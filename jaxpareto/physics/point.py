@@ -26,7 +26,8 @@ from jaxpareto.physics.closed_loop import LoopInputs, active_ratio, solve_closed
 from jaxpareto.physics.costs import engine_efficiency, prefill_alone_ms, prefill_expert_costs, tp_costs, turn_tokens
 from jaxpareto.physics.decode import DecodeCoefficients, DecodeStep, decode_step, tpot_lines
 from jaxpareto.physics.disaggregated_point import evaluate_disaggregated
-from jaxpareto.physics.engine import LOAD_BRACKET, prefill_budget_tokens, shared_turn, synchronised_turn
+from jaxpareto.physics.engine import LOAD_BRACKET, fed_decode_batch, prefill_budget_tokens, shared_turn, \
+    synchronised_turn
 from jaxpareto.physics.intensity import operational_intensity
 from jaxpareto.physics.joint import JointSystem
 from jaxpareto.physics.layout import expert_exchange, fills_budget, layout_costs, layout_splits, pipeline_costs, \
@@ -168,7 +169,9 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
       part of TTFT. The hit rate is h x the Che survival (`jaxpareto.physics.cache`) in the M - B_run slots
       the running sessions leave free, with every session not running (C - B_run: paused or
       waiting) competing for them; misses may hit the host tier, which they compete for too.
-    - ``prefill_model="shared"``: TTFT and TPOT from the chunked-prefill engine (`jaxpareto.physics.engine`).
+    - ``prefill_model="shared"``: TTFT and TPOT from the chunked-prefill engine (`jaxpareto.physics.engine`);
+      in the closed loop a step decodes at most the D sessions its prefill budget keeps fed
+      (`jaxpareto.physics.engine.fed_decode_batch`), the rest waiting for their prefill.
     - ``profile="measured"``: sessions beyond the ``slots`` wait as under the LRU model, and a
       prefill chunk also loads the routed experts its tokens touch.
     - ``arrivals="poisson"`` (`jaxpareto.physics.queueing`): the sessions are the B in their
@@ -211,6 +214,9 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
     # under Poisson arrivals a request decodes beside the B others a random time sees, B + 1 in
     # all (docs/model.md, "Open-loop load")
     seen = batch_run + 1.0 if open_loop else batch_run
+    if options.prefill_model == "shared" and options.arrivals == "staggered":
+        # the closed loop's sessions beyond what the step budget keeps fed wait for their prefill
+        seen = jnp.minimum(seen, fed_decode_batch(turn.chunk_tokens, work.tokens, turn.osl, turn.decode_in_budget))
     step = decode_step(turn.decode, seen, options.expert_routing)
     mix = prefill_mix(work.tokens, turn.hit_tokens, work.hit_rate_eff, turn.isl_cv)
     zero = 0.0 * batch
