@@ -22,7 +22,8 @@ OUTPUTS: dict[str, VariableInfo] = {
     "tpot_ms": VariableInfo("ms", "time per output token at the effective batch, seed eq. 3"),
     "latency_ms": VariableInfo("ms", "turn latency R = TTFT + TPOT x OSL, seed eq. 1"),
     "batch_eff": VariableInfo("sessions", "effective decode batch B = C_eff x rho, seed eq. 4 (LRU: the running "
-                                          "sessions, at most concurrency_max)"),
+                                          "sessions, at most concurrency_max; shared prefill, closed loop: a step "
+                                          "decodes at most the P OSL / (L + c OSL) its prefill budget keeps fed)"),
     "gpu_active_ratio": VariableInfo("1", "active ratio rho = R / (R + Z)"),
     "turns_per_s": VariableInfo("turns/s", "turn throughput X = C_eff / (R + Z)"),
     "output_tokens_per_s_per_user": VariableInfo("tokens/s", "interactivity 1000 / TPOT"),

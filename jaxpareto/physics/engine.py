@@ -201,10 +201,10 @@ def fed_decode_batch(chunk_tokens: jax.Array, prefill_tokens: jax.Array, osl: ja
     against the budget (vLLM, TensorRT-LLM: `prefill_budget_tokens`), P' = P - D, and
     D = P OSL / (L + OSL); elsewhere P' = P and D = P OSL / L.
 
-    In the closed loop, the sessions of B beyond D do not decode: they wait for their prefill
-    (the processor-sharing queue of `shared_turn`), so a step carries min(B, D) decode tokens, and
-    the throughput levels off at D / (OSL T) past saturation, where charging every step the
-    tokens of sessions that are not decoding made it fall with C.
+    In the closed loop (staggered turns), the sessions of B beyond D do not decode: they wait
+    for their prefill (the processor-sharing queue of `shared_turn`), so a step carries min(B, D)
+    decode tokens, and the throughput levels off at D / (OSL T(D, P')) past saturation, where
+    charging every step the tokens of sessions that are not decoding made it fall with C.
 
     Args:
         chunk_tokens: P [tokens]. prefill_tokens: L, a turn's prefill [tokens] (a turn with

@@ -167,6 +167,11 @@ class TurnSpread(NamedTuple):
             open loop's steps give it (prompts under one chunk: the step in progress and the
             step that carries the prompt, its length included, `jaxpareto.physics.open_engine`);
             0 elsewhere, where the prompt lengths spread it.
+        prefill_service_ms: a prefill's own time in the steps that carry it, where TTFT holds
+            more than that and its queueing wait (the closed loop's shared engine: TTFT is S /
+            (1 - ρ') under processor sharing, and the sessions waiting for memory): what one
+            prefill adds to the decode steps it shares [ms]. None: TTFT less the wait and
+            ``fixed_ms``.
     """
 
     ttft_ms: jax.Array
@@ -186,6 +191,7 @@ class TurnSpread(NamedTuple):
     tpot_cap_ms: jax.Array = float("inf")
     fixed_ms: jax.Array = 0.0
     service_scv: jax.Array = 0.0
+    prefill_service_ms: jax.Array | None = None
 
 
 class LatencyPercentiles(NamedTuple):
@@ -221,7 +227,9 @@ def latency_percentiles(spread: TurnSpread, with_wait: bool = True) -> LatencyPe
     # a request's TPOT: the batch averaged over its turn, and the prefill chunks it decodes through
     step_sd = spread.step_slope_ms * jnp.sqrt(spread.batch_variance)
     decode_ms = spread.osl * spread.tpot_ms
-    per_prefill_ms = service * jnp.maximum(spread.mixed_step_ms - spread.decode_step_ms, 0.0) \
+    # a prefill's own steps, not its processor-sharing slowdown: its chunk shares those steps
+    own = service if spread.prefill_service_ms is None else spread.prefill_service_ms
+    per_prefill_ms = own * jnp.maximum(spread.mixed_step_ms - spread.decode_step_ms, 0.0) \
         / jnp.maximum(spread.mixed_step_ms, 1e-30)
     # the share of a request's steps that carry a prefill cannot pass 1: the count's variance has
     # the binomial factor 1 - c_f of that share (0 when every step carries one)

@@ -140,6 +140,7 @@ class TurnState(NamedTuple):
     seen_batch: jax.Array
     inner: tuple = ()
     service_scv: jax.Array = 0.0
+    prefill_service_ms: jax.Array | None = None
 
 
 def inner_unknowns(options: ModelOptions) -> tuple[tuple[str, float, float], ...]:
@@ -170,7 +171,7 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
       the running sessions leave free, with every session not running (C - B_run: paused or
       waiting) competing for them; misses may hit the host tier, which they compete for too.
     - ``prefill_model="shared"``: TTFT and TPOT from the chunked-prefill engine (`jaxpareto.physics.engine`);
-      in the closed loop a step decodes at most the D sessions its prefill budget keeps fed
+      in the closed loop of staggered turns a step decodes at most the D sessions its prefill budget keeps fed
       (`jaxpareto.physics.engine.fed_decode_batch`), the rest waiting for their prefill.
     - ``profile="measured"``: sessions beyond the ``slots`` wait as under the LRU model, and a
       prefill chunk also loads the routed experts its tokens touch.
@@ -185,6 +186,7 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
     ``inner``) or, with ``polish`` (static), as converged roots to differentiate.
     """
     given = iter(itertools.repeat(None) if inner is None else inner)
+    own_service = None  # a prefill's own time in its steps, where TTFT holds more (below)
     queue = options.cache_model == "lru" or options.profile == "measured"
     open_loop = options.open_loop
     concurrency = batch + turn.paused_sessions if open_loop else turn.concurrency
@@ -239,9 +241,10 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         else:
             engine = shared_turn(step, batch_run, concurrency, work.tokens, turn.osl, budget,
                                  turn.prefill_ms_per_token, turn.decode.eta_decode, turn.decode.elementwise_overhead,
-                                 experts_beyond(batch_run), lockstep_ranks=turn.lockstep_ranks, load_given=next(given),
+                                 experts_beyond(seen), lockstep_ranks=turn.lockstep_ranks, load_given=next(given),
                                  polish=polish)
             roots += (engine.load_root,)
+            own_service = engine.service_ms  # TTFT is S / (1 - ρ'): the percentiles spread S alone
         ttft = engine.ttft_ms + turn.ttft_overhead_ms + work.delay_ms
         tpot, load = engine.tpot_ms, engine.prefill_load
         steps = (engine.decode_step_ms, engine.mixed_step_ms, engine.mixed_share, engine.dispersion)
@@ -262,7 +265,7 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         wait = (ttft + tpot * turn.osl) * (jnp.maximum(batch / turn.slots, 1.0) - 1.0)
         ttft = ttft + wait
     return TurnState(ttft + tpot * turn.osl, wait, ttft, tpot, step, batch_run, work, lifetime, load, mix,
-                     queue_wait, queue_busy, *steps, seen, roots, service_scv)
+                     queue_wait, queue_busy, *steps, seen, roots, service_scv, own_service)
 
 
 def scheduler_wait_ms(delay_steps: jax.Array, tpot_ms: jax.Array) -> jax.Array:
@@ -564,6 +567,8 @@ def evaluate_point(
     if open_loop or percentiles:  # a step's added time per request more in the batch
         step_slope = decode_step(coefficients, state.seen_batch + 1.0, options.expert_routing).tpot_ms - \
             state.step.tpot_ms
+        # past the decoders its prefill keeps fed (closed loop), one session more does not decode
+        step_slope = jnp.where(state.seen_batch < state.batch_run, 0.0, step_slope)
     saturated_tpot = jnp.inf  # the open loop's TPOT with every KV slot busy (caps its quantiles)
     if open_loop:  # a request waits for a KV slot before its prefill (`jaxpareto.physics.queueing`)
         hold_slope = workload.osl * tpot_slope_ms(state, step_slope)  # T_hold's tangent at B
@@ -604,7 +609,8 @@ def evaluate_point(
                             state.mixed_share, batch_variance, step_slope, turns_per_s / MS_PER_S,
                             state.prefill_dispersion, saturated_tpot,
                             0.0 if turn.scheduler_delay_steps is None
-                            else scheduler_wait_ms(turn.scheduler_delay_steps, state.tpot_ms), state.service_scv)
+                            else scheduler_wait_ms(turn.scheduler_delay_steps, state.tpot_ms), state.service_scv,
+                            state.prefill_service_ms)
         safe = jax.tree_util.tree_map(lambda v: jnp.where(ok, v, 1.0), spread)  # no NaN into the bisections
         found = latency_percentiles(safe, with_wait=open_loop)
         percentile_outputs = {f"p{p}_{name}": masked(values[i]) for name, values in found._asdict().items()
@@ -639,7 +645,8 @@ def evaluate_point(
             jnp.int8
         ),
         operational_intensity=masked(operational_intensity(
-            hw, model, tp, state.batch_run, step, state.prefill.tokens, context_tokens, workload.osl)),
+            hw, model, tp, jnp.minimum(state.batch_run, state.seen_batch), step, state.prefill.tokens,
+            context_tokens, workload.osl)),
         prefill_share=masked(state.ttft_ms / latency),
         hit_rate_eff=masked(state.prefill.hit_rate_eff) if lru else hit_rate + zero,
         tier_hit_rate=masked(state.prefill.tier_hit_rate),
