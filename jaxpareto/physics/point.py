@@ -118,7 +118,9 @@ class TurnState(NamedTuple):
     ``seen_batch`` (the batch of ``step``), for the percentiles and the open loop's batch
     swings; ``inner`` holds R(B)'s inner roots (`InnerRoot`s in the order of `inner_unknowns`);
     ``service_scv`` is the squared CV the open loop's steps give the prefill's service, prompt
-    lengths included (0 elsewhere).
+    lengths included (0 elsewhere); ``prefill_service_ms`` the prefill's own time in its steps
+    where TTFT holds more than that and a queueing wait (the closed loop's shared engine: S, of
+    TTFT's S / (1 - ρ')), else None.
     """
 
     latency_ms: jax.Array
