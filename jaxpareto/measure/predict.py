@@ -214,9 +214,6 @@ class Predictor:
             raise JaxparetoError("options", f"expected jaxpareto ModelOptions, got {type(options).__name__}")
         self.options = options
         self.prefill = default_prefill(options) if prefill is None else prefill
-        # rows padded to CUDA graphs are a program of their own (below): here none pads, so the
-        # others keep the exact solver where it applies
-        self.inputs = row_inputs(_without_graphs(self.rows), dtype, self.prefill)
         self.engines = engine_names(self.rows)
         unsupported = self.rows["unsupported"] if "unsupported" in self.rows else pd.Series("", index=self.rows.index)
         self.unsupported = unsupported.fillna("").to_numpy(dtype=object)
@@ -241,13 +238,17 @@ class Predictor:
         self.solver = dataclasses.replace(
             solver, damping=np.asarray(solver.damping, dt), tol=np.asarray(solver.tol, dt),
             max_iter=np.asarray(solver.max_iter, np.int32))
-        any_server = bool(self.rows["load"].eq("server").any())  # else no bisection to run
-        self._jitted = _jitted_predict(options.validate(), int(bisection_steps) if any_server else 0)
-        # (row indices, their inputs, their program): predictions that replace the main program's
+        # the other rows, one program (no padding in it, so they keep the exact solver where it
+        # applies; with no rows at all, `row_inputs` says so)
+        own = np.ones(len(self.rows), dtype=bool)
+        own[self.pooled] = own[self.padded] = False
+        main = np.flatnonzero(own)
+        # (row indices, their inputs, their program): each row in one of them
         self._groups = [self._group(indices, group_options, bisection_steps)
-                        for indices, group_options in ((self.pooled, disaggregated if len(self.pooled) else None),
+                        for indices, group_options in ((main, options.validate()),
+                                                       (self.pooled, disaggregated if len(self.pooled) else None),
                                                        (self.padded, options.validate()))
-                        if len(indices)]
+                        if len(indices) or (indices is main and not len(self.rows))]
 
     def _group(self, indices: np.ndarray, options: ModelOptions, bisection_steps: int):
         """The rows at ``indices`` as a program of their own under ``options``, their engines
@@ -286,9 +287,12 @@ class Predictor:
         if jax.dtypes.canonicalize_dtype(dt) != dt:
             raise JaxparetoError("dtype", f"{self.dtype} needs jax.enable_x64(True) around the call and jax.grad")
         table = jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype=dt), self.factor_table(efficiency))
-        prediction, details = self._jitted(self.inputs, table, self.solver)
-        for indices, inputs, jitted in self._groups:  # disaggregated and padded runs' own predictions
+        prediction, details = None, {}
+        for indices, inputs, jitted in self._groups:  # each program's rows in their places
             own, own_details = jitted(inputs, table, self.solver)
+            if prediction is None:
+                prediction = jnp.full(len(self.rows), jnp.nan, own.dtype)
+                details = {k: jnp.zeros(len(self.rows), v.dtype) for k, v in own_details.items()}
             prediction = prediction.at[indices].set(own)
             details = {k: v.at[indices].set(own_details[k].astype(v.dtype)) for k, v in details.items()}
         supported = jnp.asarray(self.unsupported == "")
@@ -305,11 +309,6 @@ class Predictor:
         ``max_load_tokens_per_s`` (whole-system throughput at concurrency_max), ``feasible``."""
         prediction, details = self._run(efficiency)
         return {"prediction": np.asarray(prediction), **{k: np.asarray(v) for k, v in details.items()}}
-
-
-def _without_graphs(rows: pd.DataFrame) -> pd.DataFrame:
-    """The rows with no run's CUDA-graph padding (``cuda_graph_batch_step`` blank)."""
-    return rows.assign(cuda_graph_batch_step=np.nan) if "cuda_graph_batch_step" in rows else rows
 
 
 def default_prefill(options: ModelOptions) -> str:

@@ -173,11 +173,11 @@ def prefill_budget_tokens(chunk_tokens: jax.Array, decode_tokens: jax.Array, pre
     scheduler counts a generation request's token against ``max_num_tokens`` as a context
     request's (its performance-tuning guide, "Tuning Max Batch Size and Max Num Tokens").
 
-    The decode tokens are the batch B, but at most the P OSL / (L + OSL) that the budget keeps
-    fed: a request decodes OSL steps for every L prefill tokens, so D decoding requests need
-    D L / OSL prefill tokens a step, and D + D L / OSL <= P. Sessions beyond that wait for
-    their prefill rather than decode (the closed loop counts every session of its turn in B),
-    so P L / (L + OSL) is always left to prefill.
+    The decode tokens are the batch B, but at most the D = P OSL / (L + OSL) that the budget
+    keeps fed (`fed_decode_batch`): a request decodes OSL steps for every L prefill tokens, so D
+    decoding requests need D L / OSL prefill tokens a step, and D + D L / OSL <= P. Sessions
+    beyond that wait for their prefill rather than decode (the closed loop counts every session
+    of its turn in B), so P - D = P L / (L + OSL) is always left to prefill.
 
     Args:
         chunk_tokens: P [tokens]. decode_tokens: the step's batch, B [requests].
@@ -186,9 +186,8 @@ def prefill_budget_tokens(chunk_tokens: jax.Array, decode_tokens: jax.Array, pre
     """
     if decode_in_budget is None:
         return chunk_tokens
-    fed = chunk_tokens * (prefill_tokens / jnp.maximum(prefill_tokens + osl, 1.0))  # P L in float32 could overflow
-    left = jnp.maximum(chunk_tokens - decode_in_budget * decode_tokens, fed)
-    return jnp.maximum(left, MIN_PREFILL_BUDGET_TOKENS)
+    decoding = jnp.minimum(decode_tokens, fed_decode_batch(chunk_tokens, prefill_tokens, osl, decode_in_budget))
+    return jnp.maximum(chunk_tokens - decode_in_budget * decoding, MIN_PREFILL_BUDGET_TOKENS)
 
 
 def fed_decode_batch(chunk_tokens: jax.Array, prefill_tokens: jax.Array, osl: jax.Array,
