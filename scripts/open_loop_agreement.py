@@ -2,8 +2,8 @@
 latency from the model (``arrivals="poisson"``, the shared engine) and from the discrete-event
 simulation of a continuous-batching server with chunked prefill in ``tests/simulator.py`` (fed
 the model's own step times, at most ``concurrency_max`` requests holding KV), at 30 % to 90 % of
-the model's capacity, for prompts of a thirty-second, a quarter, one and two chunks with fixed
-or lognormal lengths. About 4 min; ``--quick`` about 30 s (two cases, two loads, fewer requests).
+the model's capacity, for prompts of a thirty-second, a quarter, 0.37, 0.61, one, 1.46 and two
+chunks with fixed or lognormal lengths. About 7 min; ``--quick`` about 30 s (two cases, two loads, fewer requests).
 
 Cells are model / simulated - 1 in %; a * marks one beyond the open-loop goals (means of TTFT
 and TPOT within 10 %, their P99 within 20 %). Unlike the other scripts this one imports the test
@@ -24,7 +24,8 @@ import jaxpareto as jp  # noqa: E402
 from simulator import model_step, simulate  # noqa: E402
 
 GPU, MODEL, OSL, CHUNK = "h100-sxm", "llama-3.1-8b", 128, 8192.0
-CASES = [(256, 0.5), (2048, 0.0), (2048, 0.5), (8192, 0.5), (16384, 0.0), (16384, 0.5)]
+CASES = [(256, 0.5), (2048, 0.0), (2048, 0.5), (3000, 0.0), (5000, 0.0), (5000, 0.5), (8192, 0.5), (12000, 0.0),
+         (16384, 0.0), (16384, 0.5)]
 LOADS = (0.3, 0.6, 0.8, 0.9)
 COLUMNS = [("ttft", "mean", 10), ("ttft", 50, None), ("ttft", 99, 20), ("tpot", "mean", 10), ("tpot", 50, None),
            ("tpot", 99, 20), ("itl", "mean", None), ("itl", 99, None), ("e2el", "mean", None), ("e2el", 99, None)]

@@ -7,9 +7,12 @@ from it directly:
 - **Bulk-service prefill steps.** Every step takes, first-come first-served up to the chunk P,
   the prefills that arrived while the step before ran (the bulk service queue of Bailey, J. R.
   Stat. Soc. B 16, 1954, the chunk as the bulk). For prompts under one chunk the prompts j
-  waiting at a step are a Markov chain: the step serves s_j = min(j, ⌊P / L⌋) of them, lasts
-  T_j = T(B, s_j L) (`jaxpareto.physics.engine.step_ms`), and j' = j - s_j + Poisson(λ T_j):
-  long steps beget long steps. With spread prompt lengths T_j is random (squared CV k_j, to
+  waiting at a step are a Markov chain: a step with fewer than a chunk's tokens waiting ends all
+  j of them in T_j = T(B, j L) (`jaxpareto.physics.engine.step_ms`); a fuller one takes a chunk
+  first-come first-served, token by token, and ends s = P / L prompts on average in
+  T_j = T(B, P): ⌊s⌋ of them, or ⌈s⌉ as often as the fraction of s (the chunk's end moves
+  across the prompts), so the chain drifts as the queue of tokens does. Then
+  j' = j - s_j + Poisson(λ T_j): long steps beget long steps. With spread prompt lengths T_j is random (squared CV k_j, to
   first order) and the arrivals in it are Poisson of a random mean, taken as negative binomial
   of mean λ T_j and variance λ T_j (1 + λ T_j k_j) (a gamma-mixed Poisson; Greenwood and Yule,
   J. R. Stat. Soc. 83, 1920). Its law π 129 steps after an empty queue (stationary well before
@@ -52,8 +55,8 @@ from it directly:
   take the step in progress and the serving step as a service of the chain's variance (the
   prompt lengths' share included), and the full steps more as the queueing wait, with
   P(wait > 0) the chance of being carried.
-- **Capacity.** Prefill at full steps serves P / T(B, P) tokens per ms (⌊P / L⌋ prompts per
-  T(B, ⌊P / L⌋ L) under one chunk); beyond that the prefill queue grows without bound and the
+- **Capacity.** Prefill at full steps serves P / T(B, P) tokens per ms (P / L prompts per
+  T(B, P) under one chunk, as a queue of tokens); beyond that the prefill queue grows without bound and the
   point is flagged by the caller.
 """
 
@@ -84,7 +87,7 @@ class PrefillSteps(NamedTuple):
         mixed_step_ms: T_f, the mean step with prefill [ms]. mixed_share: m, the share of time
             in steps with prefill. per_step_tokens: p, the prefill tokens such a step carries.
         load: the prefill load at full steps, λ L T(B, P) / P, or for prompts under one chunk
-            λ T(B, s L) / s with s = ⌊P / L⌋ the prompts a step takes (>= 1: beyond capacity).
+            λ T(B, P) / s with s = P / L the prompts a full step ends (>= 1: beyond capacity).
         step_wait_ms: the mean wait for the step in progress [ms]. own_step_ms: the mean step
             that serves a prompt [ms]. overflow_ms: under one chunk, the mean wait for the full
             steps a prompt is carried past [ms]. service_scv: under one chunk, the squared CV of
@@ -219,8 +222,14 @@ def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: ja
     t0, t_full = t(0.0), t(chunk_tokens)
     # prompts under one chunk: the chain of prompts waiting at a step
     counts = jnp.arange(_CHAIN_STATES, dtype=jnp.result_type(tokens, float))
-    per_chunk = jnp.maximum(jnp.floor(chunk_tokens / tokens), 1.0)
-    served = jnp.minimum(counts, per_chunk)
+    # a full step takes P tokens first-come first-served, s = P / L prompts on average: it ends
+    # ⌊s⌋ prompts, or ⌈s⌉ as often as the fraction f of s (the chunk's end moving across the
+    # prompts), so the chain's drift and capacity are the token queue's
+    per_chunk = jnp.maximum(chunk_tokens / tokens, 1.0)
+    fewer = jnp.floor(per_chunk)
+    fraction = per_chunk - fewer
+    full_step = counts >= fewer + jnp.where(fraction > 0.0, 1.0, 0.0)  # a chunk's tokens or more waiting
+    served = jnp.where(full_step, per_chunk, counts)  # mean prompts a step ends
     step_tokens = jnp.minimum(served * tokens, chunk_tokens)
     steps_of = jax.vmap(t)
     durations = steps_of(step_tokens)
@@ -234,11 +243,15 @@ def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: ja
     # what taking a chunk's tokens out of a step saves it (the carried prompt's own tokens)
     relief = durations - steps_of(jnp.maximum(step_tokens - chunk_tokens, 0.0))
     arrivals = jnp.maximum(rate_per_ms * durations, 1e-30)  # λT_j, kept off 0 for the logs
-    carried = counts - served
-    new = counts[None, :] - carried[:, None]  # arrivals that take the chain from j to k
-    last = counts[-1] - carried  # the last state: at least this many arrivals
-    moves, tail = _step_arrivals(new, last, arrivals, spread / durations ** 2)
-    moves = jnp.concatenate([moves[:, :-1], tail[:, None]], axis=1)
+    carried = counts - jnp.where(full_step, fewer, counts)  # a step ending ⌊s⌋ (all where not full)
+    moves, tail = _step_arrivals(counts[None, :] - carried[:, None], counts[-1] - carried, arrivals,
+                                 spread / durations ** 2)
+    # ending one prompt more takes one arrival more to each state: the same row a column on, its
+    # tail less the last term (P(N >= n + 1) = P(N >= n) - P(N = n))
+    more = jnp.where(full_step, fraction, 0.0)[:, None]  # P(a step ends ⌈s⌉)
+    fewer_rows = jnp.concatenate([moves[:, :-1], tail[:, None]], axis=1)
+    more_rows = jnp.concatenate([moves[:, 1:], jnp.maximum(tail - moves[:, -1], 0.0)[:, None]], axis=1)
+    moves = (1.0 - more) * fewer_rows + more * more_rows
     power = moves
     for _ in range(_CHAIN_SQUARINGS):
         power = power @ power
@@ -252,7 +265,7 @@ def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: ja
     chain_tokens = jnp.sum(law[1:] * step_tokens[1:]) / busy
     waits = _chain_waits(law, durations, relief, spread, arrivals, chain_time, counts, served, tokens, chunk_tokens,
                          prompt_scv, t0, t_full)
-    # a chunk or more: full-chunk steps, L / P of them per prompt; under one: ⌊P / L⌋ prompts a step
+    # a chunk or more: full-chunk steps, L / P of them per prompt; under one: P / L prompts a full step
     whole = tokens >= chunk_tokens
     load = jnp.where(whole, rate_per_ms * tokens * t_full / chunk_tokens, rate_per_ms * durations[-1] / per_chunk)
     share = jnp.where(whole, jnp.clip(load, 0.0, 1.0), chain_share)
