@@ -64,7 +64,9 @@ def test_the_decode_tokens_lengthen_the_wait_for_prefill_more_as_the_batch_grows
     gain = (counted.ttft_ms / apart.ttft_ms).squeeze().values
     batch = apart.batch_eff.squeeze().values
     assert bool(counted.feasible.all()) and bool(apart.feasible.all())
-    assert np.all(gain >= 1.0 - 1e-6), gain
+    # (a light load's counted budget is a few tokens smaller, and so is the rest of a prompt's last
+    # step it waits out under Poisson arrivals: TTFT may come out lower by a few parts in 1e5)
+    assert np.all(gain >= 1.0 - 1e-4), gain
     assert gain[-1] > gain[0] and gain[-1] > 1.01, (load_axis, batch, gain)
 
 

@@ -36,7 +36,11 @@ from it directly:
   while no prefill runs, the decode step in progress (T_0 / 2 on average), plus the
   first-come first-served wait for the prefill steps ahead: the M/G/1 (Pollaczek-Khinchine)
   wait S ρ / (1 - ρ) x (1 + c_S²) / 2 with S the prefill's time alone
-  (`jaxpareto.physics.queueing`) and ρ the load at full steps.
+  (`jaxpareto.physics.queueing`) and ρ the load at full steps; plus the rest of its last step
+  where prompts wait behind it: chunks fill token by token, so its last token falls anywhere in
+  a step that the next prompts fill, half of T(B, P) on average, and a prompt leaves others
+  waiting as often as an arrival finds some, ρ (in M/G/1 departures see what arrivals see:
+  Kleinrock, Queueing Systems vol. 1, 1975, section 5.3); ρ T(B, P) / 2 in all.
 - **TTFT under one chunk**, from the chain's law π (the bulk-service queue's waiting time,
   Bailey 1954; Chaudhry and Templeton, A First Course in Bulk Queues, 1983, ch. 4): a prompt
   arriving in any step, with or without prefill, waits for it to end, the residual of a
@@ -328,11 +332,13 @@ def poisson_turn(step: DecodeStep, rate_per_ms: jax.Array, prefill_tokens: jax.A
     busy = jnp.where(stable, jnp.clip(steps.load, 0.0, 1.0), 0.5)
     alone = own_steps * steps.own_step_ms
     queued = jnp.where(tokens >= chunk_tokens, wait_scale * service * busy / (1.0 - busy), steps.overflow_ms)
-    ttft = alone + steps.step_wait_ms + queued
+    # a chunk or more: the rest of the last step, which the prompts behind it fill (module docstring)
+    last = jnp.where(tokens >= chunk_tokens, busy * 0.5 * steps.own_step_ms, 0.0)
+    ttft = alone + steps.step_wait_ms + last + queued
     # beyond the prefill capacity the queue grows without bound: no finite latency (the batch's
     # fixed-point iteration stops there and the caller flags the point)
     ttft, tpot = jnp.where(stable, ttft, jnp.inf), jnp.where(stable, tpot, jnp.inf)
-    return EngineTurn(ttft, tpot, share, alone + steps.step_wait_ms, t0, tf,
+    return EngineTurn(ttft, tpot, share, alone + steps.step_wait_ms + last, t0, tf,
                       jnp.where(stable, steps.wait_probability, 1.0), mixed, dispersion,
                       service_scv=steps.service_scv)
 
