@@ -3,7 +3,8 @@ latency from the model (``arrivals="poisson"``, the shared engine) and from the 
 simulation of a continuous-batching server with chunked prefill in ``tests/simulator.py`` (fed
 the model's own step times, at most ``concurrency_max`` requests holding KV), at 30 % to 90 % of
 the model's capacity, for prompts of a thirty-second, a quarter, 0.37, 0.61, one, 1.46 and two
-chunks with fixed or lognormal lengths. About 7 min; ``--quick`` about 30 s (two cases, two loads, fewer requests).
+chunks with fixed or lognormal lengths. About 7 min; ``--quick`` about 30 s (two cases, two loads,
+fewer requests).
 
 Cells are model / simulated - 1 in %; a * marks one beyond the open-loop goals (means of TTFT
 and TPOT within 10 %, their P99 within 20 %). Unlike the other scripts this one imports the test

@@ -63,7 +63,7 @@ def lognormal(rng, mean: float, cv: float, n: int) -> np.ndarray:
 
 def simulate(step_ms, rate_per_s: float, requests: int, prefill_tokens: float, osl: float, chunk_tokens: float,
              isl_cv: float = 0.0, osl_cv: float = 0.0, seed: int = 0, warmup: float = 0.1,
-             slots: int | None = None) -> Simulated:
+             slots: int | None = None, decode_in_budget: bool = False) -> Simulated:
     """Run ``requests`` Poisson arrivals at ``rate_per_s`` through the engine.
 
     Args:
@@ -73,6 +73,8 @@ def simulate(step_ms, rate_per_s: float, requests: int, prefill_tokens: float, o
         warmup: share of the first requests left out of the statistics.
         slots: requests that may hold KV at once (prefilling or decoding); a request waits
             for a free one before its prefill starts (None: no limit).
+        decode_in_budget: the decoding requests' tokens come off the step's budget first, one
+            each (vLLM V1's and TensorRT-LLM's schedulers), leaving the rest to prefill.
     """
     rng = np.random.default_rng(seed)
     arrivals = np.cumsum(rng.exponential(1000.0 / rate_per_s, requests))
@@ -93,7 +95,8 @@ def simulate(step_ms, rate_per_s: float, requests: int, prefill_tokens: float, o
         if not waiting and not decoding:
             now = arrivals[nxt]
             continue
-        budget, finished_prefill = chunk_tokens, []
+        budget = max(chunk_tokens - len(decoding), 0) if decode_in_budget else chunk_tokens
+        prefill_budget, finished_prefill = budget, []
         admitted = len(waiting) if slots is None else max(slots - len(decoding), 0)
         for k, r in enumerate(waiting):
             if k >= admitted:  # no KV slot for it yet
@@ -106,7 +109,7 @@ def simulate(step_ms, rate_per_s: float, requests: int, prefill_tokens: float, o
             if budget <= 0:
                 break
         n = len(decoding)
-        dt = step_ms(n, chunk_tokens - budget)
+        dt = step_ms(n, prefill_budget - budget)
         now += dt
         batch_time += n * dt
         busy_time += dt

@@ -12,13 +12,13 @@ from it directly:
   first-come first-served, token by token, and ends s = P / L prompts on average in
   T_j = T(B, P): ⌊s⌋ of them, or ⌈s⌉ as often as the fraction of s (the chunk's end moves
   across the prompts), so the chain drifts as the queue of tokens does. Then
-  j' = j - s_j + Poisson(λ T_j): long steps beget long steps. With spread prompt lengths T_j is random (squared CV k_j, to
-  first order) and the arrivals in it are Poisson of a random mean, taken as negative binomial
-  of mean λ T_j and variance λ T_j (1 + λ T_j k_j) (a gamma-mixed Poisson; Greenwood and Yule,
-  J. R. Stat. Soc. 83, 1920). Its law π 129 steps after an empty queue (stationary well before
-  capacity) gives the mean step T̄ = Σ π_j T_j, the share of time in prefill steps
-  m = Σ_{j>=1} π_j T_j / T̄ and their mean length T_f. A prompt of a chunk or more fills its
-  steps: m = λ (L / P) T(B, P).
+  j' = j - s_j + Poisson(λ T_j): long steps beget long steps. With spread prompt lengths T_j is
+  random (squared CV k_j, to first order) and the arrivals in it are Poisson of a random mean,
+  taken as negative binomial of mean λ T_j and variance λ T_j (1 + λ T_j k_j) (a gamma-mixed
+  Poisson; Greenwood and Yule, J. R. Stat. Soc. 83, 1920). Its law π 129 steps after an empty
+  queue (stationary well before capacity) gives the mean step T̄ = Σ π_j T_j, the share of time
+  in prefill steps m = Σ_{j>=1} π_j T_j / T̄ and their mean length T_f. A prompt of a chunk or
+  more fills its steps: m = λ (L / P) T(B, P).
 - **TPOT** is the mean step, T̄ = 1 / (m / T_f + (1 - m) / T_0), one token per step (with
   attention-DP ranks in lockstep, m as in `jaxpareto.physics.engine.lockstep_share`).
 - **Clusters of prefills.** A request decodes for OSL steps, not for a fixed time, and every
@@ -60,8 +60,8 @@ from it directly:
   prompt lengths' share included), and the full steps more as the queueing wait, with
   P(wait > 0) the chance of being carried.
 - **Capacity.** Prefill at full steps serves P / T(B, P) tokens per ms (P / L prompts per
-  T(B, P) under one chunk, as a queue of tokens); beyond that the prefill queue grows without bound and the
-  point is flagged by the caller.
+  T(B, P) under one chunk, as a queue of tokens); beyond that the prefill queue grows without
+  bound and the point is flagged by the caller.
 """
 
 from __future__ import annotations
