@@ -308,23 +308,25 @@ def test_a_steps_arrivals_are_poisson_or_negative_binomial():
             np.testing.assert_allclose(tail, law.sf(last[:, None] - 1)[:, 0], rtol=1e-4 if k else 1e-9)
 
 
-def test_a_prompt_of_a_chunk_or_more_waits_out_its_last_step():
-    """Chunks fill token by token: a prompt of more than a chunk ends anywhere in a step that the
-    prompts behind it fill, and waits out the rest of it, half a full step as often as it leaves
-    others waiting (ρ). Llama-3.1-405B's MLPerf prompts (9,429 tokens, CV 0.43) against the
-    simulated server: mean TTFT within 5 % at half and 80 % of capacity (without the term 8 and
-    13 % low)."""
-    context, spread = 9429, 0.43
-    ds = jp.sweep(GPU, MODEL, tp=1, request_rate=np.geomspace(0.02, 20.0, 400), **{**OPEN, "context_tokens": context},
-                  prefill_model="shared", isl_cv=spread, osl_cv=spread,
+@pytest.mark.parametrize(("context", "spread", "chunk", "loads"), [
+    (9429, 0.43, 8192, (0.5, 0.8)),  # Llama-3.1-405B's MLPerf prompts: was 8 and 13 % low (L / P steps)
+    (600, 0.0, 512, (0.3, 0.6)),  # a chunk and 88 tokens: was 30 and 24 % low (L / P steps), then too
+])
+def test_a_prompt_of_a_chunk_or_more_takes_whole_steps(context, spread, chunk, loads):
+    """Chunks fill token by token: a prompt of more than a chunk takes ⌊L / P⌋ full steps and a
+    last one for the tokens left, which the prompts behind it fill to a full step as often as
+    there are some (ρ) and which otherwise runs alone (`whole_steps_ms`), not L / P steps: mean
+    TTFT within 8 % of the simulated server."""
+    ds = jp.sweep(GPU, MODEL, tp=1, request_rate=np.geomspace(0.02, 200.0, 500), **{**OPEN, "context_tokens": context},
+                  prefill_model="shared", isl_cv=spread, osl_cv=spread, prefill_chunk_tokens=chunk,
                   variables=["ttft_ms", "concurrency_max"]).squeeze()
     capacity = float(ds.request_rate.where(ds.feasible, drop=True).max())
     step = model_step(GPU, MODEL, context)
-    for load in (0.5, 0.8):
+    for load in loads:
         model = ds.sel(request_rate=load * capacity, method="nearest")
-        sim = simulate(step, float(model.request_rate), 20_000, context, OSL, 8192.0, spread, spread, seed=2,
+        sim = simulate(step, float(model.request_rate), 20_000, context, OSL, float(chunk), spread, spread, seed=2,
                        slots=int(model.concurrency_max))
-        assert float(model.ttft_ms) == pytest.approx(sim.ttft_ms.mean(), rel=0.05), load
+        assert float(model.ttft_ms) == pytest.approx(sim.ttft_ms.mean(), rel=0.08), load
 
 
 def test_a_prompt_just_under_one_chunk_is_not_charged_twice():

@@ -36,11 +36,12 @@ from it directly:
   while no prefill runs, the decode step in progress (T_0 / 2 on average), plus the
   first-come first-served wait for the prefill steps ahead: the M/G/1 (Pollaczek-Khinchine)
   wait S ρ / (1 - ρ) x (1 + c_S²) / 2 with S the prefill's time alone
-  (`jaxpareto.physics.queueing`) and ρ the load at full steps; plus the rest of its last step
-  where prompts wait behind it: chunks fill token by token, so its last token falls anywhere in
-  a step that the next prompts fill, half of T(B, P) on average, and a prompt leaves others
-  waiting as often as an arrival finds some, ρ (in M/G/1 departures see what arrivals see:
-  Kleinrock, Queueing Systems vol. 1, 1975, section 5.3); ρ T(B, P) / 2 in all.
+  (`jaxpareto.physics.queueing`) and ρ the load at full steps. Its own steps are whole steps,
+  not L / P of them: chunks fill token by token, so it takes ⌊L / P⌋ full steps and a last one
+  for the r tokens left, which the prompts behind it fill to a full step as often as there are
+  some (ρ: in M/G/1 departures see what arrivals see; Kleinrock, Queueing Systems vol. 1, 1975,
+  section 5.3) and which otherwise runs alone, T(B, r), averaged over the prompt lengths
+  (`whole_steps_ms`).
 - **TTFT under one chunk**, from the chain's law π (the bulk-service queue's waiting time,
   Bailey 1954; Chaudhry and Templeton, A First Course in Bulk Queues, 1983, ch. 4): a prompt
   arriving in any step, with or without prefill, waits for it to end, the residual of a
@@ -70,6 +71,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.scipy.special import gammainc, gammaln, ndtr
 
 from jaxpareto.physics.decode import DecodeStep
@@ -77,6 +79,8 @@ from jaxpareto.physics.engine import EngineTurn, lockstep_share, step_time
 
 _CHAIN_STATES = 16  # prompts waiting at a step: 0 .. 15 (the last: 15 or more)
 _CARRY_STEPS = 4  # full steps a prompt's own length can carry it past (beyond those ahead of it)
+# Gauss-Hermite nodes and weights over a lognormal prompt length (a prompt of a chunk or more: its steps)
+_HERMITE_X, _HERMITE_W = np.polynomial.hermite.hermgauss(16)
 _CHAIN_SQUARINGS = 7  # the chain's law 1 + 2^7 steps after an empty queue
 _WAIT_CEILING = 1.0 - 1e-6  # P(wait) of a stable queue stays below 1, which flags instability
 _TAIL_TERMS, _TAIL_SMALL = 16, 1e-3  # a negative binomial tail below 1e-3: 16 terms summed, then a geometric rest
@@ -327,20 +331,49 @@ def poisson_turn(step: DecodeStep, rate_per_ms: jax.Array, prefill_tokens: jax.A
     dispersion = 1.0 / (1.0 - jnp.clip(rate_per_ms * marginal, 0.0, 0.999)) ** 2
     tpot = tpot + 0.5 * (dispersion - 1.0) * marginal / jnp.maximum(osl, 1.0)
 
-    # the prefill's own steps, the step in progress, and the wait for the prompts ahead: the
-    # M/G/1 wait at the load of full steps for a chunk or more, the chain's full steps under one
+    # the prefill's own steps (whole steps for a chunk or more), the step in progress, and the
+    # wait for the prompts ahead: the M/G/1 wait at the load of full steps for a chunk or more,
+    # the chain's full steps under one
     busy = jnp.where(stable, jnp.clip(steps.load, 0.0, 1.0), 0.5)
-    alone = own_steps * steps.own_step_ms
-    queued = jnp.where(tokens >= chunk_tokens, wait_scale * service * busy / (1.0 - busy), steps.overflow_ms)
-    # a chunk or more: the rest of the last step, which the prompts behind it fill (module docstring)
-    last = jnp.where(tokens >= chunk_tokens, busy * 0.5 * steps.own_step_ms, 0.0)
-    ttft = alone + steps.step_wait_ms + last + queued
+    whole = tokens >= chunk_tokens
+    alone = jnp.where(whole, whole_steps_ms(t, tokens, chunk_tokens, prompt_scv, busy), steps.own_step_ms)
+    queued = jnp.where(whole, wait_scale * service * busy / (1.0 - busy), steps.overflow_ms)
+    ttft = alone + steps.step_wait_ms + queued
     # beyond the prefill capacity the queue grows without bound: no finite latency (the batch's
     # fixed-point iteration stops there and the caller flags the point)
     ttft, tpot = jnp.where(stable, ttft, jnp.inf), jnp.where(stable, tpot, jnp.inf)
-    return EngineTurn(ttft, tpot, share, alone + steps.step_wait_ms + last, t0, tf,
+    return EngineTurn(ttft, tpot, share, alone + steps.step_wait_ms, t0, tf,
                       jnp.where(stable, steps.wait_probability, 1.0), mixed, dispersion,
                       service_scv=steps.service_scv)
+
+
+def whole_steps_ms(t, tokens: jax.Array, chunk_tokens: jax.Array, prompt_scv: jax.Array,
+                   busy: jax.Array) -> jax.Array:
+    """The steps of a prompt of a chunk or more, from its first to its last [ms] (module docstring).
+
+    Chunks fill token by token: a prompt of L tokens takes ⌊L / P⌋ full steps and a last one for
+    the r = L - ⌊L / P⌋ P tokens left, which the prompts behind it fill to a full step T(B, P) as
+    often as there are some (ρ: M/G/1 departures see what arrivals see, Kleinrock, Queueing
+    Systems vol. 1, 1975, section 5.3) and which otherwise runs alone, T(B, r); no last step
+    where r = 0. Averaged over the lognormal prompt lengths (squared CV ``prompt_scv``) by
+    16-point Gauss-Hermite quadrature.
+
+    Args:
+        t: p -> T(B, p) [ms]. tokens: the mean L [tokens]. chunk_tokens: P. busy: ρ.
+
+    Returns:
+        The mean time from the start of the prompt's first step to the end of its last [ms]:
+        ⌊L / P⌋ T(B, P) + T(B, r) with no prompt behind (ρ = 0), ⌈L / P⌉ T(B, P) with always one.
+    """
+    dtype = jnp.result_type(tokens, float)  # the quadrature in the point's precision
+    nodes, weights = jnp.asarray(np.sqrt(2.0) * _HERMITE_X, dtype), jnp.asarray(_HERMITE_W / np.sqrt(np.pi), dtype)
+    spread = prompt_scv > 0.0  # sqrt away from 0: its derivative there is infinite
+    sigma = jnp.where(spread, jnp.sqrt(jnp.where(spread, jnp.log1p(prompt_scv), 1.0)), 0.0)
+    lengths = tokens * jnp.exp(sigma * nodes - 0.5 * sigma * sigma)  # (16,)
+    full = jnp.floor(lengths / chunk_tokens)
+    rest = lengths - full * chunk_tokens
+    last = jnp.where(rest > 0.0, busy * t(chunk_tokens) + (1.0 - busy) * jax.vmap(t)(rest), 0.0)
+    return jnp.sum(weights * (full * t(chunk_tokens) + last))
 
 
 def saturated_tpot_ms(full: DecodeStep, slots: jax.Array, prefill_tokens: jax.Array, osl: jax.Array,
