@@ -64,9 +64,7 @@ def test_the_decode_tokens_lengthen_the_wait_for_prefill_more_as_the_batch_grows
     gain = (counted.ttft_ms / apart.ttft_ms).squeeze().values
     batch = apart.batch_eff.squeeze().values
     assert bool(counted.feasible.all()) and bool(apart.feasible.all())
-    # (a light load's counted budget is a few tokens smaller, and so is the rest of a prompt's last
-    # step it waits out under Poisson arrivals: TTFT may come out lower by a few parts in 1e5)
-    assert np.all(gain >= 1.0 - 1e-4), gain
+    assert np.all(gain >= 1.0 - 1e-6), gain
     assert gain[-1] > gain[0] and gain[-1] > 1.01, (load_axis, batch, gain)
 
 
@@ -158,8 +156,8 @@ def test_an_open_loop_whose_budget_counts_its_decode_tokens_agrees_with_the_simu
     """Poisson arrivals at 80 % of capacity with a 512-token budget that the decoding requests'
     tokens come off first (as vLLM V1 and TensorRT-LLM schedule; 1,024-token prompts and 256-token
     outputs of CV 0.5, about 68 decoding): means of TTFT and TPOT within 10 % of the simulated
-    server (tests/simulator.py with ``decode_in_budget``; TTFT -9 %, where the budget taken as
-    all prefill's is 30 % low), their P99 within 20 %, and the decode batch within 10 %; the
+    server (tests/simulator.py with ``decode_in_budget``; TTFT -6 %, where the budget taken as
+    all prefill's is 22 % low), their P99 within 20 %, and the decode batch within 10 %; the
     budget's decode tokens cost capacity (16.7 requests/s against 18.8)."""
     from simulator import model_step, simulate
 
