@@ -53,6 +53,13 @@ def model_step(gpu: str, model: str, context_tokens: int, max_batch: int = 2048)
     return lambda n, p: max(memory[n], compute[n] + p * per_token) + fixed[n]
 
 
+def at_load(ds, load: float):
+    """The point of an open-loop sweep over ``request_rate`` (its only dimension) nearest ``load``
+    times the highest rate it serves (the model's capacity on that grid)."""
+    capacity = float(ds.request_rate.where(ds.feasible, drop=True).max())
+    return ds.sel(request_rate=load * capacity, method="nearest")
+
+
 def lognormal(rng, mean: float, cv: float, n: int) -> np.ndarray:
     """n draws of a lognormal of the given mean and coefficient of variation (cv 0: the mean)."""
     if cv == 0:

@@ -20,7 +20,7 @@ from jaxpareto.definitions.hardware import effective_tflops
 from jaxpareto.measure.validation_set import default_path
 from jaxpareto.physics.decode import decode_coefficients, decode_step
 from jaxpareto.physics.limits import LOAD_BEYOND_CAPACITY
-from simulator import model_step, simulate
+from simulator import at_load, model_step, simulate
 
 GPU, MODEL, CONTEXT, OSL = "h100-sxm", "llama-3.1-8b", 2048, 128
 OPEN = dict(arrivals="poisson", context_tokens=CONTEXT, osl=OSL, dtype="float64")
@@ -41,8 +41,7 @@ def test_percentiles_agree_with_a_simulated_server(context, spread, load):
                     variables=["ttft_ms", "tpot_ms", "batch_eff", "concurrency_max", "p99_ttft_ms", "p99_tpot_ms",
                                "p50_e2el_ms"])  # only the outputs checked: less to compile
     ds = jp.sweep(GPU, MODEL, tp=1, request_rate=np.geomspace(0.02, 200.0, 500), **{**OPEN, **settings}).squeeze()
-    capacity = float(ds.request_rate.where(ds.feasible, drop=True).max())
-    model = ds.sel(request_rate=load * capacity, method="nearest")
+    model = at_load(ds, load)
     rate = float(model.request_rate)
     sim = simulate(model_step(GPU, MODEL, context), rate, 20_000, context, OSL, 8192.0, spread, spread, seed=1,
                    slots=int(model.concurrency_max))
@@ -320,10 +319,9 @@ def test_a_prompt_of_a_chunk_or_more_takes_whole_steps(context, spread, chunk, l
     ds = jp.sweep(GPU, MODEL, tp=1, request_rate=np.geomspace(0.02, 200.0, 500), **{**OPEN, "context_tokens": context},
                   prefill_model="shared", isl_cv=spread, osl_cv=spread, prefill_chunk_tokens=chunk,
                   variables=["ttft_ms", "concurrency_max"]).squeeze()
-    capacity = float(ds.request_rate.where(ds.feasible, drop=True).max())
     step = model_step(GPU, MODEL, context)
     for load in loads:
-        model = ds.sel(request_rate=load * capacity, method="nearest")
+        model = at_load(ds, load)
         sim = simulate(step, float(model.request_rate), 20_000, context, OSL, float(chunk), spread, spread, seed=2,
                        slots=int(model.concurrency_max))
         assert float(model.ttft_ms) == pytest.approx(sim.ttft_ms.mean(), rel=0.08), load

@@ -372,8 +372,9 @@ def whole_steps_ms(t, tokens: jax.Array, chunk_tokens: jax.Array, prompt_scv: ja
     lengths = tokens * jnp.exp(sigma * nodes - 0.5 * sigma * sigma)  # (16,)
     full = jnp.floor(lengths / chunk_tokens)
     rest = lengths - full * chunk_tokens
-    last = jnp.where(rest > 0.0, busy * t(chunk_tokens) + (1.0 - busy) * jax.vmap(t)(rest), 0.0)
-    return jnp.sum(weights * (full * t(chunk_tokens) + last))
+    full_step = t(chunk_tokens)
+    last = jnp.where(rest > 0.0, busy * full_step + (1.0 - busy) * jax.vmap(t)(rest), 0.0)
+    return jnp.sum(weights * (full * full_step + last))
 
 
 def saturated_tpot_ms(full: DecodeStep, slots: jax.Array, prefill_tokens: jax.Array, osl: jax.Array,
