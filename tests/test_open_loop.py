@@ -327,6 +327,21 @@ def test_a_prompt_of_a_chunk_or_more_takes_whole_steps(context, spread, chunk, l
         assert float(model.ttft_ms) == pytest.approx(sim.ttft_ms.mean(), rel=0.08), load
 
 
+@pytest.mark.parametrize("tokens", [3000.0, 200.0, 33.0, 20.0, 10000.0])
+def test_the_load_at_full_steps_is_the_token_queues(tokens):
+    """The capacity flag's load is λ L T(B, P) / P for any prompt length: P / L prompts a full
+    step, however many that is (it took the chain's last state's step, T(B, 15 L) where a full
+    step holds 15 prompts or more, and understated the load there: 6 % at 20 tokens a prompt with
+    this step)."""
+    from jaxpareto.physics.open_engine import prefill_steps
+
+    with jax.enable_x64(True):
+        step = lambda p: 12.0 + 0.004 * p  # noqa: E731 (T(B, p) [ms], affine)
+        rate, chunk = 0.05, 512.0
+        load = float(prefill_steps(step, rate, tokens, chunk).load)
+        assert load == pytest.approx(rate * tokens * step(chunk) / chunk, rel=1e-12)
+
+
 def test_a_prompt_just_under_one_chunk_is_not_charged_twice():
     """With spread lengths a prompt just under the chunk is served in a step holding its whole
     mean length; the full steps its own length carries it past add only what that step leaves

@@ -273,9 +273,11 @@ def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: ja
     chain_tokens = jnp.sum(law[1:] * step_tokens[1:]) / busy
     waits = _chain_waits(law, durations, relief, spread, arrivals, chain_time, counts, served, tokens, chunk_tokens,
                          prompt_scv, t0, t_full)
-    # a chunk or more: full-chunk steps, L / P of them per prompt; under one: P / L prompts a full step
+    # the load at full steps, as a queue of tokens: a chunk or more takes L / P full steps a prompt,
+    # and under one a full step ends s = P / L prompts (the chain's last state is a full step only
+    # where s < 15, so its step is not the full one in general)
     whole = tokens >= chunk_tokens
-    load = jnp.where(whole, rate_per_ms * tokens * t_full / chunk_tokens, rate_per_ms * durations[-1] / per_chunk)
+    load = rate_per_ms * tokens * t_full / chunk_tokens
     share = jnp.where(whole, jnp.clip(load, 0.0, 1.0), chain_share)
     mixed = jnp.where(whole, t_full, chain_mixed)
     mean = 1.0 / (share / mixed + (1.0 - share) / t0)
