@@ -56,6 +56,16 @@ def test_report_and_definitions_checked_before_compute(capsys, spec, tmp_path, e
     assert evaluate_block._cache_size() == before
 
 
+@pytest.mark.parametrize("load, workload, message", [
+    ("request_rate = [1.0]", "", "request_rate: is not a load of arrivals='staggered'"),
+    ("concurrency = [2]", '[workload]\narrivals = "poisson"\n', "concurrency: is not a load of arrivals='poisson'"),
+])
+def test_the_other_loops_load_is_named_with_the_fix(capsys, spec, load, workload, message):
+    # not "grid.concurrency: is required": the load given belongs to the other loop
+    code, _, err = run(capsys, "sweep", spec(SMALL.replace("concurrency = [1, 8, 64]", load) + workload))
+    assert code == 2 and message in err, err
+
+
 def test_bad_range_is_a_spec_error(capsys, spec):
     text = SMALL.replace("concurrency = [1, 8, 64]", 'concurrency = { start = 0, stop = 64, num = 8, scale = "log" }')
     code, _, err = run(capsys, "sweep", spec(text))
@@ -90,6 +100,8 @@ def test_pareto_errors_and_selection(capsys, spec, tmp_path):
         (("pareto", store, "--sel", "tp=2"), "is a dimension of the front"),
         (("pareto", store, "--sel", "gpu=b200"), "'b200' is not on the grid"),
         (("pareto", store, "--dims", "tp,foo"), "unknown dimension 'foo'"),
+        (("pareto", store, "--sel", "foo=1"), "unknown axis 'foo' in 'foo=1'"),
+        (("pareto", store, "--sel", "hit_rate"), "expected AXIS=VALUE, got 'hit_rate'"),
         (("pareto", store, "--csv", tmp_path / "nodir" / "f.csv"), "does not exist"),
     ]:
         code, _, err = run(capsys, *argv)

@@ -414,3 +414,17 @@ def test_a_calibration_fitted_in_the_open_loop_is_validated_in_it(tmp_path, caps
     said, closed = predicted("--arrivals", "staggered")  # asked for: the closed loop's matching
     assert "server rows: closed-loop matching" in said
     assert np.all(np.isfinite(closed)) and not np.allclose(closed, adopted)
+
+
+@pytest.mark.parametrize(("rates", "note"), [([1.0, 2.0], "no served rate meets the SLO"),
+                                             ([1e5], "every rate beyond capacity")])
+def test_the_cli_says_why_a_goodput_peak_is_zero_or_missing(tmp_path, capsys, rates, note):
+    from jaxpareto.cli import main
+
+    spec = tmp_path / "open.toml"
+    spec.write_text(f'[grid]\ngpu = ["{GPU}"]\nmodel = ["{MODEL}"]\ntp = [1]\nrequest_rate = {rates}\n'
+                    f'context_tokens = [{CONTEXT}]\n[workload]\narrivals = "poisson"\nprefill_model = "shared"\n'
+                    f'osl = {OSL}\n[slo]\np99_ttft_ms = 0.001\n')
+    assert main(["sweep", str(spec), "--no-progress"]) == 0
+    table = capsys.readouterr().out.split("at its peak over request_rate:")[1]
+    assert note in table, table

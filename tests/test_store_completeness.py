@@ -108,6 +108,20 @@ def test_ctrl_c_ends_with_one_line_saying_how_to_resume(tmp_path):
     assert "Traceback" not in err, err
 
 
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_the_resume_advice_after_ctrl_c_drops_overwrite(tmp_path, monkeypatch, capsys, overwrite):
+    # run again as it was, a sweep with --overwrite would start over, not resume
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("jaxpareto.cli.sweep.sweep_to_zarr", interrupted)
+    argv = ["sweep", "--out", str(tmp_path / "s.zarr"), "--no-progress"] + (["--overwrite"] if overwrite else [])
+    assert main(argv) == 130
+    err = capsys.readouterr().err.strip()
+    assert ("without --overwrite to resume" in err) == overwrite, err
+    assert "run the same command again" in err
+
+
 def test_ctrl_c_inside_a_garbage_collector_callback_is_marked_not_printed(capsys):
     # the race CI met: SIGINT lands while JAX's gc callback runs; Python drops that KeyboardInterrupt
     import gc

@@ -56,6 +56,10 @@ def test_bad_definitions():
         jp.Model(name="m", params_total_b=7, layers=32)
     with pytest.raises(ValueError, match="Extra inputs"):
         jp.Model(name="m", params_total_b=7, layers=32, kv_heads=8, head_dim=128, hidden=4096)
+    # a misspelt required field: both the missing field and the typo are named, with the allowed keys
+    with pytest.raises(ValueError, match=r"bandwidth_gbs: Field required; Hardware\.bandwith_gbs: Extra inputs "
+                                         r"are not permitted \(allowed keys: .*bandwidth_gbs"):
+        jp.Hardware(name="x", memory_gb=80, bandwith_gbs=1000, tflops_fp16=100)
     with pytest.raises(ValueError, match="experts_per_token"):
         jp.Model(name="m", params_total_b=7, layers=32, kv_heads=8, head_dim=128, experts=8)
     with pytest.raises(ValueError, match="disagrees"):

@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args = None
     try:
         args = build_parser().parse_args(argv)  # a renamed option raises JaxparetoError here
         return args.func(args)
@@ -36,8 +37,12 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C: one line; a store keeps every block finished so far
-        print("jaxpareto: interrupted; run the same command again to resume a sweep written with --out "
-              "(finished blocks are kept)", file=sys.stderr)
+        if getattr(args, "overwrite", False):  # run again as it was, it would start over
+            print("jaxpareto: interrupted; run the same command again without --overwrite to resume a sweep "
+                  "written with --out (finished blocks are kept; with --overwrite it starts over)", file=sys.stderr)
+        else:
+            print("jaxpareto: interrupted; run the same command again to resume a sweep written with --out "
+                  "(finished blocks are kept)", file=sys.stderr)
         return 130
     except OSError as error:  # unreadable or unwritable files: one line, not a traceback
         if isinstance(error, BrokenPipeError):  # output piped into `head` and closed early

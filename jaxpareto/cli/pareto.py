@@ -36,8 +36,10 @@ def _parse_selection(items: Sequence[str], ds: xr.Dataset) -> dict:
     selection = {}
     for item in items:
         key, sep, raw = item.partition("=")
-        if not sep or key not in ds.dims:
+        if not sep:
             raise JaxparetoError("--sel", f"expected AXIS=VALUE, got {item!r}", [str(d) for d in ds.dims])
+        if key not in ds.dims:
+            raise JaxparetoError("--sel", f"unknown axis {key!r} in {item!r}", [str(d) for d in ds.dims])
         if ds[key].dtype.kind in "US":
             selection[key] = raw
             continue

@@ -28,7 +28,7 @@ def _cmd_size(args: argparse.Namespace) -> int:
         print(textwrap.fill(f"{target} of {args.model} on {args.gpu}: not possible ({result.reason})", width=100,
                             subsequent_indent="  "))
     with pd.option_context("display.width", 250, "display.float_format", FLOAT_FORMAT):
-        print("\n" + result.options.to_string(index=False))
+        print("\n" + result.options.to_string(index=False, na_rep="-"))  # as `optimize` shows what does not apply
     write_csv(result.options, args.csv, args.overwrite, "TP options")
     return 0 if result.feasible else 1
 

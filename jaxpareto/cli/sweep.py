@@ -157,8 +157,11 @@ def _print_goodput(ds, selection: dict, plan) -> None:
     peak = peak_goodput(ds.sel(cell)[["request_goodput"]]).load()
     targets = json.loads(plan.attrs()["slo"]) or "none (goodput = throughput)"
     print(f"\nGoodput (requests/s within the SLO: {targets}) at its peak over request_rate:")
-    table = pd.DataFrame({"tp": peak.tp.values, "request_goodput_peak": peak.request_goodput_peak.values,
-                          "request_rate_at_peak": peak.request_rate_at_peak.values})
+    best = np.asarray(peak.request_goodput_peak.values, dtype=float)
+    # peak_goodput: 0 where every served rate misses the SLO, NaN where every rate is beyond capacity
+    note = np.where(np.isnan(best), "every rate beyond capacity", np.where(best > 0, "", "no served rate meets the SLO"))
+    table = pd.DataFrame({"tp": peak.tp.values, "request_goodput_peak": best,
+                          "request_rate_at_peak": peak.request_rate_at_peak.values, "note": note})
     with pd.option_context("display.width", 250, "display.float_format", FLOAT_FORMAT):
         print(table.to_string(index=False))
 

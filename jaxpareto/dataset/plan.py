@@ -37,7 +37,7 @@ from jaxpareto.definitions.engine import resolve_engine
 _SETTINGS = {cls: {f.name: f for f in numeric_fields(cls)} for cls in (Workload, Efficiency, Solver)}
 FLAT_KEYWORDS: dict[str, object] = {name: flat_default(f) for fields in _SETTINGS.values() for name, f in fields.items()}
 FLAT_KEYWORDS.update({**ModelOptions()._asdict(), "cache_model": None})
-_RENAMED = {"method": "the fixed-point solver is solver= ('damped', 'exact')"}
+_RENAMED = {"method": f"the fixed-point solver is solver= {SOLVERS}"}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,12 +10,15 @@ import pydantic
 from jaxpareto.definitions.errors import JaxparetoError
 
 
-def describe_validation_error(error: pydantic.ValidationError, prefix: str) -> list[str]:
-    """One line per problem: ``prefix.field: message`` without pydantic's boilerplate."""
+def describe_validation_error(error: pydantic.ValidationError, prefix: str, allowed=()) -> list[str]:
+    """One line per problem: ``prefix.field: message`` without pydantic's boilerplate; an unknown
+    field also lists the ``allowed`` ones (a typo's correction)."""
     lines = []
     for item in error.errors():
         loc = ".".join(str(p) for p in item["loc"])
         message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden" and allowed:
+            message += f" (allowed keys: {', '.join(allowed)})"
         lines.append(f"{prefix}.{loc}: {message}" if loc else f"{prefix}: {message}")
     return list(dict.fromkeys(lines))
 
@@ -33,9 +36,10 @@ class Definition(pydantic.BaseModel):
         try:
             super().__init__(**data)
         except pydantic.ValidationError as error:
-            lines = describe_validation_error(error, type(self).__name__)
-            field = lines[0].split(":", 1)[0]
-            raise JaxparetoError(field, "; ".join(line.split(": ", 1)[1] for line in lines)) from None
+            lines = describe_validation_error(error, type(self).__name__, allowed=type(self).model_fields)
+            # the first problem's field leads; every other problem keeps its own field's name
+            field, first = lines[0].split(": ", 1)
+            raise JaxparetoError(field, "; ".join([first, *lines[1:]])) from None
 
     @pydantic.model_validator(mode="before")
     @classmethod

@@ -170,7 +170,8 @@ def _read(source) -> tuple[dict, str]:
     try:
         return tomllib.loads(path.read_text(encoding="utf-8")), str(path)
     except FileNotFoundError:
-        raise JaxparetoError("calibration", f"no such file: {path}") from None
+        raise JaxparetoError("calibration", f"no such file, nor a shipped calibration: {path}",
+                             tuple(shipped_calibrations())) from None
     except (IsADirectoryError, PermissionError) as error:
         raise JaxparetoError("calibration", f"cannot read {path}: {error.strerror}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:

@@ -278,7 +278,9 @@ class SweepSpec(_Table):
             if axis in layout_names and getattr(self.grid, axis) is None:  # its default; errors name what is given
                 continue
             grid[axis] = self._axis_values(axis)
-            if grid[axis] is None:
+            if grid[axis] is None and axis == LOAD_AXES["open" if open_loop else "closed"] and other in grid:
+                del grid[axis]  # the other loop's load given: the sweep's refusal names both and the fix
+            elif grid[axis] is None:
                 raise JaxparetoError(f"grid.{axis}", "is required for a sweep")
         return {
             **grid,
