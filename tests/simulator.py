@@ -9,6 +9,9 @@ for n decoding requests and p prefill tokens. A request's first token comes with
 completes its prefill, then one token per step until its output is complete. Measured as
 ``vllm bench serve`` does: TTFT from arrival to the first token, TPOT = (E2E - TTFT) / (OSL - 1)
 per request, ITL every gap between a request's tokens.
+
+`simulate_closed` runs the same engine as a benchmark at fixed concurrency instead: C clients
+start together and each sends its next request the moment the last one ends (Z = 0).
 """
 
 from __future__ import annotations
@@ -137,3 +140,60 @@ def simulate(step_ms, rate_per_s: float, requests: int, prefill_tokens: float, o
     e2el = (done - arrivals)[keep]
     tpot = (e2el - ttft) / (outputs[keep] - 1)
     return Simulated(ttft, tpot, np.asarray(gaps), e2el, batch_time / busy_time)
+
+
+def simulate_closed(step_ms, concurrency: int, prefill_tokens: float, osl: int, chunk_tokens: float,
+                    decode_in_budget: bool = False, rounds: int = 20, warmup_rounds: int = 2,
+                    osl_cv: float = 0.0, seed: int = 0) -> Simulated:
+    """A benchmark at fixed concurrency through the engine of `simulate`: ``concurrency`` clients
+    send their first requests at once (aiperf's ``--concurrency``, ``vllm bench serve
+    --max-concurrency``), each the next one as soon as its last one ends, ``warmup_rounds`` x C
+    requests left out of the statistics and ``rounds`` x C measured (AIConfigurator's benchmark
+    template: ``--num-requests`` 20 C after ``--warmup-request-count`` 2 C). Fixed prompt lengths;
+    output lengths fixed (``ignore_eos``) unless ``osl_cv`` spreads them lognormally. Returns
+    `Simulated` of the measured requests (``itl_ms`` empty)."""
+    rng = np.random.default_rng(seed)
+    total = (warmup_rounds + rounds) * concurrency
+    outputs = np.maximum(np.round(lognormal(rng, osl, osl_cv, total)), 2).astype(int)
+    arrived = np.full(total, np.nan)
+    first = np.full(total, np.nan)
+    done = np.full(total, np.nan)
+    left = np.full(total, float(prefill_tokens))
+    waiting: deque[int] = deque(range(concurrency))
+    arrived[:concurrency] = 0.0
+    issued = concurrency
+    decoding: dict[int, int] = {}
+    now, batch_time, busy_time = 0.0, 0.0, 0.0
+    while waiting or decoding:
+        budget = max(chunk_tokens - len(decoding), 0) if decode_in_budget else chunk_tokens
+        prefill_budget, finished_prefill = budget, []
+        for r in waiting:
+            take = min(budget, left[r])
+            left[r] -= take
+            budget -= take
+            if left[r] <= 0:
+                finished_prefill.append(r)
+            if budget <= 0:
+                break
+        n = len(decoding)
+        dt = step_ms(n, prefill_budget - budget)
+        now += dt
+        batch_time += n * dt
+        busy_time += dt
+        for r in list(decoding):
+            decoding[r] -= 1
+            if decoding[r] == 0:
+                done[r] = now
+                del decoding[r]
+                if issued < total:  # the client sends its next request at once
+                    arrived[issued] = now
+                    waiting.append(issued)
+                    issued += 1
+        for r in finished_prefill:
+            waiting.remove(r)
+            first[r] = now
+            decoding[r] = outputs[r] - 1
+    keep = np.arange(total) >= warmup_rounds * concurrency
+    ttft = (first - arrived)[keep]
+    e2el = (done - arrived)[keep]
+    return Simulated(ttft, (e2el - ttft) / (outputs[keep] - 1), np.zeros(0), e2el, batch_time / busy_time)

@@ -258,8 +258,8 @@ def test_exact_agrees_with_damped_where_the_experts_offsets_bind():
 
 @pytest.mark.parametrize("decoding", [0.0, 1.0, 2.5, 8.0, 40.0])
 def test_prefill_experts_beyond_a_batch_complete_its_steps_offsets(decoding):
-    """The contract the engines rely on (`prefill_expert_costs` at the batch of the step it joins;
-    the synchronised burst's mixed steps decode B / 2): a step decoding b with p prefill tokens
+    """The contract the engines rely on (`prefill_expert_costs` at the batch of the step it
+    joins): a step decoding b with p prefill tokens
     pays the offsets of the min((b + p) K, E) experts they touch together, the same as a step of
     b + p tokens."""
     from jaxpareto.definitions.options import ModelOptions

@@ -183,21 +183,41 @@ def test_sessions_beyond_kv_memory_wait_and_their_wait_is_in_ttft():
     assert int(seed.concurrency_eff) == int(seed.concurrency_max)  # the seed turns the rest away
 
 
-def test_synchronised_turn_against_the_burst_formula():
+@pytest.mark.parametrize(("batch", "tokens", "osl", "counted"), [
+    (16.0, 2048.0, 101.0, None),  # groups of k = 4 that fit a step: G = 4, one step each
+    (10.0, 2048.0, 101.0, 1.0),  # counted: k = floor((P - B) / (L - 1)) = 3, groups 3, 3, 3, 1
+    (40.0, 2048.0, 5.0, None),  # prefill-bound: the other 9 groups' steps outnumber the 4 decode steps
+    (6.0, 10000.0, 101.0, None),  # prompts longer than the budget: ceil(L / P) = 2 full steps of a train
+])
+def test_synchronised_turn_against_the_lockstep_groups_by_hand(batch, tokens, osl, counted):
     c = DecodeCoefficients(nonmoe_ms=jnp.float64(5.0), expert_ms=jnp.float64(0.0), experts=jnp.float64(0.0),
                            experts_per_token=jnp.float64(0.0), kv_ms=jnp.float64(0.01), compute_ms=jnp.float64(0.02),
                            elementwise_overhead=jnp.float64(1.0), eta_decode=jnp.float64(1.0),
                            fixed_ms=jnp.float64(1.0))
-    batch, tokens, osl, chunk, c_p = 16.0, 2048.0, 101.0, 8192.0, 0.01
-    turn = synchronised_turn(decode_step(c, batch), decode_step(c, batch / 2), jnp.float64(batch),
-                             jnp.float64(tokens), jnp.float64(osl), jnp.float64(chunk), jnp.float64(c_p),
-                             jnp.float64(1.0), jnp.float64(1.0))
-    mixed = max(5.0 + 8 * 0.01, 8 * 0.02 + chunk * c_p) + 1.0  # T(B/2, P)
-    burst = batch * tokens / chunk * mixed
-    ttft = burst * (batch + 1) / (2 * batch)
-    decode = max(5.0 + 16 * 0.01, 16 * 0.02) + 1.0
-    assert float(turn.ttft_ms) == pytest.approx(ttft)
-    assert float(turn.tpot_ms) == pytest.approx(decode + (burst - ttft) / (osl - 1))
+    chunk, c_p = 8192.0, 0.01
+    turn = synchronised_turn(decode_step(c, batch), jnp.float64(batch), jnp.float64(tokens), jnp.float64(osl),
+                             jnp.float64(chunk), jnp.float64(c_p), jnp.float64(1.0), jnp.float64(1.0),
+                             decode_in_budget=None if counted is None else jnp.float64(counted))
+
+    def step(p):  # T(B, p): the seed's one roofline, B decoding
+        return max(5.0 + batch * 0.01, batch * 0.02 + p * c_p) + 1.0
+
+    budget = chunk - (batch if counted else 0.0)
+    k = int(budget // (tokens - (1 if counted else 0)))  # g L <= P - c (B - g)
+    if k >= 1:
+        sizes = [k] * int(batch // k) + ([batch % k] if batch % k else [])
+        own = sum(g * step(g * tokens) for g in sizes) / batch
+        block, block_steps, own_steps, own_in_block = sum(step(g * tokens) for g in sizes), len(sizes), 1.0, own
+    else:
+        full, spans = step(budget), tokens / budget
+        own, block, block_steps = np.ceil(spans) * full, batch * spans * full, batch * spans
+        own_steps, own_in_block = spans, spans * full
+    others = block_steps - own_steps
+    wait, free = max(others - (osl - 1), 0.0), max((osl - 1) - others, 0.0)
+    mean = block / block_steps
+    assert float(turn.ttft_ms) == pytest.approx(own + wait * mean, rel=1e-12)
+    assert float(turn.tpot_ms) == pytest.approx((block - own_in_block - wait * mean + free * step(0.0)) / (osl - 1),
+                                                rel=1e-12)
 
 
 def test_engine_axis_sweeps_and_names_unknown_engines():

@@ -37,17 +37,18 @@ def test_the_shipped_engines_count_decode_tokens_as_their_schedulers_do():
     assert all("decode_tokens_in_budget" in shipped[name].sources for name in ("vllm", "sglang", "trtllm"))
 
 
-@pytest.mark.parametrize("arrivals, decoding", [("staggered", 1.0), ("synchronised", 0.5)])
-def test_in_the_closed_loop_counting_b_decode_tokens_is_a_budget_b_smaller(arrivals, decoding):
+@pytest.mark.parametrize("arrivals, own", [("staggered", 0), ("synchronised", 1)])
+def test_in_the_closed_loop_counting_b_decode_tokens_is_a_budget_b_smaller(arrivals, own):
     # Z = 0: every session is in its turn, B = C, so the counting engine with P = 1024 is the
     # non-counting one with P = 1024 - C wherever that stays above P L / (L + OSL) (512 here);
-    # a synchronised burst's mixed steps decode half the wave, C / 2
+    # in a synchronised train of 1,024-token prompts (longer than the budget) the prompt's own
+    # session decodes not in its steps: P = 1024 - C + 1
     common = dict(gpu="h100-sxm", model="llama-3.1-8b", tp=1, think_time_s=0.0, context_tokens=1024, osl=1024,
                   hit_rate=0.0, prefill_model="shared", arrivals=arrivals)
     for concurrency in (64, 256):
         counted = jp.sweep(**common, concurrency=concurrency, engine=[_engine("counted", True)])
         smaller = jp.sweep(**common, concurrency=concurrency,
-                           engine=[_engine("smaller", False, int(BUDGET - decoding * concurrency))])
+                           engine=[_engine("smaller", False, int(BUDGET - concurrency + own))])
         np.testing.assert_allclose(counted.batch_eff.values, concurrency, rtol=2e-5)  # float32 solve
         for name in ("ttft_ms", "tpot_ms", "batch_eff"):
             np.testing.assert_allclose(counted[name].values, smaller[name].values, rtol=1e-4, err_msg=name)

@@ -64,8 +64,9 @@ class ModelOptions(NamedTuple):
             waiting for it (their wait is part of TTFT) instead of being turned away.
         arrivals: the load and how the turns fall in time. The closed loop (the seed's; the
             load is ``concurrency``): "staggered" (turns spread out, the seed's steady state) or
-            "synchronised" (every session's turn starts together, as in a benchmark at fixed
-            concurrency and output length, for the shared engine;
+            "synchronised" (the turns start together and stay in the lockstep groups of their
+            first burst, each filling a prefill step, as in a benchmark at fixed concurrency with
+            fixed prompt and output lengths, for the shared engine;
             `jaxpareto.physics.engine.synchronised_turn`). The open loop: "poisson" (requests
             arrive at ``request_rate`` per second whatever the server does, as in ``vllm bench
             serve --request-rate`` and MLPerf's server scenario; `jaxpareto.physics.queueing`).

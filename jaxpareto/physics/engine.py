@@ -277,36 +277,75 @@ def shared_turn(step: DecodeStep, batch: jax.Array, concurrency: jax.Array, pref
     return turn_at(root.value)[1]._replace(load_root=root._replace(residual=root.residual / batch))
 
 
-def synchronised_turn(step_full: DecodeStep, step_half: DecodeStep, batch: jax.Array, prefill_tokens: jax.Array,
-                      osl: jax.Array, chunk_tokens: jax.Array, prefill_ms_per_token: jax.Array,
-                      eta_decode: jax.Array, elementwise_overhead: jax.Array, prefill_experts=None) -> EngineTurn:
-    """TTFT and TPOT when the B sessions' turns start together (``arrivals="synchronised"``).
+def synchronised_turn(step: DecodeStep, batch: jax.Array, prefill_tokens: jax.Array, osl: jax.Array,
+                      chunk_tokens: jax.Array, prefill_ms_per_token: jax.Array, eta_decode: jax.Array,
+                      elementwise_overhead: jax.Array, prefill_experts=None, decode_in_budget=None) -> EngineTurn:
+    """TTFT and TPOT when the B sessions' turns start together and stay in lockstep groups
+    (``arrivals="synchronised"``; docs/model.md, "How turns fall in time").
 
-    A benchmark at fixed concurrency with fixed output lengths starts its C requests at once, and
-    with Z = 0 they stay in step: all finish their OSL tokens together, and the next turns start
-    together. Each such wave is a burst of B prefills of L_prefill tokens, carried in chunks of
-    P tokens by S = max(B L_prefill / P, 1) steps of T(B / 2, min(B L_prefill, P)) (on average
-    half the wave already decodes in them); the k-th prefill completes after k / B of the burst,
+    A benchmark at fixed concurrency with fixed prompt and output lengths (``ignore_eos``) starts
+    its requests at once. The steps take the burst first-come first-served, P' prefill tokens a
+    step: the budget P, less (where the engine counts them, c = 1: `prefill_budget_tokens`) the
+    decode tokens of the sessions not in that step's prefill, so a step ends the k prompts with
+    k L <= P - c (B - k), k = ⌊(P - c B) / (L - c)⌋. Prompts that end in the same step decode in
+    step, end their OSL tokens in the same step and come back together, and prompts that end in
+    different steps keep their offset, every request's turn being as long as every other's. The
+    burst's G = ⌈B / k⌉ groups (k sessions each, the last r = B - (G - 1) k) therefore persist:
+    a group never splits while it fits a step, and one larger than k splits at its next prefill.
+    Each group is prefilled in its own step (m = 1 step a group); with E_own the request-weighted
+    time of a group's step and T_sum the time of all G groups' steps,
 
-        TTFT = S (B + 1) / (2 B),
+        TTFT = E_own + W T̄_g,   TPOT = [T_sum - E_own - W T̄_g + D T(B, 0)] / (OSL - 1),
 
-    and as every session of the wave ends with the last one, OSL - 1 decode steps after the burst,
-    its TPOT is the wave's length after its first token over its OSL - 1 tokens:
-
-        TPOT = T(B, 0) + (S - TTFT) / (OSL - 1).
+    where a request's OSL - 1 decode steps hold the other groups' (G - 1) m steps and
+    D = max(OSL - 1 - (G - 1) m, 0) decode steps of no prefill; where the other groups' steps are
+    more than that (prefill-bound), the request waits W = (G - 1) m - (OSL - 1) steps of the mean
+    group step T̄_g = T_sum / (G m) for its group's turn. A prompt longer than the budget (k = 0)
+    is a train of full steps T(B, P') (P' = P - c (B - 1): its own session is not decoding): its
+    tokens fill m = L / P' of them, and its TTFT spans ⌈L / P'⌉, the train's next prompt filling
+    the last. Every step is taken at the whole batch B (an upper bound where requests wait). The
+    simulated benchmark, `tests/simulator.py`'s `simulate_closed`, keeps such groups (where a
+    budget that is not a multiple of L lets them straddle steps, TTFT is low: docs/model.md); any
+    spread of the output lengths breaks them up (``arrivals="staggered"`` is then the steady state).
 
     Args:
-        step_full, step_half: the decode steps at B and at B / 2.
-        batch: B [sessions] (> 0). prefill_tokens: L_prefill per turn [tokens].
-        osl: output tokens per turn. chunk_tokens: P. prefill_ms_per_token: c_p [ms].
+        step: the decode step at the batch B.
+        batch: B [sessions] (> 0). prefill_tokens: L per turn [tokens] (> 0).
+        osl: output tokens per turn. chunk_tokens: P, the step's token budget.
+        prefill_ms_per_token: c_p [ms].
         eta_decode, elementwise_overhead: of eq. 3. prefill_experts: as in `shared_turn`.
+        decode_in_budget: as in `prefill_budget_tokens`.
     """
-    burst_tokens = jnp.maximum(batch * prefill_tokens, 1e-6)
-    per_step = jnp.minimum(burst_tokens, chunk_tokens)
-    extra = None if prefill_experts is None else prefill_experts(per_step)
-    mixed = step_ms(step_half, eta_decode, elementwise_overhead, per_step, prefill_ms_per_token, extra)
-    burst = jnp.maximum(burst_tokens / chunk_tokens, 1.0) * mixed
-    ttft = burst * (batch + 1.0) / (2.0 * jnp.maximum(batch, 1.0))
-    decode = step_ms(step_full, eta_decode, elementwise_overhead, 0.0, prefill_ms_per_token)
-    tpot = decode + (burst - ttft) / jnp.maximum(osl - 1.0, 1.0)
-    return EngineTurn(ttft, tpot, 0.0 * batch + 1.0, ttft, decode, decode, 0.0 * batch, 0.0 * batch)
+    t = step_time(step, eta_decode, elementwise_overhead, prefill_ms_per_token, prefill_experts)
+    tokens = jnp.maximum(prefill_tokens, 1e-6)
+    sessions = jnp.maximum(batch, 1e-6)
+    # P': a step's budget less the decode tokens of the sessions not in its prefill, where the
+    # engine counts them; a group of g in its prefill leaves B - g decoding, so g fits while
+    # g L <= P - c (B - g) (c = 1 counting): k = floor((P - c B) / (L - c))
+    budget = prefill_budget_tokens(chunk_tokens, batch, tokens, osl, decode_in_budget)
+    counted = 0.0 if decode_in_budget is None else decode_in_budget * jnp.minimum(1.0, batch)
+    per_step = jnp.floor(budget / jnp.maximum(tokens - counted, 1e-6))  # k (0: a prompt spans steps)
+    budget = jnp.maximum(budget + counted, MIN_PREFILL_BUDGET_TOKENS)  # a train's prompt: its own session not decoding
+    fits = per_step >= 1.0
+    k = jnp.where(fits, per_step, 1.0)
+    groups = jnp.ceil(sessions / k)
+    last = sessions - (groups - 1.0) * k  # r, the last group's sessions (all B where B <= k)
+    full = t(budget)
+    spans = tokens / budget  # a longer prompt's share of the train's full steps (m = L / P')
+    # groups that fit: each its own step; a longer prompt: ⌈L / P'⌉ full steps of the train
+    own_ttft = jnp.where(fits, ((groups - 1.0) * k * t(k * tokens) + last * t(last * tokens)) / sessions,
+                         jnp.ceil(spans) * full)
+    block = jnp.where(fits, (groups - 1.0) * t(k * tokens) + t(last * tokens), sessions * spans * full)  # T_sum
+    block_steps = jnp.where(fits, groups, sessions * spans)
+    own_steps = jnp.where(fits, 1.0, spans)
+    own_in_block = jnp.where(fits, own_ttft, spans * full)
+    mean_step = block / block_steps  # T̄_g
+    decode_steps = jnp.maximum(osl - 1.0, 1.0)
+    others = block_steps - own_steps  # the other groups' prefill steps in a turn
+    waiting = jnp.maximum(others - decode_steps, 0.0)  # W
+    free = jnp.maximum(decode_steps - others, 0.0)  # D
+    decode = t(0.0)
+    ttft = own_ttft + waiting * mean_step
+    tpot = (block - own_in_block - waiting * mean_step + free * decode) / decode_steps
+    share = block / (block + free * decode)  # the share of a turn's cycle in steps that carry prefill
+    return EngineTurn(ttft, tpot, share, own_ttft, decode, mean_step, share, share)

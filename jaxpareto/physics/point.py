@@ -228,14 +228,11 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         def experts_beyond(decoding):  # the experts a step's prefill touches beyond its decode batch's
             return prefill_expert_costs(turn.decode, decoding, options) if options.profile == "measured" else None
 
-        synchronised = options.arrivals == "synchronised"  # the burst's mixed steps decode half the wave
-        decoding = batch_run / 2.0 if synchronised else batch_run
-        budget = prefill_budget_tokens(turn.chunk_tokens, decoding, work.tokens, turn.osl, turn.decode_in_budget)
-        if synchronised:
-            half = decode_step(turn.decode, decoding, options.expert_routing)
-            engine = synchronised_turn(step, half, batch_run, work.tokens, turn.osl, budget,
+        budget = prefill_budget_tokens(turn.chunk_tokens, batch_run, work.tokens, turn.osl, turn.decode_in_budget)
+        if options.arrivals == "synchronised":  # lockstep groups of a benchmark at fixed lengths
+            engine = synchronised_turn(step, batch_run, work.tokens, turn.osl, turn.chunk_tokens,
                                        turn.prefill_ms_per_token, turn.decode.eta_decode,
-                                       turn.decode.elementwise_overhead, experts_beyond(decoding))
+                                       turn.decode.elementwise_overhead, experts_beyond(seen), turn.decode_in_budget)
         elif open_loop:  # requests arrive at λ: the bulk-service steps (`jaxpareto.physics.open_engine`)
             engine = poisson_turn(step, turn.rate_per_ms, work.tokens, turn.osl, budget,
                                   turn.prefill_ms_per_token, turn.decode.eta_decode, turn.decode.elementwise_overhead,
