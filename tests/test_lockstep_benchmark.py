@@ -21,15 +21,18 @@ def _model(context, osl, chunk, counted, concurrency, arrivals="synchronised"):
     return ds.squeeze([d for d in ds.dims if d != "concurrency"])
 
 
-@pytest.mark.parametrize(("context", "osl", "chunk", "counted", "concurrency"), [
-    (512, 512, 8192, False, [4, 64]),  # 16 prompts a step: groups of 4, then of 16
-    (1024, 1024, 8192, True, [16]),  # the decode tokens counted: groups of 7, 7 and 2
-    (2048, 256, 8192, True, [4]),  # a group of 4 fills the step its own sessions leave undecoded
-    (256, 1024, 2048, True, [64, 256]),
-    (16384, 512, 8192, True, [16]),  # a train: each prompt ceil(L / P') full steps
+@pytest.mark.parametrize(("context", "osl", "chunk", "counted", "concurrency", "tpot_rel"), [
+    (512, 512, 8192, False, [4, 64], 0.03),  # 16 prompts a step: groups of 4, then of 16
+    (1024, 1024, 8192, True, [16], 0.03),  # the decode tokens counted: groups of 7, 7 and 2
+    (2048, 256, 8192, True, [4], 0.03),  # a group of 4 fills the step its own sessions leave undecoded
+    (256, 1024, 2048, True, [64, 256], 0.03),
+    (16384, 512, 8192, True, [16], 0.03),  # a train: two whole steps and a last one the next prompt fills
+    (8193, 128, 8192, False, [1, 4], 0.07),  # a train of one: its last step alone (one token); of four
+    (1000, 32, 4096, True, [104, 200], 0.07),  # prefill-bound: only the groups decoding spend the counted budget
 ])
-def test_lockstep_groups_agree_with_the_simulated_benchmark(context, osl, chunk, counted, concurrency):
-    """Mean TTFT within 10 % and TPOT within 3 % where the groups fit their steps. On these
+def test_lockstep_groups_agree_with_the_simulated_benchmark(context, osl, chunk, counted, concurrency, tpot_rel):
+    """Mean TTFT within 10 % and TPOT within 3 % (7 % for trains and prefill-bound runs) where the
+    groups fit their steps. On these
     cases the spread steady state (``arrivals="staggered"``) puts TTFT 1.1-11x low, and the
     single wave per turn that "synchronised" meant before (every session of a turn in one burst)
     up to 17x high."""
@@ -39,7 +42,7 @@ def test_lockstep_groups_agree_with_the_simulated_benchmark(context, osl, chunk,
         sim = simulate_closed(step, c, context, osl, float(chunk), decode_in_budget=counted)
         model = ds.isel(concurrency=i)
         assert float(model.ttft_ms) == pytest.approx(sim.ttft_ms.mean(), rel=0.10), c
-        assert float(model.tpot_ms) == pytest.approx(sim.tpot_ms.mean(), rel=0.03), c
+        assert float(model.tpot_ms) == pytest.approx(sim.tpot_ms.mean(), rel=tpot_rel), c
 
 
 def test_spread_outputs_break_the_groups_up():

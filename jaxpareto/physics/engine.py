@@ -300,10 +300,13 @@ def synchronised_turn(step: DecodeStep, batch: jax.Array, prefill_tokens: jax.Ar
     where a request's OSL - 1 decode steps hold the other groups' (G - 1) m steps and
     D = max(OSL - 1 - (G - 1) m, 0) decode steps of no prefill; where the other groups' steps are
     more than that (prefill-bound), the request waits W = (G - 1) m - (OSL - 1) steps of the mean
-    group step T̄_g = T_sum / (G m) for its group's turn. A prompt longer than the budget (k = 0)
-    is a train of full steps T(B, P') (P' = P - c (B - 1): its own session is not decoding): its
-    tokens fill m = L / P' of them, and its TTFT spans ⌈L / P'⌉, the train's next prompt filling
-    the last. Every step is taken at the whole batch B (an upper bound where requests wait). The
+    group step T̄_g = T_sum / (G m) for its group's turn; there only the OSL - 1 groups decoding
+    beside a group's step spend a counted budget, not all B - k, so k is taken at the larger
+    budget they leave. A prompt longer than the budget (k = 0) is a train of full steps T(B, P')
+    (P' = P - c (B - 1): its own session is not decoding): its tokens fill m = L / P' of them, and
+    its TTFT is its ⌊L / P'⌋ whole steps and a last one for the tokens left, which the train's
+    next prompt fills to a full step but for the train's last prompt (1 in B), whose last step
+    runs alone, T(B, r). Every step is taken at the whole batch B (an upper bound where requests wait). The
     simulated benchmark, `tests/simulator.py`'s `simulate_closed`, keeps such groups (where a
     budget that is not a multiple of L lets them straddle steps, TTFT is low: docs/model.md); any
     spread of the output lengths breaks them up (``arrivals="staggered"`` is then the steady state).
@@ -325,6 +328,13 @@ def synchronised_turn(step: DecodeStep, batch: jax.Array, prefill_tokens: jax.Ar
     budget = prefill_budget_tokens(chunk_tokens, batch, tokens, osl, decode_in_budget)
     counted = 0.0 if decode_in_budget is None else decode_in_budget * jnp.minimum(1.0, batch)
     per_step = jnp.floor(budget / jnp.maximum(tokens - counted, 1e-6))  # k (0: a prompt spans steps)
+    decode_steps = jnp.maximum(osl - 1.0, 0.0)  # a request's decode steps after its first token
+    # prefill-bound (more other groups than decode steps): only the OSL - 1 groups decoding beside
+    # a group's step spend the counted budget, not all B - k, and the budget left grows with them
+    bound = jnp.ceil(sessions / jnp.maximum(per_step, 1.0)) - 1.0 > decode_steps
+    decoding = jnp.minimum(sessions - jnp.maximum(per_step, 1.0), decode_steps * jnp.maximum(per_step, 1.0))
+    wider = jnp.floor(jnp.maximum(chunk_tokens - counted * decoding, 0.0) / tokens)
+    per_step = jnp.where(bound & (counted > 0), jnp.maximum(per_step, wider), per_step)
     budget = jnp.maximum(budget + counted, MIN_PREFILL_BUDGET_TOKENS)  # a train's prompt: its own session not decoding
     fits = per_step >= 1.0
     k = jnp.where(fits, per_step, 1.0)
@@ -332,20 +342,26 @@ def synchronised_turn(step: DecodeStep, batch: jax.Array, prefill_tokens: jax.Ar
     last = sessions - (groups - 1.0) * k  # r, the last group's sessions (all B where B <= k)
     full = t(budget)
     spans = tokens / budget  # a longer prompt's share of the train's full steps (m = L / P')
-    # groups that fit: each its own step; a longer prompt: ⌈L / P'⌉ full steps of the train
-    own_ttft = jnp.where(fits, ((groups - 1.0) * k * t(k * tokens) + last * t(last * tokens)) / sessions,
-                         jnp.ceil(spans) * full)
+    # a longer prompt: its whole steps, and a last one for the tokens left, which the train's next
+    # prompt fills but for the train's last prompt, 1 in B
+    whole_steps = jnp.floor(spans)
+    rest = tokens - whole_steps * budget
+    shared = jnp.clip((sessions - 1.0) / sessions, 0.0, 1.0)
+    train = whole_steps * full + jnp.where(rest > 0.0, shared * full + (1.0 - shared) * t(rest), 0.0)
+    own_ttft = jnp.where(fits, ((groups - 1.0) * k * t(k * tokens) + last * t(last * tokens)) / sessions, train)
     block = jnp.where(fits, (groups - 1.0) * t(k * tokens) + t(last * tokens), sessions * spans * full)  # T_sum
     block_steps = jnp.where(fits, groups, sessions * spans)
     own_steps = jnp.where(fits, 1.0, spans)
     own_in_block = jnp.where(fits, own_ttft, spans * full)
     mean_step = block / block_steps  # T̄_g
-    decode_steps = jnp.maximum(osl - 1.0, 1.0)
     others = block_steps - own_steps  # the other groups' prefill steps in a turn
     waiting = jnp.maximum(others - decode_steps, 0.0)  # W
     free = jnp.maximum(decode_steps - others, 0.0)  # D
     decode = t(0.0)
     ttft = own_ttft + waiting * mean_step
-    tpot = (block - own_in_block - waiting * mean_step + free * decode) / decode_steps
+    # (OSL = 1: no decode steps, the other groups' steps all wait; 0, not rounding's -0, for TPOT)
+    tpot = jnp.maximum((block - own_in_block - waiting * mean_step + free * decode) / jnp.maximum(decode_steps, 1.0), 0.0)
     share = block / (block + free * decode)  # the share of a turn's cycle in steps that carry prefill
-    return EngineTurn(ttft, tpot, share, own_ttft, decode, mean_step, share, share)
+    # every request of a group sees the same steps: no chunks land at random in its decode steps
+    # (the percentiles' spread of the staggered engine: none here, the steps given as decode steps)
+    return EngineTurn(ttft, tpot, share, own_ttft, decode, decode, 0.0 * batch, 0.0 * batch)
