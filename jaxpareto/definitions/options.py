@@ -66,7 +66,8 @@ class ModelOptions(NamedTuple):
             load is ``concurrency``): "staggered" (turns spread out, the seed's steady state) or
             "synchronised" (the turns start together and stay in the lockstep groups of their
             first burst, each filling a prefill step, as in a benchmark at fixed concurrency with
-            fixed prompt and output lengths, for the shared engine;
+            fixed prompt and output lengths and no pause, or pauses all alike; spread lengths or
+            pauses break the groups up into the staggered state; for the shared engine;
             `jaxpareto.physics.engine.synchronised_turn`). The open loop: "poisson" (requests
             arrive at ``request_rate`` per second whatever the server does, as in ``vllm bench
             serve --request-rate`` and MLPerf's server scenario; `jaxpareto.physics.queueing`).
