@@ -71,6 +71,27 @@ def lognormal(rng, mean: float, cv: float, n: int) -> np.ndarray:
     return mean * np.exp(rng.normal(-0.5 * sigma * sigma, sigma, n))
 
 
+def _prefill(waiting: deque, left: np.ndarray, chunk_tokens: float, decoding: int, decode_in_budget: bool,
+             admitted: int | None = None) -> tuple[float, list[int]]:
+    """One step's prefill, first-come first-served up to the budget (less one token per decoding
+    request where ``decode_in_budget``), over the first ``admitted`` waiting requests (None: all):
+    the prefill tokens it carries, and the requests it finishes (a head of ``waiting``); ``left``
+    (tokens still to prefill per request) is updated in place."""
+    budget = max(chunk_tokens - decoding, 0) if decode_in_budget else chunk_tokens
+    start, finished = budget, []
+    for k, r in enumerate(waiting):
+        if admitted is not None and k >= admitted:  # no KV slot for it yet
+            break
+        take = min(budget, left[r])
+        left[r] -= take
+        budget -= take
+        if left[r] <= 0:
+            finished.append(r)
+        if budget <= 0:
+            break
+    return start - budget, finished
+
+
 def simulate(step_ms, rate_per_s: float, requests: int, prefill_tokens: float, osl: float, chunk_tokens: float,
              isl_cv: float = 0.0, osl_cv: float = 0.0, seed: int = 0, warmup: float = 0.1,
              slots: int | None = None, decode_in_budget: bool = False) -> Simulated:
@@ -105,21 +126,10 @@ def simulate(step_ms, rate_per_s: float, requests: int, prefill_tokens: float, o
         if not waiting and not decoding:
             now = arrivals[nxt]
             continue
-        budget = max(chunk_tokens - len(decoding), 0) if decode_in_budget else chunk_tokens
-        prefill_budget, finished_prefill = budget, []
         admitted = len(waiting) if slots is None else max(slots - len(decoding), 0)
-        for k, r in enumerate(waiting):
-            if k >= admitted:  # no KV slot for it yet
-                break
-            take = min(budget, left[r])
-            left[r] -= take
-            budget -= take
-            if left[r] <= 0:
-                finished_prefill.append(r)
-            if budget <= 0:
-                break
+        prefill, finished_prefill = _prefill(waiting, left, chunk_tokens, len(decoding), decode_in_budget, admitted)
         n = len(decoding)
-        dt = step_ms(n, prefill_budget - budget)
+        dt = step_ms(n, prefill)
         now += dt
         batch_time += n * dt
         busy_time += dt
@@ -165,18 +175,9 @@ def simulate_closed(step_ms, concurrency: int, prefill_tokens: float, osl: int, 
     decoding: dict[int, int] = {}
     now, batch_time, busy_time = 0.0, 0.0, 0.0
     while waiting or decoding:
-        budget = max(chunk_tokens - len(decoding), 0) if decode_in_budget else chunk_tokens
-        prefill_budget, finished_prefill = budget, []
-        for r in waiting:
-            take = min(budget, left[r])
-            left[r] -= take
-            budget -= take
-            if left[r] <= 0:
-                finished_prefill.append(r)
-            if budget <= 0:
-                break
+        prefill, finished_prefill = _prefill(waiting, left, chunk_tokens, len(decoding), decode_in_budget)
         n = len(decoding)
-        dt = step_ms(n, prefill_budget - budget)
+        dt = step_ms(n, prefill)
         now += dt
         batch_time += n * dt
         busy_time += dt
@@ -190,7 +191,7 @@ def simulate_closed(step_ms, concurrency: int, prefill_tokens: float, osl: int, 
                     waiting.append(issued)
                     issued += 1
         for r in finished_prefill:
-            waiting.remove(r)
+            waiting.popleft()  # first come, first finished: the waiting line's head
             first[r] = now
             decoding[r] = outputs[r] - 1
     keep = np.arange(total) >= warmup_rounds * concurrency

@@ -53,6 +53,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxpareto.physics.decode import DecodeStep
 from jaxpareto.physics.roots import InnerRoot, inner_root
@@ -148,6 +149,42 @@ def step_time(step: DecodeStep, eta_decode: jax.Array, elementwise_overhead: jax
                        None if prefill_experts is None else prefill_experts(p))
 
     return t
+
+
+# Gauss-Hermite nodes and weights over a lognormal prompt length (`whole_steps_ms`)
+_HERMITE_X, _HERMITE_W = np.polynomial.hermite.hermgauss(16)
+
+
+def whole_steps_ms(t, tokens: jax.Array, chunk_tokens: jax.Array, prompt_scv: jax.Array,
+                   busy: jax.Array) -> jax.Array:
+    """The steps of a prompt of a chunk or more, from its first to its last [ms].
+
+    Chunks fill token by token: a prompt of L tokens takes ⌊L / P⌋ full steps and a last one for
+    the r = L - ⌊L / P⌋ P tokens left, which the prompts behind it fill to a full step T(B, P)
+    with probability ``busy`` and which otherwise runs alone, T(B, r); no last step where r = 0.
+    Averaged over the lognormal prompt lengths (squared CV ``prompt_scv``; 0: fixed) by 16-point
+    Gauss-Hermite quadrature. Under Poisson arrivals ``busy`` is ρ (M/G/1 departures see what
+    arrivals see; Kleinrock, Queueing Systems vol. 1, 1975, section 5.3;
+    `jaxpareto.physics.open_engine`); in a lockstep train, the chance that a prompt is not the
+    train's last (`synchronised_turn`).
+
+    Args:
+        t: p -> T(B, p) [ms]. tokens: the mean L [tokens]. chunk_tokens: P. busy: in [0, 1].
+
+    Returns:
+        The mean time from the start of the prompt's first step to the end of its last [ms]:
+        ⌊L / P⌋ T(B, P) + T(B, r) with no prompt behind (busy 0), ⌈L / P⌉ T(B, P) with always one.
+    """
+    dtype = jnp.result_type(tokens, float)  # the quadrature in the point's precision
+    nodes, weights = jnp.asarray(np.sqrt(2.0) * _HERMITE_X, dtype), jnp.asarray(_HERMITE_W / np.sqrt(np.pi), dtype)
+    spread = prompt_scv > 0.0  # sqrt away from 0: its derivative there is infinite
+    sigma = jnp.where(spread, jnp.sqrt(jnp.where(spread, jnp.log1p(prompt_scv), 1.0)), 0.0)
+    lengths = tokens * jnp.exp(sigma * nodes - 0.5 * sigma * sigma)  # (16,)
+    full = jnp.floor(lengths / chunk_tokens)
+    rest = lengths - full * chunk_tokens
+    full_step = t(chunk_tokens)
+    last = jnp.where(rest > 0.0, busy * full_step + (1.0 - busy) * jax.vmap(t)(rest), 0.0)
+    return jnp.sum(weights * (full * full_step + last))
 
 
 def lockstep_share(seen: jax.Array, load: jax.Array, lockstep_ranks=None) -> jax.Array:
@@ -344,10 +381,7 @@ def synchronised_turn(step: DecodeStep, batch: jax.Array, prefill_tokens: jax.Ar
     spans = tokens / budget  # a longer prompt's share of the train's full steps (m = L / P')
     # a longer prompt: its whole steps, and a last one for the tokens left, which the train's next
     # prompt fills but for the train's last prompt, 1 in B
-    whole_steps = jnp.floor(spans)
-    rest = tokens - whole_steps * budget
-    shared = jnp.clip((sessions - 1.0) / sessions, 0.0, 1.0)
-    train = whole_steps * full + jnp.where(rest > 0.0, shared * full + (1.0 - shared) * t(rest), 0.0)
+    train = whole_steps_ms(t, tokens, budget, 0.0, jnp.clip((sessions - 1.0) / sessions, 0.0, 1.0))
     own_ttft = jnp.where(fits, ((groups - 1.0) * k * t(k * tokens) + last * t(last * tokens)) / sessions, train)
     block = jnp.where(fits, (groups - 1.0) * t(k * tokens) + t(last * tokens), sessions * spans * full)  # T_sum
     block_steps = jnp.where(fits, groups, sessions * spans)

@@ -41,7 +41,7 @@ from it directly:
   for the r tokens left, which the prompts behind it fill to a full step as often as there are
   some (ρ: in M/G/1 departures see what arrivals see; Kleinrock, Queueing Systems vol. 1, 1975,
   section 5.3) and which otherwise runs alone, T(B, r), averaged over the prompt lengths
-  (`whole_steps_ms`).
+  (`jaxpareto.physics.engine.whole_steps_ms`).
 - **TTFT under one chunk**, from the chain's law π (the bulk-service queue's waiting time,
   Bailey 1954; Chaudhry and Templeton, A First Course in Bulk Queues, 1983, ch. 4): a prompt
   arriving in any step, with or without prefill, waits for it to end, the residual of a
@@ -71,16 +71,13 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.scipy.special import gammainc, gammaln, ndtr
 
 from jaxpareto.physics.decode import DecodeStep
-from jaxpareto.physics.engine import EngineTurn, lockstep_share, step_time
+from jaxpareto.physics.engine import EngineTurn, lockstep_share, step_time, whole_steps_ms
 
 _CHAIN_STATES = 16  # prompts waiting at a step: 0 .. 15 (the last: 15 or more)
 _CARRY_STEPS = 4  # full steps a prompt's own length can carry it past (beyond those ahead of it)
-# Gauss-Hermite nodes and weights over a lognormal prompt length (a prompt of a chunk or more: its steps)
-_HERMITE_X, _HERMITE_W = np.polynomial.hermite.hermgauss(16)
 _CHAIN_SQUARINGS = 7  # the chain's law 1 + 2^7 steps after an empty queue
 _WAIT_CEILING = 1.0 - 1e-6  # P(wait) of a stable queue stays below 1, which flags instability
 _TAIL_TERMS, _TAIL_SMALL = 16, 1e-3  # a negative binomial tail below 1e-3: 16 terms summed, then a geometric rest
@@ -347,36 +344,6 @@ def poisson_turn(step: DecodeStep, rate_per_ms: jax.Array, prefill_tokens: jax.A
     return EngineTurn(ttft, tpot, share, alone + steps.step_wait_ms, t0, tf,
                       jnp.where(stable, steps.wait_probability, 1.0), mixed, dispersion,
                       service_scv=steps.service_scv)
-
-
-def whole_steps_ms(t, tokens: jax.Array, chunk_tokens: jax.Array, prompt_scv: jax.Array,
-                   busy: jax.Array) -> jax.Array:
-    """The steps of a prompt of a chunk or more, from its first to its last [ms] (module docstring).
-
-    Chunks fill token by token: a prompt of L tokens takes ⌊L / P⌋ full steps and a last one for
-    the r = L - ⌊L / P⌋ P tokens left, which the prompts behind it fill to a full step T(B, P) as
-    often as there are some (ρ: M/G/1 departures see what arrivals see, Kleinrock, Queueing
-    Systems vol. 1, 1975, section 5.3) and which otherwise runs alone, T(B, r); no last step
-    where r = 0. Averaged over the lognormal prompt lengths (squared CV ``prompt_scv``) by
-    16-point Gauss-Hermite quadrature.
-
-    Args:
-        t: p -> T(B, p) [ms]. tokens: the mean L [tokens]. chunk_tokens: P. busy: ρ.
-
-    Returns:
-        The mean time from the start of the prompt's first step to the end of its last [ms]:
-        ⌊L / P⌋ T(B, P) + T(B, r) with no prompt behind (ρ = 0), ⌈L / P⌉ T(B, P) with always one.
-    """
-    dtype = jnp.result_type(tokens, float)  # the quadrature in the point's precision
-    nodes, weights = jnp.asarray(np.sqrt(2.0) * _HERMITE_X, dtype), jnp.asarray(_HERMITE_W / np.sqrt(np.pi), dtype)
-    spread = prompt_scv > 0.0  # sqrt away from 0: its derivative there is infinite
-    sigma = jnp.where(spread, jnp.sqrt(jnp.where(spread, jnp.log1p(prompt_scv), 1.0)), 0.0)
-    lengths = tokens * jnp.exp(sigma * nodes - 0.5 * sigma * sigma)  # (16,)
-    full = jnp.floor(lengths / chunk_tokens)
-    rest = lengths - full * chunk_tokens
-    full_step = t(chunk_tokens)
-    last = jnp.where(rest > 0.0, busy * full_step + (1.0 - busy) * jax.vmap(t)(rest), 0.0)
-    return jnp.sum(weights * (full * full_step + last))
 
 
 def saturated_tpot_ms(full: DecodeStep, slots: jax.Array, prefill_tokens: jax.Array, osl: jax.Array,
