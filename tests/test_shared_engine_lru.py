@@ -7,6 +7,7 @@ implicit gradients against finite differences.
 """
 
 import heapq
+import itertools
 
 import jax
 import numpy as np
@@ -253,3 +254,38 @@ def test_api_costs_follow_the_cache_model():
     kept, expired = cost.values.ravel()
     assert kept == pytest.approx((0.1 * 8192 * 3 + 0.9 * 8192 * 0.3 + 128 * 15) / 1e6, rel=1e-5)
     assert expired == pytest.approx((8192 * 3 + 128 * 15) / 1e6, rel=1e-5)  # the cache expired: all uncached
+
+
+@pytest.mark.parametrize("options", [dict(profile="measured"), dict(profile="measured", prefill_model="shared")])
+def test_the_lru_turn_is_the_given_models_at_its_effective_hit_rate(options):
+    """What the LRU model changes is the hit rate: at the rate it finds, the turn is the given
+    model's at that rate. Sessions beyond what KV memory keeps (C 10-14 against about 6 caches of
+    64K tokens) keep none, some or all of their prefixes; the prefill's attention must then be a
+    miss's where the prefix was evicted, whatever the nominal rate (it was the nominal mix's: at
+    h = 1 with every prefix evicted, twice a miss's attention). The measured profile, in which
+    both models admit every session (the seed's turns away those beyond memory)."""
+    base = dict(gpu="h100-sxm", model="llama-3.1-8b", tp=1, context_tokens=65536, dtype="float64", **options)
+    grid = dict(concurrency=[6, 10, 14], think_time_s=[5.0, 30.0], hit_rate=[0.5, 0.9, 1.0])
+    lru = jp.sweep(**base, **grid, cache_model="lru")
+    found = lru.hit_rate_eff.values.reshape(3, 2, 3)
+    kept = found / np.asarray(grid["hit_rate"])
+    assert kept.min() == 0.0 and kept.max() > 0.999 and ((kept > 0.05) & (kept < 0.95)).any()
+    for (i, c), (j, z), (k, h) in itertools.product(*(enumerate(grid[a]) for a in grid)):
+        given = jp.sweep(**base, concurrency=c, think_time_s=z, hit_rate=float(found[i, j, k]))
+        for name in ("ttft_ms", "tpot_ms", "latency_ms", "gpu_utilization"):
+            np.testing.assert_allclose(float(lru[name].values.reshape(3, 2, 3)[i, j, k]),
+                                       float(given[name].values.ravel()[0]), rtol=5e-6, err_msg=f"{name} {c} {z} {h}")
+
+
+def test_an_evicted_prefix_costs_a_miss_whatever_the_nominal_hit_rate():
+    """The seed's profile with attention's FLOPs counted: eight sessions of 64K tokens without a
+    pause, more than KV memory keeps, evict every prefix, so every nominal hit rate prefills the
+    same misses (TTFT went 4,879 to 6,816 ms from h = 0 to 1, a hit's attention counted on a
+    miss's tokens)."""
+    out = jp.sweep(gpu="h100-sxm", model="llama-3.1-8b", tp=1, concurrency=8, think_time_s=0.0,
+                   context_tokens=65536, hit_rate=[0.0, 0.5, 0.9, 1.0], cache_model="lru", attention="flops",
+                   prefill_model="shared")
+    assert np.all(out.hit_rate_eff.values == 0.0)
+    for name in ("ttft_ms", "output_tokens_per_s_per_gpu", "gpu_utilization"):
+        values = out[name].values.ravel()
+        np.testing.assert_allclose(values, values[0], rtol=1e-6, err_msg=name)

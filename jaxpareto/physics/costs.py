@@ -89,31 +89,61 @@ def isolated_prefill_ms(decode: DecodeCoefficients, tokens: jax.Array, chunk_tok
     return jnp.maximum(tokens / chunk_tokens, 1.0) * one
 
 
+class PrefillAttention(NamedTuple):
+    """A turn's prefill attention kept apart from the per-token rate, where its FLOPs are counted
+    (scalars; `tp_costs`): its cost is not linear in the tokens prefilled (a hit attends to the
+    cached context, a miss to itself), so a hit rate other than the turn's nominal one (the LRU
+    model's effective rate) re-weights the two (`prefill_rate_ms`).
+
+    Attributes:
+        matmul_ms_per_token: c_p without attention: the weights' matmuls and the all-reduce [ms].
+        hit_ms, miss_ms: the attention of one hit and of one miss [ms].
+    """
+
+    matmul_ms_per_token: jax.Array
+    hit_ms: jax.Array
+    miss_ms: jax.Array
+
+
 class TpCosts(NamedTuple):
     """A model's per-token and per-step costs on a TP group (scalars; `tp_costs`).
 
     Attributes:
         prefill_ms_per_token: c_p, eq. 2's time for one prefill token, with its share of the
-            turn's attention where its FLOPs are counted (`turn_attention_flops`) [ms].
+            turn's attention at its nominal hit rate where its FLOPs are counted
+            (`hit_and_miss_attention_flops`) [ms].
         decode: the decode step's coefficients, with the step's fixed time and all-reduce.
         ttft_fixed_ms: the opt-in fixed TTFT terms (request overhead, all-reduce latency) [ms].
+        attention: c_p's parts where attention's FLOPs are counted (`PrefillAttention`), else None.
     """
 
     prefill_ms_per_token: jax.Array
     decode: DecodeCoefficients
     ttft_fixed_ms: jax.Array
+    attention: PrefillAttention | None = None
 
 
-def turn_attention_flops(model, turn: TurnTokens, context_tokens: jax.Array) -> jax.Array:
-    """The mean attention FLOPs of a turn's prefill over its hits and misses (docs/model.md,
-    "Attention FLOPs"): a hit prefills its ΔL tokens after the L - ΔL cached, a miss the whole L
-    after none; causal pairs (`jaxpareto.physics.attention`) x FLOPs per pair, full and
-    sliding-window layers. Scalar [FLOP]."""
+def prefill_rate_ms(prefill_ms_per_token: jax.Array, attention: PrefillAttention | None, tokens: jax.Array,
+                    hit_share: jax.Array) -> jax.Array:
+    """c_p [ms per prefill token] for a turn mix whose prefixes are found (GPU or host-tier hits)
+    in a share ``hit_share`` of turns and which prefills ``tokens`` on average: the nominal
+    ``prefill_ms_per_token`` where attention is not counted apart (None), else the matmuls' rate
+    plus the mix's attention spread over its tokens (docs/model.md, "Attention FLOPs")."""
+    if attention is None:
+        return prefill_ms_per_token
+    mean_ms = hit_share * attention.hit_ms + (1.0 - hit_share) * attention.miss_ms
+    return attention.matmul_ms_per_token + mean_ms / jnp.maximum(tokens, 1.0)
+
+
+def hit_and_miss_attention_flops(model, turn: TurnTokens, context_tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The attention FLOPs of one hit and of one miss (docs/model.md, "Attention FLOPs"): a hit
+    prefills its ΔL tokens after the L - ΔL cached, a miss the whole L after none; causal pairs
+    (`jaxpareto.physics.attention`) x FLOPs per pair, full and sliding-window layers. Scalars [FLOP]."""
     def flops(new, prefix):
         return model.attention_pair_flops * causal_pairs(new, prefix) \
             + model.attention_window_pair_flops * window_pairs(new, prefix, model.kv_window_tokens)
-    hit = flops(turn.hit_tokens, jnp.maximum(context_tokens - turn.hit_tokens, 0.0))
-    return turn.hit_rate * hit + (1.0 - turn.hit_rate) * flops(context_tokens, 0.0 * context_tokens)
+    return flops(turn.hit_tokens, jnp.maximum(context_tokens - turn.hit_tokens, 0.0)), \
+        flops(context_tokens, 0.0 * context_tokens)
 
 
 def tp_costs(hw, model, tp, turn: TurnTokens, context_tokens, decode_context, efficiency: Efficiency,
@@ -141,10 +171,14 @@ def tp_costs(hw, model, tp, turn: TurnTokens, context_tokens, decode_context, ef
     prefill_offset_ms = matmul_ms_per_token * (offset * nonmoe_share
                                                + expert_offset * slowdown * prompt_experts * expert_share)
     attention_tflops = effective_tflops(hw, 16.0) if options.attention_flops else None
+    attention = None
     if options.attention_flops:  # the turn's attention FLOPs, spread over its prefill tokens
-        attention_ms = turn_attention_flops(model, turn, context_tokens) / (tp * attention_tflops * FLOPS_PER_TFLOPS) \
-            * MS_PER_S / efficiency.eta_prefill
-        prefill_ms_per_token = prefill_ms_per_token + attention_ms / jnp.maximum(turn.tokens, 1.0)
+        def as_ms(flops):
+            return flops / (tp * attention_tflops * FLOPS_PER_TFLOPS) * MS_PER_S / efficiency.eta_prefill
+        hit, miss = hit_and_miss_attention_flops(model, turn, context_tokens)
+        attention = PrefillAttention(prefill_ms_per_token, as_ms(hit), as_ms(miss))
+        mean_flops = turn.hit_rate * hit + (1.0 - turn.hit_rate) * miss  # at the turn's nominal hit rate
+        prefill_ms_per_token = prefill_ms_per_token + as_ms(mean_flops) / jnp.maximum(turn.tokens, 1.0)
     step_fixed_ms = efficiency.decode_overhead_ms + model.layers * efficiency.layer_overhead_us / 1000.0 \
         + allreduce.fixed_ms
     coefficients = decode_coefficients(
@@ -152,7 +186,7 @@ def tp_costs(hw, model, tp, turn: TurnTokens, context_tokens, decode_context, ef
         attention_tflops, offset, routed_tflops, expert_offset, options.roofline,
     )._replace(fixed_ms=step_fixed_ms, allreduce_ms=allreduce.per_token_ms)
     return TpCosts(prefill_ms_per_token, coefficients,
-                   efficiency.ttft_overhead_ms + allreduce.fixed_ms + prefill_offset_ms)
+                   efficiency.ttft_overhead_ms + allreduce.fixed_ms + prefill_offset_ms, attention)
 
 
 def prefill_alone_ms(costs: TpCosts, tokens: jax.Array, chunk_tokens: jax.Array, efficiency: Efficiency,
@@ -165,4 +199,4 @@ def prefill_alone_ms(costs: TpCosts, tokens: jax.Array, chunk_tokens: jax.Array,
     return tokens * costs.prefill_ms_per_token + costs.ttft_fixed_ms
 
 
-__all__ = ["TpCosts", "TurnTokens", "turn_tokens", "engine_efficiency", "isolated_prefill_ms", "prefill_alone_ms", "prefill_expert_costs", "tp_costs"]
+__all__ = ["PrefillAttention", "TpCosts", "TurnTokens", "prefill_rate_ms", "turn_tokens", "engine_efficiency", "isolated_prefill_ms", "prefill_alone_ms", "prefill_expert_costs", "tp_costs"]

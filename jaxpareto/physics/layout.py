@@ -69,7 +69,7 @@ from jaxpareto.definitions.model import ModelParams
 from jaxpareto.definitions.units import BYTES_PER_GB, FLOPS_PER_PARAM_PER_TOKEN, FLOPS_PER_TFLOPS, MS_PER_S, \
     PARAMS_PER_B
 from jaxpareto.physics.communication import ACTIVATION_BYTES, link_gbs
-from jaxpareto.physics.costs import TpCosts
+from jaxpareto.physics.costs import PrefillAttention, TpCosts
 
 
 def expert_weights_gb(model: ModelParams) -> jax.Array:
@@ -226,8 +226,10 @@ def layout_costs(costs: TpCosts, exchange: ExchangeCosts, eta_prefill: jax.Array
         padding_compute_ms=decode.padding_compute_ms + exchange.imbalance_compute_ms,
         experts_per_token=jnp.minimum(decode.experts_per_token * exchange.imbalance, decode.experts),
     )
-    prefill = costs.prefill_ms_per_token + exchange.per_token_ms + exchange.imbalance_compute_ms / eta_prefill
-    return TpCosts(prefill, decode, costs.ttft_fixed_ms + exchange.fixed_ms)
+    added = exchange.per_token_ms + exchange.imbalance_compute_ms / eta_prefill
+    attention = None if costs.attention is None else \
+        costs.attention._replace(matmul_ms_per_token=costs.attention.matmul_ms_per_token + added)
+    return TpCosts(costs.prefill_ms_per_token + added, decode, costs.ttft_fixed_ms + exchange.fixed_ms, attention)
 
 
 class PipelineCosts(NamedTuple):
@@ -302,6 +304,12 @@ def pipeline_costs(costs: TpCosts, hw: HardwareParams, model: ModelParams, tp: j
         fixed_ms=decode.fixed_ms + hops * (latency_us / 1000.0 + step_overhead_ms), experts_per_token=per_token,
         batch_floor=jnp.where(stages > 1, stages, 0.0))
     single = jnp.minimum(prefill_tokens, chunk_tokens) * costs.prefill_ms_per_token
-    prefill = costs.prefill_ms_per_token / stages + hops / stages * hop_ms
+    def per_stage(per_token_ms):  # a token's prefill over the stages, and its hops between them
+        return per_token_ms / stages + hops / stages * hop_ms
+
+    attention = None if costs.attention is None else PrefillAttention(
+        per_stage(costs.attention.matmul_ms_per_token), costs.attention.hit_ms / stages,
+        costs.attention.miss_ms / stages)
     fixed = costs.ttft_fixed_ms + hops * latency_us / 1000.0
-    return PipelineCosts(TpCosts(prefill, decode, fixed), chunk_tokens * stages, hops / stages * single)
+    return PipelineCosts(TpCosts(per_stage(costs.prefill_ms_per_token), decode, fixed, attention),
+                         chunk_tokens * stages, hops / stages * single)

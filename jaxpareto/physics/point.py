@@ -23,7 +23,8 @@ from jaxpareto.definitions.settings import SOLVERS, Efficiency, Solver, Workload
 from jaxpareto.definitions.units import MS_PER_S
 from jaxpareto.physics.cache import LOG_BRACKET, lru_survival
 from jaxpareto.physics.closed_loop import LoopInputs, active_ratio, solve_closed_loop
-from jaxpareto.physics.costs import engine_efficiency, prefill_alone_ms, prefill_expert_costs, tp_costs, turn_tokens
+from jaxpareto.physics.costs import PrefillAttention, engine_efficiency, isolated_prefill_ms, prefill_alone_ms, \
+    prefill_expert_costs, prefill_rate_ms, tp_costs, turn_tokens
 from jaxpareto.physics.decode import DecodeCoefficients, DecodeStep, decode_step, tpot_lines
 from jaxpareto.physics.disaggregated_point import evaluate_disaggregated
 from jaxpareto.physics.engine import LOAD_BRACKET, fed_decode_batch, prefill_budget_tokens, shared_turn, \
@@ -78,6 +79,9 @@ class TurnLatency(NamedTuple):
         decode_in_budget: 1 where the engine's decode tokens take their share of
             ``chunk_tokens`` (`jaxpareto.physics.engine.prefill_budget_tokens`), 0 where not; None: no term
             (static).
+        attention: ``prefill_ms_per_token``'s parts where attention's FLOPs are counted
+            (`jaxpareto.physics.costs.PrefillAttention`: the LRU model's effective hit rate
+            re-weights a hit's and a miss's attention), else None (static).
     """
 
     ttft_ms: jax.Array
@@ -104,6 +108,36 @@ class TurnLatency(NamedTuple):
     lockstep_ranks: jax.Array | None = None
     scheduler_delay_steps: jax.Array | None = None
     decode_in_budget: jax.Array | None = None
+    attention: PrefillAttention | None = None
+
+
+def prefill_rate(turn: TurnLatency, work: PrefillWork, options: ModelOptions) -> jax.Array:
+    """c_p [ms per prefill token] of the turns' prefill mix ``work``: the nominal rate, but under
+    the LRU model, whose effective hit rate differs from the nominal one, with attention's FLOPs
+    (where counted) re-weighted over the hits (GPU and host tier) and misses that ``work``
+    prefills (`jaxpareto.physics.costs.prefill_rate_ms`)."""
+    if options.cache_model != "lru":
+        return turn.prefill_ms_per_token
+    return prefill_rate_ms(turn.prefill_ms_per_token, turn.attention, work.tokens,
+                           work.hit_rate_eff + work.tier_hit_rate)
+
+
+def prefix_saving_ms(turn: TurnLatency) -> jax.Array:
+    """The prefill time a found prefix saves against a miss [ms]: its L - ΔL tokens, and where
+    attention's FLOPs are counted, a miss's attention less a hit's."""
+    recomputed = turn.context_tokens - turn.hit_tokens
+    if turn.attention is None:
+        return recomputed * turn.prefill_ms_per_token
+    return recomputed * turn.attention.matmul_ms_per_token + (turn.attention.miss_ms - turn.attention.hit_ms)
+
+
+def prefill_alone(turn: TurnLatency, tokens: jax.Array, rate_ms: jax.Array, options: ModelOptions) -> jax.Array:
+    """A prefill of ``tokens`` alone at ``rate_ms`` per token [ms], as the turn's own
+    (`jaxpareto.physics.costs.prefill_alone_ms`): seed eq. 2 with the fixed terms, or the
+    measured profile's roofline chunk by chunk."""
+    if options.profile == "measured":
+        return isolated_prefill_ms(turn.decode, tokens, turn.chunk_tokens, rate_ms, options) + turn.ttft_overhead_ms
+    return tokens * rate_ms + turn.ttft_fixed_ms
 
 
 class TurnState(NamedTuple):
@@ -205,15 +239,17 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         roots = () if gpu.root is None else (gpu.root, with_tier.root)
         work = prefill_work(turn.context_tokens, turn.hit_tokens, turn.hit_rate * gpu.survival,
                             turn.hit_rate * (with_tier.survival - gpu.survival), turn.tier_load_ms,
-                            turn.prefill_ms_per_token)
+                            prefix_saving_ms(turn))
         lifetime = gpu.lifetime_s
-        isolated_ttft = work.tokens * turn.prefill_ms_per_token + turn.ttft_fixed_ms + work.delay_ms
+        rate_ms = prefill_rate(turn, work, options)  # the effective hits' attention, not the nominal's
+        isolated_ttft = prefill_alone(turn, work.tokens, rate_ms, options) + work.delay_ms
     else:
         batch_run = jnp.minimum(batch, turn.slots) if queue else batch
         zero = 0.0 * turn.hit_rate
         work = PrefillWork(turn.prefill_tokens, turn.hit_rate, zero, zero)
         lifetime = zero + jnp.inf
         isolated_ttft = turn.ttft_ms
+        rate_ms = turn.prefill_ms_per_token
         roots = ()
     # under Poisson arrivals a request decodes beside the B others a random time sees, B + 1 in
     # all (docs/model.md, "Open-loop load")
@@ -231,15 +267,15 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         budget = prefill_budget_tokens(turn.chunk_tokens, batch_run, work.tokens, turn.osl, turn.decode_in_budget)
         if options.arrivals == "synchronised":  # lockstep groups of a benchmark at fixed lengths
             engine = synchronised_turn(step, batch_run, work.tokens, turn.osl, turn.chunk_tokens,
-                                       turn.prefill_ms_per_token, turn.decode.eta_decode,
+                                       rate_ms, turn.decode.eta_decode,
                                        turn.decode.elementwise_overhead, experts_beyond(seen), turn.decode_in_budget)
         elif open_loop:  # requests arrive at λ: the bulk-service steps (`jaxpareto.physics.open_engine`)
             engine = poisson_turn(step, turn.rate_per_ms, work.tokens, turn.osl, budget,
-                                  turn.prefill_ms_per_token, turn.decode.eta_decode, turn.decode.elementwise_overhead,
+                                  rate_ms, turn.decode.eta_decode, turn.decode.elementwise_overhead,
                                   fcfs_wait_scale(mix.scv), mix.cv ** 2, experts_beyond(seen), turn.lockstep_ranks)
         else:
             engine = shared_turn(step, batch_run, concurrency, work.tokens, turn.osl, budget,
-                                 turn.prefill_ms_per_token, turn.decode.eta_decode, turn.decode.elementwise_overhead,
+                                 rate_ms, turn.decode.eta_decode, turn.decode.elementwise_overhead,
                                  experts_beyond(seen), lockstep_ranks=turn.lockstep_ranks, load_given=next(given),
                                  polish=polish)
             roots += (engine.load_root,)
@@ -540,6 +576,7 @@ def evaluate_point(
         lockstep_ranks=None if ranks is None or options.dp_prefill == "aligned" else ranks + zero,
         scheduler_delay_steps=None if delay_steps is None else delay_steps + zero,
         decode_in_budget=None if in_budget is None else in_budget + zero,
+        attention=costs.attention,
     )
     if options.prefill_model == "shared" or options.cache_model == "lru" or measured:
         # R(B) then holds inner roots solved to the dtype's rounding (about 1e-6 relative in
@@ -576,7 +613,7 @@ def evaluate_point(
             saturated_tpot = saturated_tpot_ms(
                 full.step, batch_cap, state.prefill.tokens, workload.osl,
                 prefill_budget_tokens(turn.chunk_tokens, batch_cap, state.prefill.tokens, workload.osl,
-                                      turn.decode_in_budget), prefill_ms_per_token,
+                                      turn.decode_in_budget), prefill_rate(turn, state.prefill, options),
                 coefficients.eta_decode, coefficients.elementwise_overhead,
                 prefill_expert_costs(coefficients, batch_cap, options) if measured else None)
         # the occupancy's over-dispersion, for the slot queue and the percentiles' batch spread alike
@@ -597,7 +634,7 @@ def evaluate_point(
         batch_variance = concurrency_eff * busy * (1.0 - busy)  # binomial(C, rho)
     # share of the GPU's achievable compute (at η_d, η_p) that decode and prefill use
     utilization = turns_per_s / MS_PER_S * (workload.osl * coefficients.compute_ms / efficiency.eta_decode
-                                            + state.prefill.tokens * prefill_ms_per_token)
+                                            + state.prefill.tokens * prefill_rate(turn, state.prefill, options))
 
     def masked(value):
         return jnp.where(ok, value, jnp.nan)

@@ -57,7 +57,7 @@ class PrefillWork(NamedTuple):
 
 
 def prefill_work(context_tokens: jax.Array, hit_tokens: jax.Array, hit_rate_gpu: jax.Array,
-                 hit_rate_tier: jax.Array, tier_load_ms: jax.Array, prefill_ms_per_token: jax.Array) -> PrefillWork:
+                 hit_rate_tier: jax.Array, tier_load_ms: jax.Array, saved_ms: jax.Array) -> PrefillWork:
     """Eq. 2's L_prefill with a host-memory KV tier (vLLM with LMCache / Mooncake; DualPath).
 
     A GPU hit prefills ``hit_tokens`` (min(ΔL, L)); a miss the whole context L. A prefix found in
@@ -69,9 +69,9 @@ def prefill_work(context_tokens: jax.Array, hit_tokens: jax.Array, hit_rate_gpu:
         context_tokens: L [tokens]. hit_tokens: min(ΔL, L) [tokens].
         hit_rate_gpu, hit_rate_tier: shares of turns finding their prefix in GPU memory / the tier.
         tier_load_ms: one context's KV from the tier [ms] (inf without a link).
-        prefill_ms_per_token: c_p [ms], eq. 2 for one token.
+        saved_ms: the prefill time a found prefix saves against a miss [ms] (the L - ΔL tokens
+            at eq. 2's c_p, and attention's share where counted; `jaxpareto.physics.point.prefix_saving_ms`).
     """
-    saved_ms = (context_tokens - hit_tokens) * prefill_ms_per_token
     use_tier = tier_load_ms < saved_ms
     tier_tokens = jnp.where(use_tier, hit_tokens, context_tokens)
     miss = 1.0 - hit_rate_gpu - hit_rate_tier
