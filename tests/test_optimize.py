@@ -278,6 +278,35 @@ def test_cli_optimize_and_size(tmp_path, capsys):
     assert "constraints.ttft_ms" in capsys.readouterr().err
 
 
+def test_cli_scenarios_take_the_model_equations_and_say_where_the_seeds_prefill_overcommits(capsys):
+    """Full-context prefills of 64K tokens every 2 s: the seed's isolated prefill lets 23 sessions
+    on TP 8 ask for 3.75x the GPUs' compute (each turn's prefill alone at full speed); the CLI says
+    so, and --prefill-model shared answers with the GPUs shared (6 sessions). The equations given
+    are the library's keywords, and are described with the scenario."""
+    from jaxpareto.cli import main
+
+    args = ["--gpu", "h100-sxm", "--model", "llama-3.1-70b", "--think-time-s", "2", "--context-tokens", "65536",
+            "--hit-rate", "0", "--slo", "ttft_ms<=5000", "--slo", "output_tokens_per_s_per_user>=15", "--tp", "4,8",
+            "--max-concurrency", "256"]
+    assert main(["optimize", *args]) == 0
+    seed = capsys.readouterr().out
+    assert "TP 8, concurrency 23" in seed and "asks for 3.75x the compute" in seed
+    assert main(["optimize", *args, "--prefill-model", "shared"]) == 0
+    shared = capsys.readouterr().out
+    assert "prefill model shared" in shared and "TP 8, concurrency 6" in shared and "asks for" not in shared
+    best = jp.optimize(gpu="h100-sxm", model="llama-3.1-70b", think_time_s=2.0, context_tokens=65536, hit_rate=0.0,
+                       constraints={"ttft_ms": ("<=", 5000.0), "output_tokens_per_s_per_user": (">=", 15.0)},
+                       tp=(4, 8), concurrency=(1, 256), prefill_model="shared")
+    assert best.concurrency == 6 and best.metrics["gpu_utilization"] <= 1.0
+    assert main(["size", *args, "--sessions", "200"]) == 0
+    assert "asks for" in capsys.readouterr().out
+    assert main(["size", *args, "--sessions", "200", "--prefill-model", "shared", "--cache-model", "lru"]) == 0
+    assert "cache model lru" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as refused:
+        main(["size", *args, "--sessions", "200", "--prefill-model", "chunked"])
+    assert refused.value.code == 2 and "invalid choice: 'chunked'" in capsys.readouterr().err
+
+
 def test_sizing_splits_sessions_evenly_only_where_the_split_meets_the_slos():
     # a lower bound on tokens/s per GPU fails below capacity: the even split must meet it itself
     split = jp.size_deployment("h100-sxm", "llama-3.1-70b", 2.0, 16384, 0.9, sessions=100,

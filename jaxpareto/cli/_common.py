@@ -15,8 +15,10 @@ from jaxpareto.dataset.costs import COST_VARIABLES, add_costs
 from jaxpareto.dataset.pareto import TABLE_METRICS, frontier_table, pareto_front
 from jaxpareto.dataset.selection import headline_cell
 from jaxpareto.dataset.store import check_new_output
+from jaxpareto.definitions.calibration_file import calibration_options
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.definitions.options import SEARCH_METHODS
+from jaxpareto.definitions.options import ATTENTION, CACHE_MODELS, GEMM_RATES, PAUSE_DISTRIBUTIONS, PREFILL_MODELS, \
+    PROFILES, ROOFLINES, SEARCH_METHODS
 from jaxpareto.definitions.settings import SOLVERS
 from jaxpareto.definitions.axes import AXES
 
@@ -104,6 +106,24 @@ def add_scenario_options(p: argparse.ArgumentParser, *, required: bool) -> None:
     p.add_argument("--engine", default=AXIS_BY_NAME["engine"].default,
                    help="serving engine: seed (default: the seed's memory and factors), vllm, sglang or trtllm")
     add_calibration_option(p)
+    equations = p.add_argument_group("model equations", "the seed's unless given or adopted from --calibration "
+                                                        "(docs/model.md; the library's ModelOptions)")
+    for name, choices, what in MODEL_FLAGS:
+        equations.add_argument("--" + name.replace("_", "-"), choices=choices, help=what)
+
+
+# the closed-loop `ModelOptions` a scenario's flags choose (`add_scenario_options`)
+MODEL_FLAGS = (
+    ("prefill_model", PREFILL_MODELS, "isolated (the seed's: every prefill alone at the GPUs' full speed, "
+                                      "however many there are) or shared (chunked prefill in the decode steps: "
+                                      "GPU time conserved)"),
+    ("cache_model", CACHE_MODELS, "the hit rate as given (the seed's), after a TTL, or from KV memory (lru)"),
+    ("pause_distribution", PAUSE_DISTRIBUTIONS, "pauses around the think time, for --cache-model ttl and lru"),
+    ("profile", PROFILES, "the seed's equations or the measured profile"),
+    ("gemm_rate", GEMM_RATES, "matmuls at the datasheet peak (the seed's) or at the rate GEMMs measurably reach"),
+    ("attention", ATTENTION, "attention as the profile counts it, or its FLOPs too"),
+    ("roofline", ROOFLINES, "one roofline per decode step (the seed's) or one per operator"),
+)
 
 
 def scenario_kwargs(args: argparse.Namespace) -> dict:
@@ -118,15 +138,43 @@ def scenario_kwargs(args: argparse.Namespace) -> dict:
                   engine=args.engine)
     if args.calibration:
         kwargs["calibration"] = args.calibration
+    kwargs.update(_given_equations(args))
     return kwargs
+
+
+def _given_equations(args: argparse.Namespace) -> dict[str, str]:
+    """The model-equation flags given (`MODEL_FLAGS`), as keywords."""
+    return {name: getattr(args, name) for name, _, _ in MODEL_FLAGS if getattr(args, name, None) is not None}
 
 
 def describe_scenario(args: argparse.Namespace) -> str:
     """The scenario's settings as one line, defaults included (what an answer assumed)."""
     slos = ", ".join(f"{n} {op} {v:g}" for n, (op, v) in parse_slos(args.slo).items()) or "none (memory only)"
+    equations = "".join(f", {name.replace('_', ' ')} {value}" for name, value in _given_equations(args).items())
     return (f"scenario: think time {args.think_time_s:g} s, context {args.context_tokens:,} tokens, hit rate "
             f"{args.hit_rate:g}, OSL {args.osl:g}, {args.delta_tokens:,.0f} tokens prefilled on a hit, engine "
-            f"{args.engine}{f', calibration {args.calibration}' if args.calibration else ''}; SLOs: {slos}")
+            f"{args.engine}{f', calibration {args.calibration}' if args.calibration else ''}{equations}; SLOs: {slos}")
+
+
+def prefill_model_of(args: argparse.Namespace) -> str:
+    """The prefill model a scenario's answer used: --prefill-model, else its calibration's, else
+    the seed's ("isolated")."""
+    if getattr(args, "prefill_model", None):
+        return args.prefill_model
+    fitted = calibration_options(args.calibration) if getattr(args, "calibration", None) else {}
+    return fitted.get("prefill_model", "isolated")
+
+
+def prefill_overcommit_note(utilization: float, prefill_model: str) -> str | None:
+    """A note where the answer's point asks more of the GPUs than they have: the seed's isolated
+    prefill runs every turn's prefill alone at the GPUs' full speed however many overlap, so its
+    ``gpu_utilization`` (decode and prefill compute over what the GPUs deliver) can pass 1; the
+    shared engine conserves GPU time (docs/model.md, "Shared prefill"). None where it does not."""
+    if prefill_model != "isolated" or not utilization > 1.0:
+        return None
+    return (f"note: at this point the seed's isolated prefill asks for {utilization:.2f}x the compute the GPUs "
+            "deliver (gpu_utilization): its turns prefill alone at full speed however many overlap, which no "
+            "server does; --prefill-model shared shares the GPUs between prefill and decode")
 
 
 class Report:

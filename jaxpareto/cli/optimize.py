@@ -13,7 +13,7 @@ import pandas as pd
 
 from jaxpareto.cli._common import (FLOAT_FORMAT, SearchMethod, add_csv_option, add_output_options,
                                    add_scenario_options, add_solver_option, check_file_out, describe_scenario,
-                                   new_output, scenario_kwargs, write_csv)
+                                   new_output, prefill_model_of, prefill_overcommit_note, scenario_kwargs, write_csv)
 from jaxpareto.dataset.store import to_zarr
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.options import DP_PREFILLS, SEARCH_METHODS, SERVING_MODES
@@ -92,6 +92,9 @@ def _one_scenario(args: argparse.Namespace) -> int:
     print(_wrapped(f"{args.model} on {args.gpu}: TP {result.tp}, concurrency {result.concurrency}: "
                    f"{result.objective} {result.value:,.4g}; " + ", ".join(f"{k} {v:,.4g}" for k, v in metrics.items())))
     print(f"binding: {', '.join(result.binding) or 'none'} ({result.method} search)")
+    note = prefill_overcommit_note(result.metrics["gpu_utilization"], prefill_model_of(args))
+    if note:
+        print(_wrapped(note))
     row = pd.DataFrame([{"gpu": args.gpu, "model": args.model, "tp": result.tp, "concurrency": result.concurrency,
                          result.objective: result.value, **result.metrics, "binding": "; ".join(result.binding)}])
     write_csv(row, args.csv, args.overwrite, "scenario")

@@ -8,7 +8,8 @@ import textwrap
 import pandas as pd
 
 from jaxpareto.cli._common import (FLOAT_FORMAT, add_csv_option, add_scenario_options, add_solver_option,
-                                   check_file_out, describe_scenario, scenario_kwargs, write_csv)
+                                   check_file_out, describe_scenario, prefill_model_of, prefill_overcommit_note,
+                                   scenario_kwargs, write_csv)
 from jaxpareto.search.sizing import size_deployment
 
 
@@ -29,6 +30,11 @@ def _cmd_size(args: argparse.Namespace) -> int:
                             subsequent_indent="  "))
     with pd.option_context("display.width", 250, "display.float_format", FLOAT_FORMAT):
         print("\n" + result.options.to_string(index=False, na_rep="-"))  # as `optimize` shows what does not apply
+    if result.feasible:
+        chosen = result.options[result.options["tp"].eq(result.tp)].iloc[0]
+        note = prefill_overcommit_note(float(chosen["gpu_utilization"]), prefill_model_of(args))
+        if note:
+            print(textwrap.fill(note, width=100, subsequent_indent="  "))
     write_csv(result.options, args.csv, args.overwrite, "TP options")
     return 0 if result.feasible else 1
 

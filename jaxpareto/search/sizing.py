@@ -138,7 +138,7 @@ def size_deployment(
         rows.append({"tp": int(t), "capacity": capacity, "replicas": replicas, "gpus": replicas * int(t),
                      "sessions_per_replica": int(point.concurrency), "turns_per_s_per_replica": float(point.turns_per_s),
                      **{name: float(point[name]) for name in ("ttft_ms", "tpot_ms", "output_tokens_per_s_per_user",
-                                                               "output_tokens_per_s_per_gpu")}})
+                                                               "output_tokens_per_s_per_gpu", "gpu_utilization")}})
     options = pd.DataFrame(rows)
     usable = options.dropna(subset=["gpus"])
     if usable.empty:
