@@ -97,6 +97,7 @@ def reference_point(gpu: dict, model: dict, tp: int, concurrency: int, think_tim
     z_ms = think_time_s * 1e3
 
     def step(b):
+        b = max(b, 1.0)  # the mean batch, but a step of one request at least
         if experts:
             t_weight = nonmoe_bytes / (tp * bw) * 1e3 + (min(b * top_k, experts) / tp) * p_expert * d_expert / bw * 1e3
         else:

@@ -1,6 +1,7 @@
 """Closed-loop invariants (seed eq. 4) on every converged point of a sweep."""
 
 import numpy as np
+import pytest
 
 import jaxpareto as jp
 
@@ -68,3 +69,23 @@ def test_float64_agrees_with_float32():
     assert both.sum() > 50
     for name in ("ttft_ms", "tpot_ms", "latency_ms", "batch_eff", "turns_per_s", "output_tokens_per_s_per_gpu"):
         np.testing.assert_allclose(a[name].values[both], b[name].values[both], rtol=1e-4, err_msg=name)
+
+
+@pytest.mark.parametrize("solver", ["damped", "exact"])
+def test_a_step_carries_at_least_the_request_that_decodes(solver):
+    """One session that pauses most of the time: the closed loop's mean batch B is well below 1,
+    but its steps run one request, so TPOT is the step of one whatever the pause (a MoE step at
+    B < 1 read a fraction of the K experts a token routes to: Mixtral-8x7B went 7.6 -> 0.88 ms
+    from Z = 0 to 30 s, a third of the time its active weights take to read)."""
+    from jaxpareto.physics.decode import decode_coefficients, decode_step
+    from jaxpareto.definitions.hardware import effective_tflops
+
+    ds = jp.sweep(gpu="h200-sxm", model="mixtral-8x7b", tp=2, concurrency=1, think_time_s=[0.0, 2.0, 10.0, 30.0],
+                  context_tokens=8192, hit_rate=0.9, solver=solver)
+    batch, tpot = ds.batch_eff.values.ravel(), ds.tpot_ms.values.ravel()
+    assert batch[0] == pytest.approx(1.0) and batch[-1] < 0.05
+    hw, m = jp.catalog.gpus()["h200-sxm"].to_params(), jp.catalog.models()["mixtral-8x7b"].to_params()
+    one = decode_step(decode_coefficients(hw, m, 2, 8192.0, effective_tflops(hw, m.compute_bits), 0.40, 1.10), 1.0)
+    np.testing.assert_allclose(tpot, float(one.tpot_ms), rtol=1e-5)
+    active_read_ms = m.params_active_b * 2.0 / (2 * hw.bandwidth_gbs) * 1e3  # bf16, at the full bandwidth
+    assert tpot.min() > active_read_ms

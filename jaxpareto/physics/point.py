@@ -252,8 +252,10 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         rate_ms = turn.prefill_ms_per_token
         roots = ()
     # under Poisson arrivals a request decodes beside the B others a random time sees, B + 1 in
-    # all (docs/model.md, "Open-loop load")
-    seen = batch_run + 1.0 if open_loop else batch_run
+    # all (docs/model.md, "Open-loop load"); in the closed loop, beside the mean batch B, but in a
+    # step of at least itself: B < 1 (sessions pausing most of the time) is no batch a step runs,
+    # and a MoE step at B < 1 read fewer experts than one token routes to
+    seen = batch_run + 1.0 if open_loop else jnp.maximum(batch_run, 1.0)
     if options.prefill_model == "shared" and options.arrivals == "staggered":
         # the closed loop's sessions beyond what the step budget keeps fed wait for their prefill
         seen = jnp.minimum(seen, fed_decode_batch(turn.chunk_tokens, work.tokens, turn.osl, turn.decode_in_budget))
@@ -405,9 +407,9 @@ def turn_latency_lines(turn: TurnLatency, open_loop: bool = False, queue: bool =
 
     The pieces: TPOT's lines (`jaxpareto.physics.decode.tpot_lines`; the fourth, where the
     experts' GEMM offsets stop growing, only with static ``expert_offsets``: without an offset,
-    at the peak rate, it is the third); a pipeline's
-    bubble, flat at R(S) below its ``batch_floor`` S (NaN, a piece that never holds, without
-    one); and with the sessions beyond the M ``slots`` waiting (static ``queue``: the measured
+    at the peak rate, it is the third); flat at R(S) below the step's least batch S: a
+    pipeline's ``batch_floor``, and in the closed loop at least 1 (the open loop's step, at
+    B + 1, has none without a pipeline: a NaN piece that never holds); and with the sessions beyond the M ``slots`` waiting (static ``queue``: the measured
     profile) R_run(M) B / M beyond M, whose open-loop TPOT stays at TPOT(M + 1) there.
     """
     tpot = tpot_lines(turn.decode)
@@ -422,7 +424,8 @@ def turn_latency_lines(turn: TurnLatency, open_loop: bool = False, queue: bool =
     slopes = [steps * b for _, b in lines]
     if open_loop:  # the step is at B + 1: each line moves up by its slope
         intercepts = [a + b for a, b in zip(intercepts, slopes)]
-    floor = turn.decode.batch_floor
+    # flat below the step's least batch: a pipeline's S stages, or in the closed loop one request
+    floor = turn.decode.batch_floor if open_loop else jnp.maximum(turn.decode.batch_floor, 1.0)
     bubble = ttft + steps * decode_step(turn.decode, floor).tpot_ms
     intercepts.append(jnp.where(floor > 0, bubble, jnp.nan))
     slopes.append(0.0 * bubble)
