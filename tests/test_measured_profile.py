@@ -183,6 +183,21 @@ def test_sessions_beyond_kv_memory_wait_and_their_wait_is_in_ttft():
     assert int(seed.concurrency_eff) == int(seed.concurrency_max)  # the seed turns the rest away
 
 
+def test_past_kv_memory_the_throughput_levels_off_at_what_memory_runs():
+    """Sessions waiting for KV memory neither prefill nor decode: the engine's turns see the
+    sessions it runs (the arrival theorem's others among min(C, M)), so the turn rate stays at
+    X(M) however many wait (it fell 0.051 -> 0.027 turns/s from C = 1 to 1,024 for DeepSeek-V3 on
+    four MI300X at 128K, where memory runs one session: the waiting ones counted as prefill load)."""
+    ds = jp.sweep(gpu="b200", model="qwen3-next-80b-a3b", engine="vllm", calibration="hopper-measured", tp=1,
+                  context_tokens=131072, osl=256, concurrency=[1, 2, 3, 4, 8, 32, 128], think_time_s=0.0,
+                  hit_rate=0.9)
+    slots = int(ds.concurrency_max.values.ravel()[0])
+    turns = ds.turns_per_s.values.ravel()
+    assert slots == 3 and np.all(np.diff(turns) >= -1e-5 * turns[1:])  # the float32 solve's rounding
+    np.testing.assert_allclose(turns[slots - 1:], turns[slots - 1], rtol=1e-5)
+    assert np.all(np.diff(ds.memory_wait_ms.values.ravel()[slots - 1:]) > 0)
+
+
 @pytest.mark.parametrize(("batch", "tokens", "osl", "counted"), [
     (16.0, 2048.0, 101.0, None),  # groups of k = 4 that fit a step: G = 4, one step each
     (10.0, 2048.0, 101.0, 1.0),  # counted: k = floor((P - B) / (L - 1)) = 3, groups 3, 3, 3, 1

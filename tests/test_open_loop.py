@@ -428,3 +428,19 @@ def test_the_cli_says_why_a_goodput_peak_is_zero_or_missing(tmp_path, capsys, ra
     assert main(["sweep", str(spec), "--no-progress"]) == 0
     table = capsys.readouterr().out.split("at its peak over request_rate:")[1]
     assert note in table, table
+
+
+def test_tpot_quantiles_stop_no_lower_than_the_engines_mean_at_full_slots():
+    """The quantiles stop at the TPOT of every KV slot busy; that cap is at least the engine's own
+    mean TPOT there (its prefills landing in clusters, which the replacements' count leaves out).
+    It sat below the mean near capacity, so P90 = P99 = the mean and the goodput under a P99 TPOT
+    SLO counted 16.2 requests/s whose P99 the model itself puts above the limit."""
+    rates = [12.0, 14.0, 15.0, 16.0, 16.2, 16.4]
+    ds = jp.sweep("h100-sxm", "llama-3.1-8b", tp=[1], arrivals="poisson", request_rate=rates, context_tokens=2048,
+                  osl=128, hit_rate=0.0, prefill_model="shared", isl_cv=0.5, osl_cv=0.5, slo={"p99_tpot_ms": 100.0})
+    mean, p99 = ds.tpot_ms.values.ravel(), ds.p99_tpot_ms.values.ravel()
+    assert ds.feasible.values.all()
+    assert np.all(p99 > mean)
+    goodput = ds.request_goodput.values.ravel()
+    np.testing.assert_allclose(goodput[p99 <= 100.0], np.asarray(rates)[p99 <= 100.0])
+    assert np.all(goodput[p99 > 100.0] == 0.0) and (p99 > 100.0).sum() == 3  # 16, 16.2 and 16.4 requests/s

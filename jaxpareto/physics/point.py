@@ -276,7 +276,9 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
                                   rate_ms, turn.decode.eta_decode, turn.decode.elementwise_overhead,
                                   fcfs_wait_scale(mix.scv), mix.cv ** 2, experts_beyond(seen), turn.lockstep_ranks)
         else:
-            engine = shared_turn(step, batch_run, concurrency, work.tokens, turn.osl, budget,
+            # the arrival theorem's others are the sessions the engine runs: those waiting for
+            # KV memory (the measured profile, LRU) neither prefill nor decode
+            engine = shared_turn(step, batch_run, jnp.minimum(concurrency, turn.slots), work.tokens, turn.osl, budget,
                                  rate_ms, turn.decode.eta_decode, turn.decode.elementwise_overhead,
                                  experts_beyond(seen), lockstep_ranks=turn.lockstep_ranks, load_given=next(given),
                                  polish=polish)
@@ -619,6 +621,9 @@ def evaluate_point(
                                       turn.decode_in_budget), prefill_rate(turn, state.prefill, options),
                 coefficients.eta_decode, coefficients.elementwise_overhead,
                 prefill_expert_costs(coefficients, batch_cap, options) if measured else None)
+        # no quantile below the mean the engine itself gives the full slots (its prefills landing
+        # in clusters, which the replacements' count leaves out)
+        saturated_tpot = jnp.maximum(saturated_tpot, full.tpot_ms)
         # the occupancy's over-dispersion, for the slot queue and the percentiles' batch spread alike
         state, fano = _with_slot_wait(state, full, saturated_tpot, batch_cap, rate_per_ms, workload.osl,
                                       workload.osl_cv, hold_slope)
