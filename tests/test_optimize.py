@@ -248,6 +248,10 @@ def test_size_deployment():
     assert rate.feasible and rate.replicas * rate.turns_per_s_per_replica >= 50
     none = jp.size_deployment("l40s", "llama-3.1-405b", 2.0, 32768, 0.9, sessions=10, constraints=SLO)
     assert not none.feasible and none.reason.startswith("memory")
+    # DeepSeek-V3's 673 GB do not fit 8 H100s: the reason says how many GPUs the weights need
+    wide = jp.size_deployment("h100-sxm", "deepseek-v3", 2.0, 32768, 0.9, sessions=100)
+    assert not wide.feasible and "673 GB of weights" in wide.reason and "e.g. 16 and 32" in wide.reason
+    assert jp.size_deployment("h100-sxm", "deepseek-v3", 2.0, 32768, 0.9, sessions=100, tp=(16, 32)).feasible
 
 
 def test_cli_optimize_and_size(tmp_path, capsys):

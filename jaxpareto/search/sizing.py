@@ -35,6 +35,18 @@ def _why_not(ds) -> str:
     return "SLO"
 
 
+def _more_gpus(plan) -> str:
+    """Where the weights alone outgrow the largest TP choice: the GPUs they need at the least."""
+    weights_gb = float(plan.definitions["model"][0].to_params().weights_gb)
+    memory_gb = float(plan.definitions["gpu"][0].memory_gb)
+    largest = int(max(plan.axes["tp"]))
+    if weights_gb < largest * memory_gb:
+        return ""
+    need = 1 << math.ceil(math.log2(weights_gb / memory_gb))
+    return (f" ({weights_gb:,.0f} GB of weights, more than {largest} GPUs of {memory_gb:g} GB hold: "
+            f"give larger TP choices, e.g. {need} and {2 * need})")
+
+
 @dataclasses.dataclass(frozen=True)
 class SizingResult:
     """The smallest deployment, and every TP option considered.
@@ -144,7 +156,7 @@ def size_deployment(
     if usable.empty:
         slos = ", ".join(c.describe() for c in cons)
         if not bool(ds.feasible.any()):
-            reason = "memory: the model does not fit one session on any TP choice"
+            reason = "memory: the model does not fit one session on any TP choice" + _more_gpus(plan)
         elif bool(ok.any()):
             reason = f"SLO: no even split of {target_sessions} sessions over replicas meets {slos}"
         else:
