@@ -185,3 +185,12 @@ def test_every_output_option_refuses_an_existing_file_unless_overwrite(tmp_path,
     assert main(["sweep", "chat", "--out", str(store)]) == 2  # a store of other inputs
     err = capsys.readouterr().err
     assert "--overwrite" in err and "overwrite=True" not in err
+
+
+def test_a_calibration_or_an_optimize_spec_given_to_sweep_is_named(capsys):
+    """Files of the project given to the wrong command: the error says which command takes them."""
+    code, _, err = run(capsys, "sweep", REPO / "sweeps" / "calibration.toml")
+    assert code == 2 and "a [fit] table is a calibration file's: give it as --calibration FILE" in err
+    code, _, err = run(capsys, "sweep", REPO / "sweeps" / "code_agent_slo.toml")
+    assert code == 2 and "grid.tp: is required for a sweep; this spec's [optimize] table searches tp" in err
+    assert "`jaxpareto optimize SPEC`" in err

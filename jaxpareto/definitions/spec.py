@@ -281,7 +281,9 @@ class SweepSpec(_Table):
             if grid[axis] is None and axis == LOAD_AXES["open" if open_loop else "closed"] and other in grid:
                 del grid[axis]  # the other loop's load given: the sweep's refusal names both and the fix
             elif grid[axis] is None:
-                raise JaxparetoError(f"grid.{axis}", "is required for a sweep")
+                searched = (f"; this spec's [optimize] table searches {axis} instead: `jaxpareto optimize SPEC`"
+                            if self.optimize is not None and axis in ("tp", "concurrency") else "")
+                raise JaxparetoError(f"grid.{axis}", "is required for a sweep" + searched)
         return {
             **grid,
             **self._settings(),
@@ -329,6 +331,8 @@ def _describe(error: pydantic.ValidationError, source: str) -> JaxparetoError:
             parent = _table_for(item["loc"][:-1])
             if parent is not None:
                 msg += f" (allowed keys: {', '.join(parent.model_fields)})"
+            if tuple(parts) == ("fit",):  # `jaxpareto calibrate`'s output, given as a spec
+                msg += "; a [fit] table is a calibration file's: give it as --calibration FILE (calibration= in Python)"
         loc = ".".join(p for p in parts if not _is_tag(p))
         lines.append(f"{loc or '(top level)'}: {msg}")
     return JaxparetoError(source, "invalid sweep spec:\n  " + "\n  ".join(dict.fromkeys(lines)))
