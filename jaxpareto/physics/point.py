@@ -610,7 +610,8 @@ def evaluate_point(
             state.step.tpot_ms
         # past the decoders its prefill keeps fed (closed loop), one session more does not decode
         step_slope = jnp.where(state.seen_batch < state.batch_run, 0.0, step_slope)
-    saturated_tpot = jnp.inf  # the open loop's TPOT with every KV slot busy (caps its quantiles)
+    saturated_tpot = jnp.inf  # the open loop's TPOT with every KV slot busy (the slot wait's)
+    tpot_cap = jnp.inf  # the longest TPOT the quantiles reach
     if open_loop:  # a request waits for a KV slot before its prefill (`jaxpareto.physics.queueing`)
         hold_slope = workload.osl * tpot_slope_ms(state, step_slope)  # T_hold's tangent at B
         saturated_tpot = full.step.tpot_ms
@@ -621,9 +622,9 @@ def evaluate_point(
                                       turn.decode_in_budget), prefill_rate(turn, state.prefill, options),
                 coefficients.eta_decode, coefficients.elementwise_overhead,
                 prefill_expert_costs(coefficients, batch_cap, options) if measured else None)
-        # no quantile below the mean the engine itself gives the full slots (its prefills landing
-        # in clusters, which the replacements' count leaves out)
-        saturated_tpot = jnp.maximum(saturated_tpot, full.tpot_ms)
+        # the quantiles stop there, but not below the mean the engine itself gives the full slots
+        # (its prefills landing in clusters, which the replacements' count leaves out)
+        tpot_cap = jnp.maximum(saturated_tpot, full.tpot_ms)
         # the occupancy's over-dispersion, for the slot queue and the percentiles' batch spread alike
         state, fano = _with_slot_wait(state, full, saturated_tpot, batch_cap, rate_per_ms, workload.osl,
                                       workload.osl_cv, hold_slope)
@@ -651,7 +652,7 @@ def evaluate_point(
         spread = TurnSpread(state.ttft_ms, state.queue_wait_ms, state.queue_busy, state.mix, state.tpot_ms,
                             workload.osl, workload.osl_cv, state.decode_step_ms, state.mixed_step_ms,
                             state.mixed_share, batch_variance, step_slope, turns_per_s / MS_PER_S,
-                            state.prefill_dispersion, saturated_tpot,
+                            state.prefill_dispersion, tpot_cap,
                             0.0 if turn.scheduler_delay_steps is None
                             else scheduler_wait_ms(turn.scheduler_delay_steps, state.tpot_ms), state.service_scv,
                             state.prefill_service_ms)
