@@ -145,7 +145,9 @@ def test_a_validation_row_may_publish_its_request_limit_and_whether_its_budget_c
     options = jp.ModelOptions(prefill_model="shared", arrivals="poisson")
     unlimited, limited = predicted(max_running_requests=""), predicted(max_running_requests="400")
     assert limited["ttft_ms"] > 1.3 * unlimited["ttft_ms"]
-    assert limited["tpot_ms"] == unlimited["tpot_ms"]
+    # TPOT nearly unchanged: only the capacity the load is a share of moves, the closed loop's
+    # sessions at KV memory seeing the others among the 400 it runs
+    assert limited["tpot_ms"] == pytest.approx(unlimited["tpot_ms"], rel=0.01)
     for column, bad in (("decode_tokens_in_budget", "2"), ("decode_tokens_in_budget", "yes"),
                         ("max_running_requests", "0"), ("max_running_requests", "1.5")):
         rows.assign(**{column: bad}).to_csv(tmp_path / "bad.csv", index=False)

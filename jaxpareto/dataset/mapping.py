@@ -24,12 +24,13 @@ METHODS = ("fixed_point", "seed")
 
 
 def _latency_at(b: np.ndarray, b_row: np.ndarray, r_row: np.ndarray) -> np.ndarray:
-    """R(B) from the sampled curve: linear between samples, and below the first sample along
-    the first segment (pauses can bring the batch under one session)."""
+    """R(B) from the sampled curve: linear between samples; below the first sample, where pauses
+    bring the mean batch under its B, along the first segment, but flat below one session (a
+    step runs the request that decodes at least, as the full model's; docs/model.md)."""
     r = np.interp(b, b_row, r_row)
     if len(b_row) > 1:
         slope = (r_row[1] - r_row[0]) / (b_row[1] - b_row[0])
-        r = np.where(b < b_row[0], r_row[0] + slope * (b - b_row[0]), r)
+        r = np.where(b < b_row[0], r_row[0] + slope * (np.maximum(b, 1.0) - b_row[0]), r)
     return r
 
 

@@ -138,7 +138,8 @@ def disaggregated_turn(pools: Pools, batch: jax.Array, expert_routing: str = "se
     """The turn at decode batch ``batch`` per decode worker (module docstring).
 
     X = b / (OSL TPOT_0(b) + b q S_l) per decode worker (Little's law with the local prefills'
-    stalls; TPOT_0 at max(b, 1): a step runs one request at least), ρ_l = X q S_l, TPOT = TPOT_0 / (1 - ρ_l); remote turns arrive at the pool at
+    stalls; TPOT_0 at max(b, 1): a step runs one request at least), ρ_l = X q S_l,
+    TPOT = TPOT_0 / (1 - ρ_l); remote turns arrive at the pool at
     λ = D X (1 - q) and wait W_P for a worker (M/G/P, `jaxpareto.physics.queueing.mgc_wait_ms`), seeing the other sessions'
     share (C - 1) / C of the load (the arrival theorem; the local wait likewise); TTFT =
     q (W_l + S_l) + (1 - q) (W_P + S_r + t_KV) + the request overhead. A saturated pool gives W_P = inf, hence

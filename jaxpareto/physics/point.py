@@ -135,8 +135,9 @@ def prefill_alone(turn: TurnLatency, tokens: jax.Array, rate_ms: jax.Array, opti
     """A prefill of ``tokens`` alone at ``rate_ms`` per token [ms], as the turn's own
     (`jaxpareto.physics.costs.prefill_alone_ms`): seed eq. 2 with the fixed terms, or the
     measured profile's roofline chunk by chunk."""
-    if options.profile == "measured":
-        return isolated_prefill_ms(turn.decode, tokens, turn.chunk_tokens, rate_ms, options) + turn.ttft_overhead_ms
+    if options.profile == "measured":  # its steps are prefill steps: no decode batch to pad to a CUDA graph
+        decode = turn.decode._replace(graph_step=None)
+        return isolated_prefill_ms(decode, tokens, turn.chunk_tokens, rate_ms, options) + turn.ttft_overhead_ms
     return tokens * rate_ms + turn.ttft_fixed_ms
 
 
@@ -411,8 +412,9 @@ def turn_latency_lines(turn: TurnLatency, open_loop: bool = False, queue: bool =
     experts' GEMM offsets stop growing, only with static ``expert_offsets``: without an offset,
     at the peak rate, it is the third); flat at R(S) below the step's least batch S: a
     pipeline's ``batch_floor``, and in the closed loop at least 1 (the open loop's step, at
-    B + 1, has none without a pipeline: a NaN piece that never holds); and with the sessions beyond the M ``slots`` waiting (static ``queue``: the measured
-    profile) R_run(M) B / M beyond M, whose open-loop TPOT stays at TPOT(M + 1) there.
+    B + 1, has none without a pipeline: a NaN piece that never holds); and with the sessions
+    beyond the M ``slots`` waiting (static ``queue``: the measured profile) R_run(M) B / M
+    beyond M, whose open-loop TPOT stays at TPOT(M + 1) there.
     """
     tpot = tpot_lines(turn.decode)
     ttft = 0.0 if open_loop else turn.ttft_ms  # the open loop solves OSL x TPOT alone

@@ -26,8 +26,9 @@ interval's end). The search per lane (one scenario cell at one TP):
    (C0 where there is none; throughput peaking again before the LRU cache model's collapse),
    start + 1 and start - 1 say which side of each start its peak lies on (none: the start is it).
 6. **Bisection toward the peaks.** On that side the last point that still improves on its
-   neighbour nearer the start (and meets everything) is found by bisection over the distance
-   from the start, for both starts at once: the peak of a one-peaked objective, or the
+   neighbour nearer the start (meets everything, and is not below the start: a plateau past
+   the peak, the LRU collapse's, can seem to rise by the solver's rounding) is found by
+   bisection over the distance from the start, for both starts at once: the peak of a one-peaked objective, or the
    interval's end where the objective rises up to it. Ties go to the smaller C, as the
    exhaustive search breaks them. The best of the two peaks and the interval's top (4) is the
    answer (a tie: the smaller C).
@@ -190,7 +191,9 @@ def _lane(point: GridPoint, workload, efficiency, solver, limits, *, lo: int, hi
         reach = jnp.where(up, highs - starts, jnp.where(down, starts - lows, 0.0))
         # after a climbing pair
         better = jnp.where(step > 0, pair_score[:, 0] > pair_score[:, 1], pair_score[:, 0] >= pair_score[:, 1])
-        rises = pair_ok[:, 0] & better
+        # and not below the start: past the peak, where the solver's rounding can make a plateau
+        # (the LRU collapse) seem to rise from one concurrency to the next
+        rises = pair_ok[:, 0] & better & (pair_score[:, 0] >= start_scores)
         directed = phase == _DIRECTION
         step = jnp.where(directed, jnp.where(up, 1.0, jnp.where(down, -1.0, 0.0)).astype(dtype), step)
         good = jnp.where(directed, 1.0, jnp.where(rises, mid, good)).astype(dtype)
