@@ -42,7 +42,7 @@ evaluates at most 1 + `COARSE_POINTS` + log2(gap) + 4 (log2(gap) + 3) points
 Where it can differ from the exhaustive search: an objective with two peaks inside one grid
 step, or a peak away from the grid's two best local peaks and from the feasible interval's top
 (the LRU cache model near its collapse: throughput can dip and spike again within one grid step;
-a review's 162 shared + LRU scenarios found 8 such, 0.2-5 % below the optimum), or a feasible
+a review's 162 shared + LRU scenarios found 10 such, 0.1-1.2 % below the optimum), or a feasible
 set of several pieces; it then returns a feasible configuration that is a local optimum. It never
 returns a configuration that violates a constraint: the host checks the one it returns.
 """
