@@ -92,6 +92,30 @@ def _prefill(waiting: deque, left: np.ndarray, chunk_tokens: float, decoding: in
     return start - budget, finished
 
 
+class _Engine:
+    """The simulated server's steps and clock, shared by the open and closed loops: each step
+    prefills first-come first-served (`_prefill`), decodes one token of every decoding request
+    and lasts ``step_ms(decoding, prefill tokens)``; the clock keeps the time-weighted batch."""
+
+    def __init__(self, step_ms, left: np.ndarray, chunk_tokens: float, decode_in_budget: bool):
+        self.step_ms, self.left, self.chunk_tokens, self.decode_in_budget = step_ms, left, chunk_tokens, decode_in_budget
+        self.now, self.batch_time, self.busy_time = 0.0, 0.0, 0.0
+
+    def step(self, waiting: deque, decoding: dict, admitted: int | None = None) -> list[int]:
+        """Run one step; the clock ends at its end. Returns the requests whose prefill it finished."""
+        prefill, finished = _prefill(waiting, self.left, self.chunk_tokens, len(decoding), self.decode_in_budget,
+                                     admitted)
+        n = len(decoding)
+        dt = self.step_ms(n, prefill)
+        self.now += dt
+        self.batch_time += n * dt
+        self.busy_time += dt
+        return finished
+
+    def mean_batch(self) -> float:
+        return self.batch_time / self.busy_time
+
+
 def simulate(step_ms, rate_per_s: float, requests: int, prefill_tokens: float, osl: float, chunk_tokens: float,
              isl_cv: float = 0.0, osl_cv: float = 0.0, seed: int = 0, warmup: float = 0.1,
              slots: int | None = None, decode_in_budget: bool = False) -> Simulated:
@@ -118,21 +142,17 @@ def simulate(step_ms, rate_per_s: float, requests: int, prefill_tokens: float, o
     left = need.copy()
     decoding: dict[int, int] = {}  # request -> tokens still to emit
     last_token: dict[int, float] = {}
-    now, nxt, batch_time, busy_time = 0.0, 0, 0.0, 0.0
+    engine, nxt = _Engine(step_ms, left, chunk_tokens, decode_in_budget), 0
     while nxt < requests or waiting or decoding:
-        while nxt < requests and arrivals[nxt] <= now:
+        while nxt < requests and arrivals[nxt] <= engine.now:
             waiting.append(nxt)
             nxt += 1
         if not waiting and not decoding:
-            now = arrivals[nxt]
+            engine.now = arrivals[nxt]
             continue
         admitted = len(waiting) if slots is None else max(slots - len(decoding), 0)
-        prefill, finished_prefill = _prefill(waiting, left, chunk_tokens, len(decoding), decode_in_budget, admitted)
-        n = len(decoding)
-        dt = step_ms(n, prefill)
-        now += dt
-        batch_time += n * dt
-        busy_time += dt
+        finished_prefill = engine.step(waiting, decoding, admitted)
+        now = engine.now
         for r in list(decoding):
             gaps.append(now - last_token[r])
             last_token[r] = now
@@ -149,7 +169,7 @@ def simulate(step_ms, rate_per_s: float, requests: int, prefill_tokens: float, o
     ttft = (first - arrivals)[keep]
     e2el = (done - arrivals)[keep]
     tpot = (e2el - ttft) / (outputs[keep] - 1)
-    return Simulated(ttft, tpot, np.asarray(gaps), e2el, batch_time / busy_time)
+    return Simulated(ttft, tpot, np.asarray(gaps), e2el, engine.mean_batch())
 
 
 def simulate_closed(step_ms, concurrency: int, prefill_tokens: float, osl: int, chunk_tokens: float,
@@ -173,14 +193,10 @@ def simulate_closed(step_ms, concurrency: int, prefill_tokens: float, osl: int, 
     arrived[:concurrency] = 0.0
     issued = concurrency
     decoding: dict[int, int] = {}
-    now, batch_time, busy_time = 0.0, 0.0, 0.0
+    engine = _Engine(step_ms, left, chunk_tokens, decode_in_budget)
     while waiting or decoding:
-        prefill, finished_prefill = _prefill(waiting, left, chunk_tokens, len(decoding), decode_in_budget)
-        n = len(decoding)
-        dt = step_ms(n, prefill)
-        now += dt
-        batch_time += n * dt
-        busy_time += dt
+        finished_prefill = engine.step(waiting, decoding)
+        now = engine.now
         for r in list(decoding):
             decoding[r] -= 1
             if decoding[r] == 0:
@@ -197,4 +213,4 @@ def simulate_closed(step_ms, concurrency: int, prefill_tokens: float, osl: int, 
     keep = np.arange(total) >= warmup_rounds * concurrency
     ttft = (first - arrived)[keep]
     e2el = (done - arrived)[keep]
-    return Simulated(ttft, (e2el - ttft) / (outputs[keep] - 1), np.zeros(0), e2el, batch_time / busy_time)
+    return Simulated(ttft, (e2el - ttft) / (outputs[keep] - 1), np.zeros(0), e2el, engine.mean_batch())

@@ -193,10 +193,20 @@ def prefill_alone_ms(costs: TpCosts, tokens: jax.Array, chunk_tokens: jax.Array,
                      options: ModelOptions) -> jax.Array:
     """A turn's prefill of ``tokens`` alone on the GPUs [ms]: seed eq. 2 (+ the opt-in fixed
     terms), or under the measured profile a roofline chunk by chunk (`isolated_prefill_ms`)."""
+    return lone_prefill_ms(costs.decode, tokens, chunk_tokens, costs.prefill_ms_per_token,
+                           efficiency.ttft_overhead_ms, costs.ttft_fixed_ms, options)
+
+
+def lone_prefill_ms(decode: DecodeCoefficients, tokens: jax.Array, chunk_tokens: jax.Array, rate_ms: jax.Array,
+                    overhead_ms: jax.Array, fixed_ms: jax.Array, options: ModelOptions) -> jax.Array:
+    """`prefill_alone_ms` from its parts, at ``rate_ms`` per token (the LRU model's effective mix
+    prefills at its own rate): ``tokens`` x ``rate_ms`` + ``fixed_ms`` (eq. 2 and the fixed TTFT
+    terms), or under the measured profile the roofline chunk by chunk + ``overhead_ms`` (the
+    request overhead; its steps are prefill steps, with no decode batch to pad to a CUDA graph)."""
     if options.profile == "measured":
-        return isolated_prefill_ms(costs.decode, tokens, chunk_tokens, costs.prefill_ms_per_token, options) \
-            + efficiency.ttft_overhead_ms
-    return tokens * costs.prefill_ms_per_token + costs.ttft_fixed_ms
+        return isolated_prefill_ms(decode._replace(graph_step=None), tokens, chunk_tokens, rate_ms, options) \
+            + overhead_ms
+    return tokens * rate_ms + fixed_ms
 
 
-__all__ = ["PrefillAttention", "TpCosts", "TurnTokens", "prefill_rate_ms", "turn_tokens", "engine_efficiency", "isolated_prefill_ms", "prefill_alone_ms", "prefill_expert_costs", "tp_costs"]
+__all__ = ["PrefillAttention", "TpCosts", "TurnTokens", "prefill_rate_ms", "turn_tokens", "engine_efficiency", "isolated_prefill_ms", "lone_prefill_ms", "prefill_alone_ms", "prefill_expert_costs", "tp_costs"]

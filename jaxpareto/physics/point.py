@@ -23,7 +23,7 @@ from jaxpareto.definitions.settings import SOLVERS, Efficiency, Solver, Workload
 from jaxpareto.definitions.units import MS_PER_S
 from jaxpareto.physics.cache import LOG_BRACKET, lru_survival
 from jaxpareto.physics.closed_loop import LoopInputs, active_ratio, solve_closed_loop
-from jaxpareto.physics.costs import PrefillAttention, engine_efficiency, isolated_prefill_ms, prefill_alone_ms, \
+from jaxpareto.physics.costs import PrefillAttention, engine_efficiency, lone_prefill_ms, prefill_alone_ms, \
     prefill_expert_costs, prefill_rate_ms, tp_costs, turn_tokens
 from jaxpareto.physics.decode import DecodeCoefficients, DecodeStep, decode_step, tpot_lines
 from jaxpareto.physics.disaggregated_point import evaluate_disaggregated
@@ -131,16 +131,6 @@ def prefix_saving_ms(turn: TurnLatency) -> jax.Array:
     return recomputed * turn.attention.matmul_ms_per_token + (turn.attention.miss_ms - turn.attention.hit_ms)
 
 
-def prefill_alone(turn: TurnLatency, tokens: jax.Array, rate_ms: jax.Array, options: ModelOptions) -> jax.Array:
-    """A prefill of ``tokens`` alone at ``rate_ms`` per token [ms], as the turn's own
-    (`jaxpareto.physics.costs.prefill_alone_ms`): seed eq. 2 with the fixed terms, or the
-    measured profile's roofline chunk by chunk."""
-    if options.profile == "measured":  # its steps are prefill steps: no decode batch to pad to a CUDA graph
-        decode = turn.decode._replace(graph_step=None)
-        return isolated_prefill_ms(decode, tokens, turn.chunk_tokens, rate_ms, options) + turn.ttft_overhead_ms
-    return tokens * rate_ms + turn.ttft_fixed_ms
-
-
 class TurnState(NamedTuple):
     """Everything about a turn at batch B (scalars; see `turn_state`).
 
@@ -243,7 +233,8 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
                             prefix_saving_ms(turn))
         lifetime = gpu.lifetime_s
         rate_ms = prefill_rate(turn, work, options)  # the effective hits' attention, not the nominal's
-        isolated_ttft = prefill_alone(turn, work.tokens, rate_ms, options) + work.delay_ms
+        isolated_ttft = lone_prefill_ms(turn.decode, work.tokens, turn.chunk_tokens, rate_ms, turn.ttft_overhead_ms,
+                                        turn.ttft_fixed_ms, options) + work.delay_ms
     else:
         batch_run = jnp.minimum(batch, turn.slots) if queue else batch
         zero = 0.0 * turn.hit_rate
@@ -614,6 +605,7 @@ def evaluate_point(
         step_slope = jnp.where(state.seen_batch < state.batch_run, 0.0, step_slope)
     saturated_tpot = jnp.inf  # the open loop's TPOT with every KV slot busy (the slot wait's)
     tpot_cap = jnp.inf  # the longest TPOT the quantiles reach
+    rate_ms = prefill_rate(turn, state.prefill, options)  # c_p of the solved turn's prefill mix
     if open_loop:  # a request waits for a KV slot before its prefill (`jaxpareto.physics.queueing`)
         hold_slope = workload.osl * tpot_slope_ms(state, step_slope)  # T_hold's tangent at B
         saturated_tpot = full.step.tpot_ms
@@ -621,7 +613,7 @@ def evaluate_point(
             saturated_tpot = saturated_tpot_ms(
                 full.step, batch_cap, state.prefill.tokens, workload.osl,
                 prefill_budget_tokens(turn.chunk_tokens, batch_cap, state.prefill.tokens, workload.osl,
-                                      turn.decode_in_budget), prefill_rate(turn, state.prefill, options),
+                                      turn.decode_in_budget), rate_ms,
                 coefficients.eta_decode, coefficients.elementwise_overhead,
                 prefill_expert_costs(coefficients, batch_cap, options) if measured else None)
         # the quantiles stop there, but not below the mean the engine itself gives the full slots
@@ -645,7 +637,7 @@ def evaluate_point(
         batch_variance = concurrency_eff * busy * (1.0 - busy)  # binomial(C, rho)
     # share of the GPU's achievable compute (at η_d, η_p) that decode and prefill use
     utilization = turns_per_s / MS_PER_S * (workload.osl * coefficients.compute_ms / efficiency.eta_decode
-                                            + state.prefill.tokens * prefill_rate(turn, state.prefill, options))
+                                            + state.prefill.tokens * rate_ms)
 
     def masked(value):
         return jnp.where(ok, value, jnp.nan)
