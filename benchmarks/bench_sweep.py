@@ -95,7 +95,8 @@ def numpy_sweep(grid: dict, tol=1e-6, damping=0.4, max_iter=10_000, osl=128.0, d
     c_eff, ttft, t_w, kv_ms, comp_ms, z_ms = (x[k] for k in ("c_eff", "ttft", "t_w", "kv_ms", "comp_ms", "z_ms"))
 
     def target(b):
-        tpot = np.maximum((t_w + b * kv_ms) * f32(1.1), b * comp_ms) / f32(0.4)
+        step = np.maximum(b, f32(1))  # a step runs one request at least (B < 1: sessions mostly paused)
+        tpot = np.maximum((t_w + step * kv_ms) * f32(1.1), step * comp_ms) / f32(0.4)
         r = ttft + tpot * f32(osl)
         return c_eff * r / (r + z_ms), tpot, r
 
@@ -107,7 +108,8 @@ def numpy_sweep(grid: dict, tol=1e-6, damping=0.4, max_iter=10_000, osl=128.0, d
         idx = np.nonzero(active)
         bi = (1 - f32(damping)) * b[idx] + f32(damping) * t[idx]
         b[idx] = bi
-        tpot = np.maximum((t_w[idx] + bi * kv_ms[idx]) * f32(1.1), bi * comp_ms[idx]) / f32(0.4)
+        step = np.maximum(bi, f32(1))
+        tpot = np.maximum((t_w[idx] + step * kv_ms[idx]) * f32(1.1), step * comp_ms[idx]) / f32(0.4)
         r = ttft[idx] + tpot * f32(osl)
         t[idx] = c_eff[idx] * r / (r + z_ms[idx])
         it[idx] += 1
@@ -127,7 +129,8 @@ def numpy_sweep_masked(grid: dict, tol=1e-6, damping=0.4, max_iter=10_000, osl=1
     t_w, kv_ms, comp_ms = x["t_w"] * f32(1.1) / f32(0.4), x["kv_ms"] * f32(1.1) / f32(0.4), x["comp_ms"] / f32(0.4)
 
     def target(b):
-        tpot = np.maximum(t_w + b * kv_ms, b * comp_ms)
+        step = np.maximum(b, f32(1))
+        tpot = np.maximum(t_w + step * kv_ms, step * comp_ms)
         r = ttft + tpot * f32(osl)
         return c_eff * r / (r + z_ms), tpot, r
 
