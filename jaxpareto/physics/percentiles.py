@@ -14,7 +14,8 @@ The means come from the model; the spread around them from three stated approxim
 - **The batch a request sees.** Requests in their turn have mean B and variance F B under
   Poisson arrivals (the M/G/∞ occupancy of Takács 1962, F = 1, over-dispersed by the engine's
   feedbacks: `jaxpareto.physics.queueing.batch_fano_factor`) and are binomial(C, ρ) in the
-  closed loop; a decode step's time moves with the batch by the slope of eq. 3. A request's
+  closed loop; a decode step's time moves with the batch along eq. 3's secant over the batch's
+  own spread (`jaxpareto.physics.point.evaluate_point`). A request's
   TPOT averages the batch over its turn (variance x 2/3, the mean of the triangular
   autocovariance over one service time), and, under the shared engine, over the prefill chunks
   that land in its decode steps (a compound Poisson count: each other turn's prefill adds
@@ -153,7 +154,8 @@ class TurnSpread(NamedTuple):
         decode_step_ms, mixed_step_ms: T_0 and T_f, a step without and with a prefill chunk [ms].
         mixed_time_share: share of time in steps with a prefill chunk.
         batch: B. batch_variance: the variance of the batch a step sees.
-        step_slope_ms: a decode step's added time per extra request in the batch [ms].
+        step_slope_ms: a decode step's added time per extra request in the batch over the
+            batch's spread [ms].
         turn_rate_per_ms: turns starting per ms.
         tpot_cap_ms: the longest TPOT the server allows (the open loop's KV slots all busy:
             `jaxpareto.physics.open_engine.saturated_tpot_ms`); the quantiles stop there.

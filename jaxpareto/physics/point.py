@@ -598,11 +598,9 @@ def evaluate_point(
         state, full = (jax.tree_util.tree_map(lambda v, i=i: v[i], both) for i in (0, 1))
     else:  # the inner roots the joint solve found (none from the other solvers), polished
         state = turn_state(turn, solution.batch, options, inner if inner.shape[0] else None, polish=True)
-    if open_loop or percentiles:  # a step's added time per request more in the batch
+    if open_loop:  # a step's added time per request more in the batch
         step_slope = decode_step(coefficients, state.seen_batch + 1.0, options.expert_routing).tpot_ms - \
             state.step.tpot_ms
-        # past the decoders its prefill keeps fed (closed loop), one session more does not decode
-        step_slope = jnp.where(state.seen_batch < state.batch_run, 0.0, step_slope)
     saturated_tpot = jnp.inf  # the open loop's TPOT with every KV slot busy (the slot wait's)
     tpot_cap = jnp.inf  # the longest TPOT the quantiles reach
     rate_ms = prefill_rate(turn, state.prefill, options)  # c_p of the solved turn's prefill mix
@@ -643,9 +641,18 @@ def evaluate_point(
         return jnp.where(ok, value, jnp.nan)
 
     if percentiles:
+        # the batch a request sees moves its steps along T(B) over the batch's own spread: the
+        # secant to two standard deviations above B (one request at least), not the tangent at
+        # B + 1, which a MoE step makes steep while experts wake and flat once all run (the
+        # tangent's spread collapsed there and P99 TPOT fell as the rate rose)
+        reach = jnp.maximum(2.0 * jnp.sqrt(jnp.maximum(batch_variance, 0.0)), 1.0)
+        spread_slope = (decode_step(coefficients, state.seen_batch + reach, options.expert_routing).tpot_ms
+                        - state.step.tpot_ms) / reach
+        # past the decoders its prefill keeps fed (closed loop), one session more does not decode
+        spread_slope = jnp.where(state.seen_batch < state.batch_run, 0.0, spread_slope)
         spread = TurnSpread(state.ttft_ms, state.queue_wait_ms, state.queue_busy, state.mix, state.tpot_ms,
                             workload.osl, workload.osl_cv, state.decode_step_ms, state.mixed_step_ms,
-                            state.mixed_share, batch_variance, step_slope, turns_per_s / MS_PER_S,
+                            state.mixed_share, batch_variance, spread_slope, turns_per_s / MS_PER_S,
                             state.prefill_dispersion, tpot_cap,
                             0.0 if turn.scheduler_delay_steps is None
                             else scheduler_wait_ms(turn.scheduler_delay_steps, state.tpot_ms), state.service_scv,
