@@ -30,6 +30,7 @@ import sys
 import time
 from pathlib import Path
 
+import jax
 import numpy as np
 import pandas as pd
 
@@ -41,7 +42,8 @@ from jaxpareto.definitions.options import GEMM_RATES, ModelOptions  # noqa: E402
 from jaxpareto.definitions.settings import Efficiency  # noqa: E402
 from jaxpareto.measure.calibrate import calibrate, train_mask  # noqa: E402
 from jaxpareto.measure.row_inputs import engine_names  # noqa: E402
-from jaxpareto.measure.validate import validate  # noqa: E402
+from jaxpareto.measure.predict import prediction_fn  # noqa: E402
+from jaxpareto.measure.validate import comparison_table, validate  # noqa: E402
 from jaxpareto.measure.validation_set import load_validation_set  # noqa: E402
 
 DATA = ROOT / "jaxpareto" / "data" / "aiconfigurator_silicon.csv"
@@ -99,6 +101,41 @@ def runs(rows: pd.DataFrame, table: pd.DataFrame, split: np.ndarray) -> pd.DataF
 
 
 METRICS = {"TTFT": "ttft_ms", "TPOT": "tpot_ms", "throughput": "throughput"}
+GROWTH_CONCURRENCY = (4, 256)  # the concurrencies a configuration's TTFT line is fitted over
+GROWTH_KEYS = ["engine", "model", "gpu", "tp", "isl", "osl"]
+
+
+def ttft_growth(wide: pd.DataFrame, within_memory: pd.Series) -> pd.DataFrame:
+    """How TTFT grows with concurrency, measured and predicted: per configuration (engine, model,
+    GPU, TP, ISL, OSL) with runs at four or more concurrencies in `GROWTH_CONCURRENCY` that the
+    model holds in KV memory, the slope of a line fitted to TTFT over C (repeated runs: their
+    median), over TTFT at the lowest of those concurrencies [% per concurrent request]. A slope
+    beyond +-50 % of it a request (the servers' own queueing past KV memory) is left out."""
+    low, high = GROWTH_CONCURRENCY
+    kept = wide[within_memory & wide["concurrency"].between(low, high) & wide["measured_ttft_ms"].notna()
+                & wide["predicted_ttft_ms"].notna()]
+    records = []
+    for key, group in kept.groupby(GROWTH_KEYS):
+        group = group.groupby("concurrency")[["measured_ttft_ms", "predicted_ttft_ms"]].median().reset_index()
+        if len(group) < 4:
+            continue
+        record = dict(zip(GROWTH_KEYS, key))
+        for kind in ("measured", "predicted"):
+            slope = np.polyfit(group["concurrency"], group[f"{kind}_ttft_ms"], 1)[0]
+            record[kind] = slope / group[f"{kind}_ttft_ms"].iloc[0] * 100
+        records.append(record)
+    per_config = pd.DataFrame(records)
+    per_config = per_config[per_config["measured"].abs() <= 50.0]
+    summary = []
+    for by in ("all", "engine", "osl"):
+        groups = [("all", per_config)] if by == "all" else per_config.groupby(by)
+        for value, group in groups:
+            summary.append({"group": by, "value": value, "configurations": len(group),
+                            "measured % per request (median)": f"{group['measured'].median():.2f}",
+                            "measured (quartiles)": f"{group['measured'].quantile(0.25):.2f}-"
+                                                    f"{group['measured'].quantile(0.75):.2f}",
+                            "predicted % per request (median)": f"{group['predicted'].median():.2f}"})
+    return pd.DataFrame(summary)
 
 
 def mape_table(wide: pd.DataFrame, by: list[str]) -> pd.DataFrame:
@@ -157,7 +194,8 @@ def main(argv=None) -> int:
               "measured profile, fitted on Hopper": (measured, fitted)}
     sections = []
     for label, (options, efficiency) in models.items():
-        table = validate(rows, efficiency=efficiency, options=options)
+        predictor = prediction_fn(rows, options=options)
+        table = comparison_table(predictor, efficiency)
         wide = runs(rows, table, test)
         predicted = wide["predicted_tpot_ms"].notna().mean() * 100
         sections.append((f"{label}: {predicted:.1f} % of supported runs predicted",
@@ -165,9 +203,18 @@ def main(argv=None) -> int:
         sections.append((f"{label}, by partition", mape_table(wide, ["partition"])))
         if label.endswith("Hopper"):
             final = wide
+            # the runs whose concurrency the model's KV memory holds (beyond it, the model's
+            # sessions wait for memory, as the servers' do or not: docs/model.md)
+            with jax.enable_x64(True):
+                held = rows["concurrency"].to_numpy() <= predictor.details(efficiency)["concurrency_max"]
+            held_runs = rows.assign(held=held, run=rows["id"].str.replace(r"-(ttft|tpot)$", "", regex=True))
+            within_memory = final["run"].map(held_runs.groupby("run")["held"].all())
     for by in (["partition", "layout"], ["partition", "engine"], ["split", "gpu"], ["split", "family"],
                ["partition", "band"]):
         sections.append((f"measured profile, fitted on Hopper, by {by[-1]}", mape_table(final, by)))
+    sections.append(("TTFT's growth with concurrency, measured and predicted (measured profile, fitted on Hopper; "
+                     f"C = {GROWTH_CONCURRENCY[0]}-{GROWTH_CONCURRENCY[1]} within KV memory)",
+                     ttft_growth(final, within_memory)))
     dp = rows["attention_dp"].gt(1).to_numpy()
     if dp.any():  # the lockstep the product assumes for staggered turns, on the same runs
         dp_rows = rows[dp].reset_index(drop=True)
