@@ -89,7 +89,8 @@ def reference_point(gpu: dict, model: dict, tp: int, concurrency: int, think_tim
     context_ok = max_context is None or context_tokens + osl <= max_context
     out = {"kv_per_session_gb": kv_gb, "concurrency_max": c_max, "concurrency_eff": c_eff,
            "feasible": layout_ok and context_ok and m_avail > 0 and c_eff >= 1}
-    prefill = hit_rate * min(delta_tokens, context_tokens) + (1 - hit_rate) * context_tokens
+    hit = min(max(delta_tokens, 1.0), context_tokens)  # a full hit still computes the prompt's last token
+    prefill = hit_rate * hit + (1 - hit_rate) * context_tokens
     out["prefill_tokens"] = prefill
     if not out["feasible"]:
         return out
@@ -155,7 +156,7 @@ def reference_disaggregated(gpu: dict, model: dict, tp: int, prefill_tp: int, pr
     if not feasible:
         return out
     sessions = min(per_worker, decode["concurrency_max"])
-    kinds = [(hit_rate, min(delta_tokens, context_tokens)), (1 - hit_rate, context_tokens)]
+    kinds = [(hit_rate, min(max(delta_tokens, 1.0), context_tokens)), (1 - hit_rate, context_tokens)]
     local = [t <= local_prefill_tokens if local_prefill_tokens is not None else False for _, t in kinds]
 
     def mix(weights_times):

@@ -46,6 +46,11 @@ def spec(tmp_path):
     ('[report]\nminimize = ["tpot_ms"]\n', "neither objective"),
     ('[[hardware]]\nname = "g"\nmemory_gb = 80\nbandwidth_gbs = 1\ntflops_fp16 = 1\n'
      '[[hardware]]\nname = "g"\nmemory_gb = 90\nbandwidth_gbs = 1\ntflops_fp16 = 1\n', "two definitions named 'g'"),
+    ('[report]\ndims = []\n', "report.dims: List should have at least 1 item"),  # had taken the default
+    ('[output]\nvariables = []\n', "output.variables: List should have at least 1 item"),  # had blamed the report
+    # a definition named like a catalog GPU had replaced it silently, under its name
+    ('[[hardware]]\nname = "h100-sxm"\nmemory_gb = 10\nbandwidth_gbs = 1\ntflops_fp16 = 1\n',
+     "[[hardware]] 'h100-sxm' is the catalog's name for one"),
 ])
 def test_report_and_definitions_checked_before_compute(capsys, spec, tmp_path, extra, message):
     before = evaluate_block._cache_size()
@@ -64,6 +69,15 @@ def test_the_other_loops_load_is_named_with_the_fix(capsys, spec, load, workload
     # not "grid.concurrency: is required": the load given belongs to the other loop
     code, _, err = run(capsys, "sweep", spec(SMALL.replace("concurrency = [1, 8, 64]", load) + workload))
     assert code == 2 and message in err, err
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ('{ start = 1, stop = 100, num = 1 }', "num = 1 gives start alone"),  # had dropped stop silently
+    ('{ start = 2, stop = 2, num = 4 }', "start equals stop"),  # had named a duplicate no one typed
+])
+def test_a_range_of_one_value_is_refused_with_the_fix(capsys, spec, value, message):
+    code, _, err = run(capsys, "sweep", spec(SMALL.replace("concurrency = [1, 8, 64]", f"concurrency = {value}")))
+    assert code == 2 and message in err and "Traceback" not in err
 
 
 def test_bad_range_is_a_spec_error(capsys, spec):
@@ -95,6 +109,12 @@ def test_pareto_errors_and_selection(capsys, spec, tmp_path):
     assert code == 0 and "hit_rate=0.3" in out  # range values are rounded: 0.3, not 0.30000000000000004
     code, out, _ = run(capsys, "pareto", store, "--x", "ttft_ms", "--minimize", "ttft_ms")
     assert code == 0 and "min ttft_ms" in out
+    # an objective not given keeps the report's, with its direction (it had reset to the default)
+    reported = tmp_path / "r.zarr"
+    report = '\n[report]\nx = "output_tokens_per_s_per_user"\ny = "turns_per_s"\nminimize = []\n'
+    assert run(capsys, "sweep", spec(SMALL + report), "--out", reported)[0] == 0
+    code, out, _ = run(capsys, "pareto", reported, "--x", "tpot_ms", "--minimize", "tpot_ms")
+    assert code == 0 and "(min tpot_ms and max turns_per_s)" in out
     for argv, message in [
         (("pareto", tmp_path), "not a zarr store"),
         (("pareto", store, "--sel", "tp=2"), "is a dimension of the front"),

@@ -113,5 +113,9 @@ def test_bad_names():
     ds = xr.Dataset({"a": (("tp",), [1.0])}, coords={"tp": [1]})
     with pytest.raises(jp.JaxparetoError, match="unknown variable 'b'"):
         jp.pareto_front(ds, x="a", y="b", dims=("tp",))
+    flags = ds.assign(feasible=(("tp",), [True]), ok=(("tp",), [True]))
+    for flag in ("feasible", "ok"):  # a status flag, not a quantity (had been taken as 0 / 1)
+        with pytest.raises(jp.JaxparetoError, match=f"'{flag}' is a status flag"):
+            jp.pareto_front(flags, x="a", y=flag, dims=("tp",))
     with pytest.raises(jp.JaxparetoError, match="unknown dimension 'gpu'"):
         jp.pareto_front(ds, x="a", y="a", dims=("gpu",))

@@ -77,6 +77,31 @@ def test_frontier_curves_are_the_pareto_fronts(grid, tmp_path):
     assert ax.get_legend() is not None
 
 
+def test_open_loop_frontier_spans_tp_and_the_request_rate(tmp_path):
+    """An open-loop sweep's frontier is over TP x request rate (it had been refused: "needs a
+    'concurrency' dimension"), from the full sweep and from a reduced one alike, and the CLI
+    draws it from a store."""
+    grid = dict(tp=[4, 8], request_rate=[0.25, 0.5, 1.0, 2.0, 4.0, 8.0], think_time_s=[0.0, 5.0],
+                context_tokens=16384, hit_rate=[0.0, 0.9], arrivals="poisson", prefill_model="shared")
+    ds = jp.sweep(GPU, MODEL, **grid)
+    fig = jp.plot_frontier(ds, hit_rate=0.9, size=SIZE, dpi=DPI)
+    cell = ds.sel(gpu=GPU, model=MODEL, hit_rate=0.9, think_time_s=0.0).squeeze()
+    mask = np.asarray(jp.pareto_front(cell, dims=("tp", "request_rate")).transpose(*cell[X].dims).values)
+    expected = np.unique(np.stack([cell[X].values[mask], cell[Y].values[mask]], 1), axis=0)
+    got = np.stack(lines(fig, "frontier")["frontier think_time_s=0"].get_data(), 1).astype(float)
+    np.testing.assert_allclose(got, expected[np.argsort(expected[:, 0])], rtol=1e-6)
+    assert len(got) >= 3 and "request rate" in fig.axes[0].get_title()
+    assert any("λ" in t.get_text() for t in fig.axes[0].texts)
+    front = jp.pareto_sweep(GPU, MODEL, **grid)
+    reduced = lines(jp.plot_frontier(front, hit_rate=0.9), "frontier")["frontier think_time_s=0"]
+    np.testing.assert_allclose(np.stack(reduced.get_data(), 1).astype(float), got, rtol=1e-6)
+    assert jp.plot.unsupported(ds, "cache") is None
+    jp.to_zarr(ds, tmp_path / "open.zarr")
+    assert main(["plot", str(tmp_path / "open.zarr"), "--out", str(tmp_path / "png"), "--size", "6x4",
+                 "--dpi", "30"]) == 0
+    assert {p.name.split("_")[0] for p in (tmp_path / "png").glob("*.png")} >= {"frontier", "cache"}
+
+
 def test_frontier_defaults_and_selection_errors(grid):
     fig = jp.plot_frontier(grid, think_times=[2.0])  # first GPU, model and cell
     (line,) = lines(fig, "frontier").values()
@@ -206,6 +231,9 @@ def test_memory_wall_against_context_by_tp_and_gpu(grid, tmp_path):
     assert set(by_gpu) == {"memory_wall gpu=h100-sxm", "memory_wall gpu=h200-sxm"}
     assert by_gpu["memory_wall gpu=h200-sxm"].get_ydata()[0] > by_gpu["memory_wall gpu=h100-sxm"].get_ydata()[0]
     assert "two or more context_tokens" in unsupported(grid.sel(context_tokens=[16384]), "memory_wall")
+    # a grid given out of order is drawn left to right (its line had zig-zagged in the list's order)
+    backwards = lines(jp.plot_memory_wall(grid.isel(context_tokens=[1, 0]), GPU, MODEL), "memory_wall")
+    np.testing.assert_array_equal(backwards["memory_wall tp=8"].get_data(), (x, y))
     with pytest.raises(jp.JaxparetoError, match="by"):
         jp.plot_memory_wall(grid, by="model")
 

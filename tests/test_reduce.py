@@ -54,6 +54,8 @@ def test_truncated_front_is_visible(full):
 def test_bad_reduction_arguments():
     with pytest.raises(jp.JaxparetoError, match="x"):
         jp.pareto_sweep(**GRID, x="feasible")
+    with pytest.raises(jp.JaxparetoError, match="not a numeric output: 'decode_bound'"):
+        jp.pareto_sweep(**GRID, y="decode_bound")
     with pytest.raises(jp.JaxparetoError, match="dims"):
         jp.pareto_sweep(**GRID, dims=("tp", "tp"))
     with pytest.raises(jp.JaxparetoError, match="max_front_points"):
@@ -107,3 +109,30 @@ def test_device_and_host_reductions_are_identical(monkeypatch):
     host = jp.pareto_sweep(**kw)
     host.attrs["created"] = device.attrs["created"]  # wall-clock stamps may differ by a second
     xr.testing.assert_identical(device, host)
+
+
+def test_a_dimensionless_quantity_is_an_objective_as_in_the_full_sweep():
+    """Objectives are what `pareto_front` takes: gpu_utilization (units "1") had been refused
+    here as "not a numeric output" while the full sweep's front took it."""
+    grid = dict(gpu="h100-sxm", model="llama-3.1-8b", tp=[1, 2], concurrency=[1, 8, 64, 256], think_time_s=[0.0, 5.0])
+    reduced = jp.pareto_sweep(**grid, x="gpu_utilization", y="turns_per_s", maximize=(False, True))
+    front = jp.pareto_front(jp.sweep(**grid), x="gpu_utilization", y="turns_per_s", maximize=(False, True))
+    sizes = front.sum(["tp", "concurrency"]).transpose(*reduced.front_size.dims)
+    np.testing.assert_array_equal(sizes.values, reduced.front_size.values)
+
+
+def test_the_cli_summary_says_why_it_prints_fewer_rows_than_the_front(tmp_path, capsys):
+    """The headline cell's front counts configurations that tie exactly (concurrency beyond what
+    KV memory admits) and the printed table drops them: the summary says so, and says when
+    --max-front-points kept fewer."""
+    from jaxpareto.cli import main
+
+    spec = tmp_path / "s.toml"
+    spec.write_text('[grid]\ngpu = ["h100-sxm"]\nmodel = ["llama-3.1-70b"]\ntp = [4, 8]\n'
+                    'concurrency = [1, 8, 64, 256, 512]\ncontext_tokens = [65536]\nhit_rate = [0.0]\n'
+                    'think_time_s = [0.0]\n')
+    assert main(["sweep", str(spec), "--reduce"]) == 0
+    out = capsys.readouterr().out
+    assert ": 5 configurations" in out and "(2 more frontier configurations tie exactly" in out
+    assert main(["sweep", str(spec), "--reduce", "--max-front-points", "1"]) == 0
+    assert "(the front holds 5 configurations; 1 kept: --max-front-points)" in capsys.readouterr().out

@@ -92,3 +92,13 @@ def test_standard_serving_special_case():
     ds = jp.sweep(gpu="h200-sxm", model="llama-3.1-8b", tp=1, concurrency=[1, 16, 64], context_tokens=2048)
     np.testing.assert_allclose(ds.batch_eff.values, ds.concurrency_eff.values, rtol=1e-5)
     np.testing.assert_allclose(ds.prefill_tokens.values, 2048.0)
+
+
+def test_a_full_prefix_hit_still_computes_the_last_token():
+    """With no new tokens (ΔL = 0) a hit prefills one token, not none: the first output token
+    needs a forward pass over the prompt's last token. TTFT was 0 at h = 1."""
+    ds = jp.sweep(gpu="h100-sxm", model="llama-3.1-8b", tp=1, concurrency=16, context_tokens=8192,
+                  hit_rate=[0.0, 0.5, 1.0], delta_tokens=0, dtype="float64").squeeze()
+    np.testing.assert_allclose(ds.prefill_tokens.values, [8192.0, 4096.5, 1.0])
+    ttft = ds.ttft_ms.values
+    assert ttft[2] > 0 and ttft[2] == pytest.approx(ttft[0] / 8192.0, rel=1e-9)  # eq. 2: linear in tokens

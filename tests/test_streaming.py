@@ -53,10 +53,13 @@ def test_refuses_existing_and_different_spec(tmp_path):
     jp.sweep_to_zarr(path, **GRID)
     with pytest.raises(jp.JaxparetoError, match="complete"):
         jp.sweep_to_zarr(path, **GRID)
-    with pytest.raises(jp.JaxparetoError, match="different inputs"):
+    # the refusal names what differs
+    with pytest.raises(jp.JaxparetoError, match=r"different inputs \(changed: osl\)"):
         jp.sweep_to_zarr(path, **{**GRID, "osl": 256})
-    with pytest.raises(jp.JaxparetoError, match="different inputs"):
+    with pytest.raises(jp.JaxparetoError, match=r"different inputs \(changed: hit_rate values, chunking\)"):
         jp.sweep_to_zarr(path, **{**GRID, "hit_rate": [0.0, 0.5]})
+    with pytest.raises(jp.JaxparetoError, match=r"different inputs \(changed: variables\)"):
+        jp.sweep_to_zarr(path, **GRID, variables=["ttft_ms"])
     other = tmp_path / "other"
     other.mkdir()
     (other / "keep.txt").write_text("user data")

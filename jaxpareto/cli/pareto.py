@@ -53,10 +53,14 @@ def _parse_selection(items: Sequence[str], ds: xr.Dataset) -> dict:
 def _cmd_pareto(args: argparse.Namespace) -> int:
     ds, axes = _open_sweep(Path(args.store))
     stored = json.loads(ds.attrs.get("report", "{}"))
-    x = args.x or (stored.get("x", DEFAULT_X) if not args.y else DEFAULT_X)
-    y = args.y or (stored.get("y", DEFAULT_Y) if not args.x else DEFAULT_Y)
+    # an objective not given keeps the sweep's report's, with its direction
+    x = args.x or stored.get("x", DEFAULT_X)
+    y = args.y or stored.get("y", DEFAULT_Y)
+    kept = {name for name, given in ((x, args.x), (y, args.y)) if not given}
+    given_minimize = args.minimize or []
+    minimize = [*given_minimize, *(name for name in stored.get("minimize", [])
+                                   if name in kept and name not in given_minimize)]
     dims = args.dims.split(",") if args.dims else stored.get("dims") or list(default_dims(ds.dims))
-    minimize = args.minimize or ([] if (args.x or args.y) else stored.get("minimize", []))
     report = Report(x, y, dims, minimize, [str(v) for v in ds.data_vars], axes)
     headline = {k: v for k, v in stored.get("headline", {}).items() if k not in report.dims}
     requested = _parse_selection(args.sel or [], ds)
@@ -74,9 +78,10 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
 def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("pareto", help="print (and export) the Pareto frontier of a stored sweep")
     p.add_argument("store", help="zarr store written by `jaxpareto sweep --out`")
-    p.add_argument("--x", help=f"x objective (default: the sweep's report, else {DEFAULT_X})")
-    p.add_argument("--y", help=f"y objective (default: the sweep's report, else {DEFAULT_Y})")
-    p.add_argument("--minimize", action="append", metavar="NAME", help="minimise this objective (repeatable)")
+    p.add_argument("--x", help=f"x objective (default: the sweep's report, with its direction, else {DEFAULT_X})")
+    p.add_argument("--y", help=f"y objective (default: the sweep's report, with its direction, else {DEFAULT_Y})")
+    p.add_argument("--minimize", action="append", metavar="NAME",
+                   help="minimise this objective (repeatable; an objective given is maximised unless named here)")
     p.add_argument("--dims", help=f"comma-separated front dimensions (default {','.join(DEFAULT_DIMS)}, and a "
                                   "layout store's pp,ep,dp_attention or a disaggregated store's "
                                   "prefill_tp,prefill_workers,decode_workers)")

@@ -199,9 +199,15 @@ def _reduced_sweep(args, plan, report: Report, selection: dict, out: Path | None
     print(f"\nPareto front at {', '.join(f'{a}={v}' for a, v in selection.items())}: {k} configurations")
     table = pd.DataFrame({name.removeprefix("front_"): cell[name].values[: min(k, cell.sizes['front_point'])]
                           for name in cell.data_vars if name.startswith("front_") and name != "front_size"})
+    kept = len(table)
     table = table.drop_duplicates(subset=[report.x, report.y], keep="first")
     with pd.option_context("display.width", 250, "display.float_format", FLOAT_FORMAT):
         print(table.to_string(index=False))
+    if kept > len(table):
+        print(f"({kept - len(table)} more frontier configurations tie exactly with a row above, e.g. concurrency "
+              "beyond what KV memory admits; the reduced store's front_* variables keep them all)")
+    if k > kept:
+        print(f"(the front holds {k} configurations; {kept} kept: --max-front-points)")
     write_csv(table, args.csv, args.overwrite, "frontier points")
     return 0
 

@@ -16,7 +16,7 @@ import xarray as xr
 
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.axes import DISAGGREGATION_AXES, LAYOUT_AXES, load_axis
-from jaxpareto.definitions.schema import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y, FLAG_VARIABLES
+from jaxpareto.definitions.schema import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y, FLAG_VARIABLES, NOT_OBJECTIVES
 
 TABLE_METRICS = (
     "ttft_ms", "tpot_ms", "latency_ms", "batch_eff", "concurrency_eff", "turns_per_s", "kv_per_session_gb",
@@ -110,6 +110,9 @@ def pareto_front(
     for field, name in (("x", x), ("y", y)):
         if name not in ds.data_vars:
             raise JaxparetoError(field, f"unknown variable {name!r}", sorted(map(str, ds.data_vars)))
+        if name in NOT_OBJECTIVES or ds[name].dtype.kind == "b":
+            raise JaxparetoError(field, f"{name!r} is a status flag, not a quantity to optimise",
+                                 sorted(str(v) for v in ds.data_vars if v not in NOT_OBJECTIVES))
     dims = (dims,) if isinstance(dims, str) else tuple(dims)
     xa, ya = ds[x], ds[y]
     for d in dims:

@@ -138,7 +138,27 @@ def check_new_output(path: Path, overwrite: bool) -> None:
         raise JaxparetoError("out", f"{path} already exists; pass overwrite=True (CLI: --overwrite)")
 
 
-def _open_existing(path: Path, key: str, overwrite: bool) -> zarr.Group | None:
+def _differences(group: zarr.Group, plan: SweepPlan, block: Sequence[int]) -> list[str]:
+    """What differs between a stored sweep and ``plan``: its attributes (scalars, definitions,
+    options, a spec's report and description), axes' values, variables and chunking, by name."""
+    names = []
+    for name, value in plan.attrs().items():
+        if name != "created" and group.attrs.get(name) != json.loads(json.dumps(value)):
+            names.append(name)
+    for name, values in plan.coords.items():
+        stored = np.asarray(group[name][:]) if name in group else None
+        wanted = np.asarray(values, dtype=str) if AXIS_BY_NAME[name].categorical else np.asarray(values)
+        if stored is None or stored.shape != wanted.shape or not np.array_equal(stored.astype(wanted.dtype), wanted):
+            names.append(f"{name} values")
+    if set(plan.variables) != {name for name in group.array_keys() if name in OUTPUTS}:
+        names.append("variables")
+    if group.attrs.get("jaxpareto_block") != list(block):
+        names.append("chunking")
+    return names
+
+
+def _open_existing(path: Path, key: str, overwrite: bool, plan: SweepPlan,
+                   block: Sequence[int]) -> zarr.Group | None:
     """The existing store to resume, or None to create one. Refuses what must not be touched."""
     check_output_path(path, overwrite)
     if not path.exists():
@@ -155,9 +175,11 @@ def _open_existing(path: Path, key: str, overwrite: bool) -> zarr.Group | None:
         raise JaxparetoError("out", f"{path} is a zarr store but not a jaxpareto sweep; choose another path or "
                                     "pass overwrite=True (CLI: --overwrite)")
     if found != key:
-        raise JaxparetoError("out", f"{path} holds a sweep of different inputs (grid, scalars, definitions, "
-                                    "dtype, solver, variables or chunking); resuming it would mix two sweeps. "
-                                    "Choose another path or pass overwrite=True (CLI: --overwrite)")
+        differ = _differences(group, plan, block)
+        what = (f"changed: {', '.join(differ)}" if differ else
+                "grid, scalars, definitions, dtype, solver, variables, chunking, or a spec's report or description")
+        raise JaxparetoError("out", f"{path} holds a sweep of different inputs ({what}); resuming it would mix two "
+                                    "sweeps. Choose another path or pass overwrite=True (CLI: --overwrite)")
     if group.attrs.get("jaxpareto_complete"):
         raise JaxparetoError("out", f"{path} already exists and is complete; pass overwrite=True "
                                     "(CLI: --overwrite) to compute it again")
@@ -313,7 +335,7 @@ def sweep_to_zarr(
     problem = plan.problem()
     key = fingerprint(plan, problem.block)
     with _ctrl_c_never_lost() as interrupted:
-        group = _open_existing(path, key, overwrite)
+        group = _open_existing(path, key, overwrite, plan, problem.block)
         if group is None:
             _create_template(path, plan, problem, key)
             group = zarr.open_group(path, mode="r+", zarr_format=3)

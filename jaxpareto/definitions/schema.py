@@ -84,3 +84,7 @@ INFEASIBLE_REASON_LABELS = dict(zip(INFEASIBLE_REASON_FLAGS["flag_values"],
 #: Categorical outputs: their CF flag attributes, labels and the fill of a store's uncomputed cells.
 FLAG_VARIABLES = {"decode_bound": (DECODE_BOUND_FLAGS, DECODE_BOUND_LABELS, -1),
                   "infeasible_reason": (INFEASIBLE_REASON_FLAGS, INFEASIBLE_REASON_LABELS, -1)}
+
+#: Outputs that are not quantities (status flags and coded categories): never an objective of a
+#: Pareto front.
+NOT_OBJECTIVES = ("feasible", "converged", *FLAG_VARIABLES)

@@ -22,6 +22,7 @@ from jaxpareto.definitions.options import CACHE_MODELS, EXPERT_ROUTINGS, KV_DEMA
     ARRIVALS, PREFILL_MODELS, PROFILES, SEARCH_METHODS, SERVING_MODES, DP_PREFILLS, GEMM_RATES, ATTENTION, ROOFLINES, \
     ModelOptions
 from jaxpareto.definitions.settings import DEFAULT_CHUNK_POINTS, DTYPES, SOLVERS, Efficiency, Solver, Workload, numeric_fields
+from jaxpareto.definitions.catalog import gpus, models
 from jaxpareto.definitions.hardware import Hardware
 from jaxpareto.definitions.model import Model
 from jaxpareto.definitions.axes import AXES, AXIS_BY_NAME, AXIS_TABLE, CONCURRENCY_RANGE, DISAGGREGATION_AXES, \
@@ -44,9 +45,13 @@ class AxisRange(_Table):
     scale: Literal["linear", "log"] = "linear"
 
     @pydantic.model_validator(mode="after")
-    def _log_needs_positive(self) -> "AxisRange":
+    def _a_range_of_several_values(self) -> "AxisRange":
         if self.scale == "log" and (self.start <= 0 or self.stop <= 0):
             raise ValueError("scale 'log' needs start > 0 and stop > 0")
+        if self.num == 1 and self.start != self.stop:
+            raise ValueError("num = 1 gives start alone; give num >= 2, or a list of one value")
+        if self.num > 1 and self.start == self.stop:
+            raise ValueError("start equals stop, one value; give it as a list of one value")
         return self
 
     def values(self, integer: bool) -> list:
@@ -168,7 +173,7 @@ class SolverSpec(_SolverTable):
 class OutputSpec(_Table):
     """What is kept: output variables (default all) and points per compute block / zarr chunk."""
 
-    variables: list[str] | None = None
+    variables: list[str] | None = pydantic.Field(default=None, min_length=1)  # None: all
     chunk_points: int = pydantic.Field(default=DEFAULT_CHUNK_POINTS, ge=1)
     percentiles: bool | None = None  # the latency percentiles and goodput (default: plan_sweep's rule)
 
@@ -181,7 +186,8 @@ class ReportSpec(_Table):
 
     x: str = DEFAULT_X
     y: str = DEFAULT_Y
-    dims: list[str] | None = None  # default: tp and the load (concurrency, or request_rate)
+    # default: tp and the load (concurrency, or request_rate); an empty list is refused, not defaulted
+    dims: list[str] | None = pydantic.Field(default=None, min_length=1)
     minimize: list[str] = pydantic.Field(default_factory=list)
     headline: dict[str, str | int | float] = pydantic.Field(default_factory=dict)
 
@@ -202,6 +208,17 @@ class SweepSpec(_Table):
     slo: dict[str, float] = pydantic.Field(default_factory=dict)
     hardware: list[Hardware] = pydantic.Field(default_factory=list)
     model: list[Model] = pydantic.Field(default_factory=list)
+
+    @pydantic.field_validator("hardware", "model")
+    @classmethod
+    def _definitions_do_not_shadow_the_catalog(cls, defined: list, info: pydantic.ValidationInfo) -> list:
+        # a definition named like a catalog entry would replace it silently, under its name
+        catalog = gpus() if info.field_name == "hardware" else models()
+        for item in defined:
+            if item.name in catalog:
+                raise ValueError(f"[[{info.field_name}]] {item.name!r} is the catalog's name for one; give the "
+                                 f"definition a name of its own (e.g. {item.name + '-custom'!r})")
+        return defined
 
     def _axis_values(self, axis: str):
         """The axis' values as given, a range expanded, or the axis' default (None: none)."""

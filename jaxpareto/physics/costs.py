@@ -23,7 +23,7 @@ from jaxpareto.physics.communication import allreduce_time
 from jaxpareto.physics.decode import DecodeCoefficients, decode_coefficients, decode_step, expert_slowdown, \
     experts_touched, offset_shares, routed_at_expert_rate
 from jaxpareto.physics.engine import PrefillExperts, step_ms
-from jaxpareto.physics.prefill import prefill_tokens, ttft_ms
+from jaxpareto.physics.prefill import hit_prefill_tokens, prefill_tokens, ttft_ms
 
 
 class TurnTokens(NamedTuple):
@@ -49,7 +49,7 @@ def turn_tokens(workload: Workload, engine: EngineParams | None, options: ModelO
     if options.cache_model == "ttl":
         hit_rate = hit_rate * cache_survival(think_time_s, workload.cache_ttl_s, options.pause_distribution,
                                              workload.pause_sigma)
-    hit_tokens = jnp.minimum(workload.delta_tokens, context_tokens)
+    hit_tokens = hit_prefill_tokens(context_tokens, workload.delta_tokens)
     tokens = prefill_tokens(context_tokens, workload.delta_tokens, hit_rate)
     chunk_tokens = workload.prefill_chunk_tokens
     if engine is not None:

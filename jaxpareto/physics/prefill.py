@@ -10,13 +10,21 @@ import jax.numpy as jnp
 from jaxpareto.definitions.units import FLOPS_PER_PARAM_PER_TOKEN, FLOPS_PER_TFLOPS, MS_PER_S, PARAMS_PER_B
 
 
+def hit_prefill_tokens(context_tokens: jax.Array, delta_tokens: jax.Array) -> jax.Array:
+    """What a prefix-cache hit prefills [tokens]: the turn's new tokens ΔL, never more than the
+    context L, and at least one: the first output token needs a forward pass over the prompt's
+    last token, so an engine's hit stops one token short of a fully cached prompt (vLLM's v1
+    KV-cache manager caps the hit at the prompt's length less one token)."""
+    return jnp.minimum(jnp.maximum(delta_tokens, 1.0), context_tokens)
+
+
 def prefill_tokens(context_tokens: jax.Array, delta_tokens: jax.Array, hit_rate: jax.Array) -> jax.Array:
     """L_prefill = h x min(ΔL, L) + (1 - h) x L [tokens] (docs/model.md, eq. 2).
 
-    A hit prefills only the turn's new tokens ΔL (never more than the context); a miss
-    prefills the whole context L.
+    A hit prefills only the turn's new tokens ΔL (never more than the context, at least one:
+    `hit_prefill_tokens`); a miss prefills the whole context L.
     """
-    return hit_rate * jnp.minimum(delta_tokens, context_tokens) + (1.0 - hit_rate) * context_tokens
+    return hit_rate * hit_prefill_tokens(context_tokens, delta_tokens) + (1.0 - hit_rate) * context_tokens
 
 
 def ttft_ms(

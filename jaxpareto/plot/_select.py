@@ -16,7 +16,7 @@ import xarray as xr
 from jaxpareto.dataset.selection import grid_value
 from jaxpareto.definitions.errors import JaxparetoError
 
-SPANNED = ("tp", "concurrency", "front_point")  # every plot spans these: never selected
+SPANNED = ("tp", "concurrency", "request_rate", "front_point")  # every plot spans these: never selected
 
 
 def headline(ds: xr.Dataset) -> dict:
@@ -97,7 +97,8 @@ def selection_value(ds: xr.Dataset, key: str, value, field: str):
             its grid.
     """
     if key in SPANNED:
-        raise JaxparetoError(field, "the plots span every tp and concurrency; select another axis",
+        raise JaxparetoError(field, "the plots span every tp and load (concurrency, request_rate); select another "
+                                    "axis",
                              [str(d) for d in ds.dims if d not in SPANNED])
     if key not in ds.dims:
         raise JaxparetoError(field, "unknown axis", [str(d) for d in ds.dims])

@@ -13,9 +13,9 @@ from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.plot._figure import DEFAULT_DPI, DEFAULT_SIZE, axes, describe, num, titles
 from jaxpareto.plot._select import check_cell, fixed, headline, match, select_names
 from jaxpareto.plot.frontier import draw_front, finish_front_axes, front_note, front_table
-from jaxpareto.plot.support import require, xvar
+from jaxpareto.plot.support import load_dim, require, xvar
 
-_SPANNED = ("gpu", "model", "tp", "concurrency", "think_time_s", "hit_rate")
+_SPANNED = ("gpu", "model", "tp", "think_time_s", "hit_rate")  # and the load (`load_dim`)
 
 
 def _agent(ds: xr.Dataset, think_time_s, hit_rate) -> tuple[float, float]:
@@ -84,12 +84,14 @@ def plot_cache_comparison(
             is one the plot spans; a selection off the grid; a bad ``size`` or ``dpi``.
     """
     require(ds, "cache")
-    check_cell(ds, cell, _SPANNED)
+    load = load_dim(ds)
+    spanned = (*_SPANNED, load)
+    check_cell(ds, cell, spanned)
     g, m = select_names(ds, gpu, model)
     z, h = _agent(ds, think_time_s, hit_rate)
     z0 = match(ds, "think_time_s", 0.0, "think_time_s")
     h0 = match(ds, "hit_rate", 0.0, "hit_rate")
-    cell_values = fixed(ds, xvar(ds), _SPANNED, cell)
+    cell_values = fixed(ds, xvar(ds), spanned, cell)
     cells = ds.sel(gpu=g, model=m, **cell_values)
 
     own = ax is None
@@ -110,8 +112,9 @@ def plot_cache_comparison(
             labelled = (table, color)
         tables.append(table)
     finish_front_axes(ax, tables, labelled)
-    ax.legend(fontsize=8, title="labels: TP, concurrency C" if annotate else None, title_fontsize=8)
+    load_name = "request rate λ" if load == "request_rate" else "concurrency C"
+    ax.legend(fontsize=8, title=f"labels: TP, {load_name}" if annotate else None, title_fontsize=8)
     titles(fig, ax, own, f"Standard vs agent serving, prefix cache on/off: {m} on {g}",
-           f"Pareto frontiers over TP x concurrency C at {describe(ds, cell_values)}\n"
+           f"Pareto frontiers over TP x {load_name} at {describe(ds, cell_values)}\n"
            "seed 000 Step 5 and section 4.2: the prefix cache is the agent's lever")
     return fig

@@ -1,4 +1,5 @@
-"""The throughput/interactivity Pareto frontier over (TP, concurrency), one curve per think time Z.
+"""The throughput/interactivity Pareto frontier over (TP, concurrency), one curve per think time Z
+(over TP and the request rate in the open loop).
 
 The seed's central figure (seed 000 section 1.2, the AIConfigurator axes) and its Step 2 /
 section 4.1 claim that the think time Z shifts the frontier; also the frontier drawing that
@@ -17,7 +18,7 @@ from jaxpareto.dataset.pareto import DEFAULT_X, DEFAULT_Y, default_dims, frontie
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.plot._figure import DEFAULT_DPI, DEFAULT_SIZE, axes, describe, grids, log_if_decades, num, titles
 from jaxpareto.plot._select import check_cell, fixed, grid_values, match, pick, select_names
-from jaxpareto.plot.support import reduced, require, xvar
+from jaxpareto.plot.support import load_dim, reduced, require, xvar
 
 MAX_LABELS = 10  # TP/C annotations per curve before thinning
 
@@ -26,14 +27,14 @@ _Y_LABEL = "throughput: output tokens/s per GPU"
 
 
 def layout_dims(ds: xr.Dataset) -> tuple[str, ...]:
-    """The dimensions a frontier spans besides TP and concurrency: a layout sweep's ``pp``,
+    """The dimensions a frontier spans besides TP and the load: a layout sweep's ``pp``,
     ``ep`` and ``dp_attention``, a disaggregated sweep's pools (`default_dims`)."""
-    return tuple(d for d in default_dims(ds.dims) if d not in ("tp", "concurrency"))
+    return tuple(d for d in default_dims(ds.dims) if d not in ("tp", load_dim(ds)))
 
 
 def _layout_label(row) -> str:
     """A front point's configuration in a few characters: "TP4 C32", "TP1 DP8 EP8 C96", "TP2 PP4 C64",
-    "TP4 P2xTP2 D1 C64" (disaggregated)."""
+    "TP4 P2xTP2 D1 C64" (disaggregated), "TP4 λ2.5/s" (open loop)."""
     parts = [f"TP{int(row['tp'])}"]
     for name, tag in (("pp", "PP"), ("dp_attention", "DP"), ("ep", "EP")):
         if name in row and int(row[name]) > 1:
@@ -41,11 +42,12 @@ def _layout_label(row) -> str:
     if "prefill_workers" in row:
         prefill_tp = int(row["prefill_tp"]) or int(row["tp"])
         parts.append(f"P{int(row['prefill_workers'])}xTP{prefill_tp} D{int(row['decode_workers'])}")
-    return " ".join(parts + [f"C{int(row['concurrency'])}"])
+    load = f"λ{num(row['request_rate'])}/s" if "request_rate" in row else f"C{int(row['concurrency'])}"
+    return " ".join(parts + [load])
 
 
 def front_table(cell: xr.Dataset, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> pd.DataFrame:
-    """Frontier points of one cell over (tp, concurrency) and any layout or pool axes: exact ties
+    """Frontier points of one cell over (tp, the load) and any layout or pool axes: exact ties
     dropped, sorted by x.
 
     From a reduced sweep, the stored front (the same points, ordered by x, ties in grid order).
@@ -53,9 +55,9 @@ def front_table(cell: xr.Dataset, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> pd.
     if reduced(cell):
         kept = min(int(cell.front_size), cell.sizes["front_point"])
         table = pd.DataFrame({name: np.asarray(cell[f"front_{name}"].values)[:kept]
-                              for name in ("tp", "concurrency", x, y)})
+                              for name in ("tp", load_dim(cell), x, y)})
         return table[~table.duplicated(subset=[x, y], keep="first")].reset_index(drop=True)
-    dims = ("tp", "concurrency", *layout_dims(cell))
+    dims = ("tp", load_dim(cell), *layout_dims(cell))
     front = pareto_front(cell, x=x, y=y, dims=dims)
     return frontier_table(cell, front, x=x, y=y, dims=dims, metrics=(), drop_ties=True)
 
@@ -131,22 +133,25 @@ def plot_frontier(
 
     Reproduces the seed's central figure (seed 000 section 1.2, the AIConfigurator axes) and its
     Step 2 / section 4.1 claim that the think time Z shifts the frontier. Each curve joins the
-    non-dominated (TP, concurrency) configurations of its Z, computed with `jaxpareto.pareto_front`
+    non-dominated (TP, concurrency) configurations of its Z (TP and request rate in the open loop),
+    computed with `jaxpareto.pareto_front`
     (exact ties, e.g. concurrencies beyond what KV memory admits, are drawn once, at the lowest
     TP and concurrency), sorted by interactivity.
 
     Args:
         ds: a sweep (`jaxpareto.sweep`, a stored one, or `jaxpareto.session_sweep`) with
             ``output_tokens_per_s_per_user`` and ``output_tokens_per_s_per_gpu`` over ``tp``,
-            ``concurrency`` and ``think_time_s``; or a reduced sweep (`jaxpareto.pareto_sweep`,
-            ``jaxpareto sweep --reduce``) of those two outputs over tp x concurrency, whose
+            ``concurrency`` (or ``request_rate``: an open-loop sweep) and ``think_time_s``; or a
+            reduced sweep (`jaxpareto.pareto_sweep`, ``jaxpareto sweep --reduce``) of those two
+            outputs over tp x that load, whose
             stored fronts are drawn (a front cut by ``max_front_points`` says so in the legend).
         gpu: the figure's GPU (default: the dataset's headline, else the first).
         model: the figure's model (default: the dataset's headline, else the first).
         think_time_s: the highlighted curve, drawn thicker and labelled with the TP and
             concurrency of its points [s] (default: the headline's Z, else the first drawn).
         think_times: the curves drawn [s] (default: every think time of the dataset).
-        annotate: label the highlighted curve's points "TP<G> C<C>" (at most 10, evenly thinned).
+        annotate: label the highlighted curve's points "TP<G> C<C>" ("TP<G> λ<rate>/s" in the open
+            loop; at most 10, evenly thinned).
         ax: draw into these matplotlib axes instead of a new figure (``size`` and ``dpi`` are
             then unused).
         size: figure (width, height) [inches]; saved at ``dpi``, a PNG is width x dpi by
@@ -163,12 +168,13 @@ def plot_frontier(
 
     Raises:
         JaxparetoError: ``ds`` is not a dataset or lacks the variables or dimensions; a ``cell``
-            key is not a dimension or is one the plot spans (gpu, model, tp, concurrency,
-            think_time_s); a selection is not on the grid; ``think_times`` is empty; a bad
+            key is not a dimension or is one the plot spans (gpu, model, tp, concurrency or
+            request_rate, think_time_s); a selection is not on the grid; ``think_times`` is empty; a bad
             ``size`` or ``dpi`` for a new figure.
     """
     require(ds, "frontier")
-    spanned = ("gpu", "model", "tp", "concurrency", "think_time_s", *layout_dims(ds))
+    load = load_dim(ds)
+    spanned = ("gpu", "model", "tp", load, "think_time_s", *layout_dims(ds))
     check_cell(ds, cell, spanned)
     g, m = select_names(ds, gpu, model)
     cell_values = fixed(ds, xvar(ds), spanned, cell)
@@ -202,10 +208,11 @@ def plot_frontier(
             labelled = (table, color)
         tables.append(table)
     finish_front_axes(ax, tables, labelled)
-    ax.legend(title="think time between turns" + (f" (labels: TP, C at Z = {num(highlight)} s)"
+    load_name, load_tag = ("request rate λ", "λ") if load == "request_rate" else ("concurrency C", "C")
+    ax.legend(title="think time between turns" + (f" (labels: TP, {load_tag} at Z = {num(highlight)} s)"
                                                    if annotate else ""), fontsize=8, title_fontsize=8)
     titles(fig, ax, own, f"Pareto frontier: {m} on {g}",
-           f"best configurations over {' x '.join(['TP', 'concurrency C', *layout_dims(ds)])} at "
+           f"best configurations over {' x '.join(['TP', load_name, *layout_dims(ds)])} at "
            f"{describe(ds, cell_values)}\n"
            "seed 000 Step 2 and section 4.1: the think time Z shifts the frontier")
     return fig

@@ -128,7 +128,8 @@ def plot_memory_wall(
         highlight = pick(ds, "gpu", gpu)
         fixed_tp = match(ds, "tp", tp, "tp") if tp is not None else max(tps)
     wall = var.sel(model=m, **fixed(ds, "concurrency_max", ("gpu", "model", "tp", axis), cell))
-    xvals = np.asarray(ds[axis].values, dtype=float)
+    wall = wall.sortby(axis)  # a grid given out of order is drawn as a line left to right
+    xvals = np.asarray(wall[axis].values, dtype=float)
 
     import matplotlib
 

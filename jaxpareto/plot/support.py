@@ -1,8 +1,8 @@
 """Which plots a dataset supports, and why not.
 
 The frontier and cache plots also draw from a reduced store (``jaxpareto sweep --reduce``, which
-keeps only each cell's Pareto front over TP x concurrency): its stored fronts are the curves. The
-memory wall needs the full sweep.
+keeps only each cell's Pareto front over TP x concurrency, or TP x request rate in the open loop):
+its stored fronts are the curves. The memory wall needs the full sweep.
 """
 
 from __future__ import annotations
@@ -16,6 +16,12 @@ from jaxpareto.definitions.errors import JaxparetoError
 PLOTS = ("frontier", "cache", "memory_wall")
 
 _FULL_SWEEP = "`jaxpareto sweep SPEC --out FILE.zarr` (without --reduce) stores the full sweep"
+
+
+def load_dim(ds: xr.Dataset) -> str:
+    """The load axis a frontier spans: ``request_rate`` in the open loop (a reduced sweep: its
+    fronts' ``front_request_rate``), else ``concurrency``."""
+    return "request_rate" if "request_rate" in ds.dims or "front_request_rate" in ds.data_vars else "concurrency"
 
 
 def reduced(ds: xr.Dataset) -> bool:
@@ -36,10 +42,11 @@ def _reduced_unsupported(ds: xr.Dataset, plot: str) -> str | None:
     x, y = ds.attrs.get("pareto_x"), ds.attrs.get("pareto_y")
     dims = [str(d) for d in np.atleast_1d(ds.attrs.get("pareto_dims", []))]
     maximize = [bool(m) for m in np.atleast_1d(ds.attrs.get("pareto_maximize", []))]
-    if (x, y) != (DEFAULT_X, DEFAULT_Y) or sorted(dims) != ["concurrency", "tp"] or maximize != [True, True]:
+    load = load_dim(ds)
+    if (x, y) != (DEFAULT_X, DEFAULT_Y) or sorted(dims) != sorted([load, "tp"]) or maximize != [True, True]:
         return (f"{what}, here of {y} against {x} over {' x '.join(dims) or '?'}; the plot needs the fronts of "
-                f"{DEFAULT_Y} against {DEFAULT_X}, both maximised, over tp x concurrency; {_FULL_SWEEP}")
-    for name in ("front_size", "front_tp", "front_concurrency", f"front_{DEFAULT_X}", f"front_{DEFAULT_Y}"):
+                f"{DEFAULT_Y} against {DEFAULT_X}, both maximised, over tp x {load}; {_FULL_SWEEP}")
+    for name in ("front_size", "front_tp", f"front_{load}", f"front_{DEFAULT_X}", f"front_{DEFAULT_Y}"):
         if name not in ds.data_vars:
             return f"needs the variable {name} of a reduced store"
     return None
@@ -95,7 +102,7 @@ def unsupported(ds: xr.Dataset, plot: str) -> str | None:
     for name in (DEFAULT_X, DEFAULT_Y):
         if not is_reduced and name not in ds.data_vars:
             return f"needs the variable {name}"
-    for d in ("think_time_s",) if is_reduced else ("tp", "concurrency", "think_time_s"):
+    for d in ("think_time_s",) if is_reduced else ("tp", load_dim(ds), "think_time_s"):
         if d not in ds[xvar(ds)].dims:
             return f"needs a {d!r} dimension"
     return _cache_unsupported(ds) if plot == "cache" else None
