@@ -138,3 +138,20 @@ def test_spec_names_its_calibration_relative_to_itself_and_sessions_apply_it(tmp
     assert main(["sweep", str(folder / "s.toml")]) == 0
     assert capsys.readouterr().out != slow  # eta_decode 0.2 slowed every turn
     assert main(["sweep", str(folder / "s.toml"), "--calibration", str(tmp_path / "nope.toml")]) == 2
+
+
+def test_a_fit_on_every_row_writes_its_file_and_a_fit_of_nothing_is_refused(tmp_path, capsys):
+    """test_fraction 0 (every row trains) had ended in a KeyError after the fit, writing no file;
+    training rows that inform no factor (the KV-capacity row) had "fitted" the starting values
+    and written them as factors."""
+    rows = load_validation_set()
+    few = rows[rows["source"].str.startswith("vLLM")].reset_index(drop=True)
+    csv = tmp_path / "few.csv"
+    few.drop(columns=[c for c in ("unsupported",) if c in few]).to_csv(csv, index=False)
+    out = tmp_path / "all.toml"
+    assert main(["calibrate", "--data", str(csv), "--test-fraction", "0", "--steps", "2", "--prefill-model",
+                 "isolated", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "test_rows = 0" in text and "train_all_mape_pct" in text and "test_all" not in text
+    with pytest.raises(jp.JaxparetoError, match="nothing to fit"):
+        calibrate(train={"metric": ["kv_capacity_tokens"]}, steps=1, options=ModelOptions())

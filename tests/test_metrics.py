@@ -179,6 +179,8 @@ def test_every_variable_has_units_and_long_name():
     (lambda d: d.assign(timeout=[True, False, True, False]), "timeout", "cannot have success true"),
     (lambda d: d.assign(cached_tokens=[500, 0, 0, 0]), "cached_tokens", "exceed input_tokens"),
     (lambda d: d.assign(itl=[[0.1]] * 4), "itl", "not both"),
+    # a 10 s gap in a request whose first token came 0.7 s before its end (mean ITL past its E2EL)
+    (lambda d: d.drop(columns="token_times").assign(itl=[[10.0], [0.1], [], [0.1]]), "itl", "add up to more"),
     (lambda d: d.iloc[:0], "records", "no requests"),
 ])
 def test_bad_records_name_the_field(change, field, message):
@@ -285,6 +287,12 @@ def test_cli_prints_summary_and_writes(capsys, tmp_path):
         assert back.request_throughput == pytest.approx(3.75) and int(back.completed) == 3
     assert run(capsys, "metrics", VLLM, "--out", tmp_path / "summary.zarr")[0] == 0
     xr.testing.assert_identical(xr.open_zarr(tmp_path / "summary.zarr").load(), jp.metrics(VLLM))
+    # one file named twice is refused before anything is written (it had written it, then failed
+    # on the second write naming a "path" option); an upper-case .CSV is a CSV file
+    twice = tmp_path / "twice.csv"
+    code, _, err = run(capsys, "metrics", VLLM, "--out", twice, "--csv", twice)
+    assert code == 2 and "--csv: names the --out file" in err and not twice.exists()
+    assert run(capsys, "metrics", VLLM, "--csv", tmp_path / "upper.CSV")[0] == 0
     code, stdout, _ = run(capsys, "metrics", GUIDELLM, "--format", "guidellm", "--slo", "tpot_ms<=50")
     assert code == 0 and "guidellm" in stdout
 

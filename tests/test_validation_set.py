@@ -149,11 +149,14 @@ def test_a_load_beyond_the_model_is_flagged_not_scored(rows):
     index = heavy.index[heavy["id"] == "mlperf51-llama2-h200-nebius-server-tpot"][0]
     heavy.loc[index, "load_tokens_per_s"] = 1e7
     heavy.loc[index, "capacity_tokens_per_s"] = np.nan  # matched to the absolute load
-    result = validate(heavy)
-    assert result.loc[index, "flag"].startswith("unreachable")
+    light = heavy.copy()
+    light.loc[index, "load_tokens_per_s"] = 10.0  # below one session's: not "at most" the capacity
+    result = validate(pd.concat([heavy, light.loc[[index]]], ignore_index=True))
+    assert result.loc[index, "flag"].startswith("unreachable: model serves at most")
+    assert result.iloc[-1]["flag"] == "unreachable: below what one session per replica serves"
     summary = result.attrs["mape"].set_index(["group", "name"])
-    assert summary.loc[("metric", "tpot_ms"), "flagged"] == 1
-    assert summary.loc[("all", "all"), "rows"] == len(rows) - 1
+    assert summary.loc[("metric", "tpot_ms"), "flagged"] == 2
+    assert summary.loc[("all", "all"), "rows"] == len(rows) - 1  # of len(rows) + 1, both flagged left out
 
 
 @pytest.mark.slow
@@ -227,6 +230,23 @@ def test_calibration_with_a_value_out_of_bounds_is_refused(tmp_path):
     calibration.write_text("[efficiency]\neta_decode = 1.5\n")
     with pytest.raises(JaxparetoError, match="eta_decode"):
         calibration_efficiency(calibration)
+
+
+@pytest.mark.parametrize(("row_id", "changes", "where", "match"), [
+    # each had been accepted and scored: 8 / 3 replicas, half a token, a fraction of a request
+    ("mlperf51-l405-h100-cisco-server-tpot", {"pp": "3"}, "gpus", "do not split into replicas of 24"),
+    ("mlperf51-l405-h100-cisco-server-tpot", {"osl": "0.5"}, "osl", "at least one token"),
+    ("vllm-fp8kv-c8-bf16-ttft", {"context_tokens": "100"}, "context_tokens", "holds the prompt"),
+    ("vllm-fp8kv-c8-bf16-ttft", {"concurrency": "2.5"}, "concurrency", "a whole number >= 1"),
+])
+def test_a_row_that_no_run_could_be_is_refused(tmp_path, row_id, changes, where, match):
+    raw = pd.read_csv(default_path(), dtype=str, keep_default_na=False)
+    for field, value in changes.items():
+        raw.loc[raw["id"] == row_id, field] = value
+    raw.to_csv(tmp_path / "bad.csv", index=False)
+    with pytest.raises(JaxparetoError, match=match) as error:
+        load_validation_set(tmp_path / "bad.csv")
+    assert f"validation row {row_id!r}" in str(error.value) and f".{where}" in str(error.value)
 
 
 @pytest.mark.parametrize(("field", "value", "match"), [

@@ -47,18 +47,20 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
         check_summary_path(out, "--out", args.overwrite)
     csv = Path(args.csv) if args.csv else None
     if csv is not None:
-        if csv.suffix != ".csv":
+        if csv.suffix.lower() != ".csv":  # as --out reads suffixes: .CSV is a CSV file
             raise JaxparetoError("--csv", f"writes a .csv file, got {csv.name!r}")
         check_summary_path(csv, "--csv", args.overwrite)
+        if out is not None and out.resolve() == csv.resolve():
+            raise JaxparetoError("--csv", f"names the --out file {out}: give one of them, or two paths")
     ds = metrics(args.file, args.format, percentiles=qs, percentile_method=args.percentile_method,
                  slo=_parse_slo(args.slo), benchmark=args.benchmark)
     slo = ", ".join(f"{k} <= {v:g}" for k, v in json.loads(ds.attrs["slo_ms"]).items()) or "none"
     print(f"{args.file}: {ds.attrs['format']}, {ds.attrs['requests']:,} requests; percentiles {ds.attrs['percentile_method']};"
           f" SLO {slo}; ITL {ds.attrs['itl_source']}\n")
     print(summary_table(ds))
-    for path in (out, csv):
+    for path, field in ((out, "--out"), (csv, "--csv")):
         if path is not None:
-            write_summary(ds, path, overwrite=args.overwrite)
+            write_summary(ds, path, overwrite=args.overwrite, field=field)
             print(f"\nwrote {path}")
     return 0
 

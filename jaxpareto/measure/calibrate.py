@@ -123,7 +123,15 @@ def train_mask(rows: pd.DataFrame, train: str | Mapping[str, Sequence[str]]) -> 
             values = [values]
         if not values:
             raise JaxparetoError("train", f"{column}= names no value")
-        mask &= rows[column].astype(str).isin([str(v) for v in values]).to_numpy()
+        column_values = rows[column]
+        if pd.api.types.is_numeric_dtype(column_values):  # "1" matches 1.0: compared as numbers
+            try:
+                wanted = [float(v) for v in values]
+            except ValueError:
+                raise JaxparetoError("train", f"{column} holds numbers, got {list(values)}") from None
+            mask &= column_values.isin(wanted).to_numpy()
+        else:
+            mask &= column_values.astype(str).isin([str(v) for v in values]).to_numpy()
     if not mask.any():
         raise JaxparetoError("train", f"no row matches {dict(train)}")
     return mask
@@ -160,6 +168,8 @@ class CalibrationResult:
         """MAPE [%] per split and metric, before and after (rows scored in each)."""
         records = []
         for split in ("train", "test"):
+            if not self.before["split"].eq(split).any():  # every row trains (test_fraction 0)
+                continue
             for label, table in (("before", self.before), ("after", self.after)):
                 part = mape_summary(table[table["split"].eq(split)])
                 part = part[part["group"].isin(("metric", "all"))]
@@ -270,13 +280,23 @@ def calibrate(rows=None, *, fields=None, start: Efficiency = Efficiency(), test_
     measured = fit_rows["value"].to_numpy(np.float64)
     supported = fit_rows["unsupported"].eq("") if "unsupported" in fit_rows else True
     fitted = (fit_rows["metric"].isin(FITTED_METRICS) & supported).to_numpy()
+    # what cannot be fitted is refused before the fit, not found after it or written as factors
+    if not fitted.any():
+        raise JaxparetoError("train", f"no training row of a fitted metric the model expresses: nothing to fit "
+                                      f"(a KV-capacity row informs no factor)", FITTED_METRICS)
+    groups = engines if per_engine else ("all",)
+    if per_engine:
+        held_out = rows[test & (rows["unsupported"].eq("") if "unsupported" in rows else True)]
+        missing = sorted(set(engine_names(held_out)) - set(groups))
+        if missing:
+            raise JaxparetoError("train", f"held-out rows of engines {missing} have no training rows to fit "
+                                          "their factors")
     metric_codes = pd.Categorical(fit_rows["metric"]).codes
     # each metric weighs the same: 1 / (its training rows) / (metrics present)
     counts = np.bincount(metric_codes, weights=fitted.astype(float), minlength=metric_codes.max() + 1)
     weights = np.where(fitted, 1.0 / np.maximum(counts[metric_codes], 1.0), 0.0)
     weights /= max(np.count_nonzero(counts), 1)
     server = jnp.asarray(fit_rows["load"].eq("server").to_numpy())
-    groups = engines if per_engine else ("all",)
 
     def efficiency_of(u):
         def one(k):
@@ -321,11 +341,6 @@ def calibrate(rows=None, *, fields=None, start: Efficiency = Efficiency(), test_
         fitted_efficiency = jax.tree_util.tree_map(float, efficiency_of(u))
     if per_engine:
         fitted_efficiency = {name: eff.validate() for name, eff in fitted_efficiency.items()}
-        supported = rows[rows["unsupported"].eq("")] if "unsupported" in rows else rows
-        missing = sorted(set(engine_names(supported)) - set(fitted_efficiency))
-        if missing:
-            raise JaxparetoError("train", f"held-out rows of engines {missing} have no training rows to fit "
-                                          "their factors")
         # rows the model cannot express are never predicted: their engines need no fitted factors
         start_factors = {name: start for name in engine_names(rows)}
         table_factors = {**start_factors, **fitted_efficiency}

@@ -261,15 +261,15 @@ def check_summary_path(path: Path, field: str = "path", overwrite: bool = False)
         raise JaxparetoError(field, f"{path} is a folder and not a zarr store; refusing to replace it")
 
 
-def write_summary(ds: xr.Dataset, path: Path, overwrite: bool = False) -> None:
+def write_summary(ds: xr.Dataset, path: Path, overwrite: bool = False, field: str = "path") -> None:
     """Write a `metrics` summary by the suffix of ``path``: ``.json`` (NaN as null, with the
     attrs and units), ``.csv`` (the printed table: metric, value, units, definition), ``.nc``
     (netCDF3) or ``.zarr`` (the sweep store's writer: zarr v3, consolidated).
 
     Raises:
-        JaxparetoError: as `check_summary_path`.
+        JaxparetoError: as `check_summary_path`, on ``field`` (the option that named ``path``).
     """
-    check_summary_path(path, overwrite=overwrite)
+    check_summary_path(path, field, overwrite=overwrite)
     suffix = path.suffix.lower()
     if suffix == ".json":
         data = {name: (None if isinstance(v := np.asarray(ds[name].values).item(), float) and math.isnan(v) else v)

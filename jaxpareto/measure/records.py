@@ -82,6 +82,11 @@ def _validated(df: pd.DataFrame) -> pd.DataFrame:
         col["itl"] = lists = number_lists(df["itl"], "itl")
         flat, row = flatten(lists)
         fail("itl", row_mask(n, row[flat < 0]), "itl gaps must be >= 0 s")
+        # the gaps follow the first token: together they fit between it and the request's end
+        span = np.bincount(row, weights=flat, minlength=n)
+        room = col["end"] - col["first_token"]  # NaN (a failure without a first token) passes
+        fail("itl", span > room + 1e-6 + 1e-9 * np.abs(col["end"]),
+             "itl gaps add up to more than the time from first_token to end")
     order = [c for c in (*_TIMES, "output_tokens", "success", "token_times", "itl", "input_tokens",
                          "cached_tokens", "timeout") if c in col]
     out = pd.DataFrame({c: col[c] for c in order})

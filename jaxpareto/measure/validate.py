@@ -25,7 +25,14 @@ def _flags(rows: pd.DataFrame, details: dict, capped: bool = True) -> list[str]:
         elif not details["feasible"][i]:
             flags.append("infeasible: weights or one session do not fit")
         elif row["load"] == "server" and not details["reachable"][i]:
-            flags.append(f"unreachable: model serves at most {details['max_load_tokens_per_s'][i]:,.0f} tokens/s")
+            # a share of the measured capacity (or the load itself) past the model's, or below
+            # what one session per replica serves (the closed loop's least load)
+            capacity = row.get("capacity_tokens_per_s", np.nan)
+            reference = capacity if np.isfinite(capacity) else details["max_load_tokens_per_s"][i]
+            if row["load_tokens_per_s"] >= reference:
+                flags.append(f"unreachable: model serves at most {details['max_load_tokens_per_s'][i]:,.0f} tokens/s")
+            else:
+                flags.append("unreachable: below what one session per replica serves")
         elif capped and row["load"] == "concurrency" and row["concurrency"] > details["concurrency_max"][i]:
             flags.append(f"memory caps concurrency at {int(details['concurrency_max'][i])}")
         else:

@@ -286,6 +286,17 @@ def _check_row(row: dict, where) -> None:
                                                 f"prefill and {decode_gpus} decode GPUs")
     elif row["gpus"] % row["tp"]:
         raise JaxparetoError(where("tp"), f"the {row['gpus']} GPUs do not split into TP groups of {row['tp']}")
+    elif row["mode"] != "disagg":  # (a disaggregated run's GPUs are its two pools')
+        replica = row["tp"] * int(_or(row["attention_dp"], 1)) * int(_or(row["pp"], 1))
+        if row["gpus"] % replica:
+            raise JaxparetoError(where("gpus"), f"the {row['gpus']} GPUs do not split into replicas of {replica} "
+                                                "(tp x attention_dp x pp)")
+    for field in ("isl", "osl"):
+        if row[field] < 1:
+            raise JaxparetoError(where(field), f"must be at least one token, got {row[field]}")
+    if not math.isnan(row["context_tokens"]) and row["context_tokens"] < row["isl"]:
+        raise JaxparetoError(where("context_tokens"), f"the context ({row['context_tokens']:g}) holds the prompt "
+                                                      f"(isl {row['isl']:g}) at least")
     for field, allowed in (("weight_dtype", WEIGHT_DTYPE_BYTES), ("kv_dtype", KV_DTYPE_BYTES), ("load", LOADS),
                            ("metric", METRICS), ("statistic", STATISTICS), ("mode", MODES)):
         if row[field] not in allowed:
@@ -305,8 +316,9 @@ def _check_row(row: dict, where) -> None:
                                                               "load_tokens_per_s")
     if row["load"] == "concurrency" and math.isnan(row["concurrency"]):
         raise JaxparetoError(where("concurrency"), "is required for load 'concurrency' rows")
-    if not math.isnan(row["concurrency"]) and row["concurrency"] < 1:
-        raise JaxparetoError(where("concurrency"), f"must be >= 1, got {row['concurrency']}")
+    if not math.isnan(row["concurrency"]) and (row["concurrency"] < 1 or not float(row["concurrency"]).is_integer()):
+        raise JaxparetoError(where("concurrency"), f"must be a whole number >= 1 (requests in flight), got "
+                                                   f"{row['concurrency']}")
     if server and row["metric"] not in ("ttft_ms", "tpot_ms", "itl_ms"):
         raise JaxparetoError(where("metric"), "a server row measures a latency at its load", ["ttft_ms", "tpot_ms",
                                                                                                "itl_ms"])
