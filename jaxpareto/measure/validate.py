@@ -16,7 +16,7 @@ from jaxpareto.definitions.settings import Efficiency, Solver
 from jaxpareto.measure.predict import Predictor, check_efficiency, prediction_fn
 
 
-def _flags(rows: pd.DataFrame, details: dict, capped: bool = True) -> list[str]:
+def _flags(rows: pd.DataFrame, details: dict, capped: bool = True, open_loop: bool = False) -> list[str]:
     flags = []
     for i, row in rows.iterrows():
         reason = row.get("unsupported", "")
@@ -25,11 +25,11 @@ def _flags(rows: pd.DataFrame, details: dict, capped: bool = True) -> list[str]:
         elif not details["feasible"][i]:
             flags.append("infeasible: weights or one session do not fit")
         elif row["load"] == "server" and not details["reachable"][i]:
-            # a share of the measured capacity (or the load itself) past the model's, or below
-            # what one session per replica serves (the closed loop's least load)
+            # a share of the measured capacity (or the load itself) past the model's, or, in the
+            # closed loop's matching, below what one session per replica serves (its least load)
             capacity = row.get("capacity_tokens_per_s", np.nan)
             reference = capacity if np.isfinite(capacity) else details["max_load_tokens_per_s"][i]
-            if row["load_tokens_per_s"] >= reference:
+            if open_loop or row["load_tokens_per_s"] >= reference:
                 flags.append(f"unreachable: model serves at most {details['max_load_tokens_per_s'][i]:,.0f} tokens/s")
             else:
                 flags.append("unreachable: below what one session per replica serves")
@@ -110,7 +110,7 @@ def comparison_table(predictor: Predictor, efficiency: Efficiency) -> pd.DataFra
     table["measured"] = rows["value"].astype(np.float64)
     table["predicted"] = details["prediction"].astype(np.float64)
     table["rel_error"] = table["predicted"] / table["measured"] - 1.0
-    table["flag"] = _flags(rows, details, predictor.options.memory_caps_concurrency)
+    table["flag"] = _flags(rows, details, predictor.options.memory_caps_concurrency, predictor.options.open_loop)
     table.attrs["mape"] = mape_summary(table)
     return table
 
