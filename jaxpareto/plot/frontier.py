@@ -42,7 +42,7 @@ def _layout_label(row) -> str:
     if "prefill_workers" in row:
         prefill_tp = int(row["prefill_tp"]) or int(row["tp"])
         parts.append(f"P{int(row['prefill_workers'])}xTP{prefill_tp} D{int(row['decode_workers'])}")
-    load = f"λ{num(row['request_rate'])}/s" if "request_rate" in row else f"C{int(row['concurrency'])}"
+    load = f"λ{float(row['request_rate']):.3g}/s" if "request_rate" in row else f"C{int(row['concurrency'])}"
     return " ".join(parts + [load])
 
 
