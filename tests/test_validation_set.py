@@ -238,6 +238,7 @@ def test_calibration_with_a_value_out_of_bounds_is_refused(tmp_path):
     ("mlperf51-l405-h100-cisco-server-tpot", {"osl": "0.5"}, "osl", "at least one token"),
     ("vllm-fp8kv-c8-bf16-ttft", {"context_tokens": "100"}, "context_tokens", "holds the prompt"),
     ("vllm-fp8kv-c8-bf16-ttft", {"concurrency": "2.5"}, "concurrency", "a whole number >= 1"),
+    ("vllm-fp8kv-c8-bf16-ttft", {"scheduler_delay_steps": "1e300"}, "scheduler_delay_steps", r"in \[0, 1000\]"),
 ])
 def test_a_row_that_no_run_could_be_is_refused(tmp_path, row_id, changes, where, match):
     raw = pd.read_csv(default_path(), dtype=str, keep_default_na=False)

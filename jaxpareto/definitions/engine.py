@@ -109,7 +109,8 @@ class Engine(Definition):
     prefill_chunk_tokens: int = pydantic.Field(default=0, ge=0)
     decode_tokens_in_budget: bool = False
     max_running_requests: int = pydantic.Field(default=0, ge=0)
-    scheduler_delay_steps: float = pydantic.Field(default=0.0, ge=0, allow_inf_nan=False)
+    # engine steps: a few (multi-step scheduling, an overlap scheduler); past 1,000 a slip, not a scheduler
+    scheduler_delay_steps: float = pydantic.Field(default=0.0, ge=0, le=1000, allow_inf_nan=False)
     gemm_kernels: GemmKernels | None = None
     cuda_graph_batch_step: int = pydantic.Field(default=0, ge=0)
     efficiency: dict[str, float] = pydantic.Field(default_factory=dict)

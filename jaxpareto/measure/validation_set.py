@@ -254,9 +254,9 @@ def _parse(kind: str, text: str, where: str, column: str = ""):
         if number not in (0.0, 1.0):
             raise JaxparetoError(where, f"must be 0 or 1 (or blank), got {text!r}")
         return number
-    if kind == "opt_steps":
-        if not math.isfinite(number) or number < 0:
-            raise JaxparetoError(where, f"must be a finite number >= 0, got {text!r}")
+    if kind == "opt_steps":  # engine steps (the engine's scheduler_delay_steps bounds)
+        if not math.isfinite(number) or not 0 <= number <= 1000:
+            raise JaxparetoError(where, f"must be a number of engine steps in [0, 1000], got {text!r}")
         return number
     if not math.isfinite(number) or number <= 0:
         raise JaxparetoError(where, f"must be a finite number > 0, got {text!r}")
