@@ -1,7 +1,10 @@
 """Calibration (optax) and the opt-in terms it fits: per-step and per-request overheads and the
 tensor-parallel all-reduce."""
 
+from pathlib import Path
+
 import numpy as np
+import pandas as pd
 import pytest
 
 import jaxpareto as jp
@@ -155,3 +158,22 @@ def test_a_fit_on_every_row_writes_its_file_and_a_fit_of_nothing_is_refused(tmp_
     assert "test_rows = 0" in text and "train_all_mape_pct" in text and "test_all" not in text
     with pytest.raises(jp.JaxparetoError, match="nothing to fit"):
         calibrate(train={"metric": ["kv_capacity_tokens"]}, steps=1, options=ModelOptions())
+
+
+def test_an_engine_whose_training_rows_the_model_cannot_express_gets_no_factors(tmp_path):
+    """Per engine, an engine's training rows must include one the model expresses: TensorRT-LLM
+    training rows all of an unsupported layout had left its factors at the start's and scored its
+    held-out rows with them (or written them to the file as fitted)."""
+    runs = load_validation_set(Path(jp.__file__).parent / "data" / "aiconfigurator_silicon.csv")
+    ok = runs["unsupported"].eq("") & runs["metric"].eq("tpot_ms")
+    picks = {name: runs[ok & runs["engine"].eq(name)].head(4) for name in ("vllm", "sglang", "trtllm")}
+    unsupported = runs[runs["unsupported"].ne("") & runs["engine"].eq("trtllm") & runs["metric"].eq("tpot_ms")].head(2)
+    assert len(unsupported) == 2 and all(len(p) == 4 for p in picks.values())
+    train = [*picks["vllm"]["id"], *picks["sglang"]["id"], *unsupported["id"]]
+    options = ModelOptions(profile="measured", prefill_model="shared")
+    rows = pd.concat([picks["vllm"], picks["sglang"], unsupported, picks["trtllm"]])  # as load_validation_set gives
+    with pytest.raises(jp.JaxparetoError, match=r"held-out rows of engines \['trtllm'\] have no training rows"):
+        calibrate(rows.reset_index(drop=True), train={"id": train}, steps=1, options=options)
+    result = calibrate(rows[~rows["id"].isin(picks["trtllm"]["id"])].reset_index(drop=True), train={"id": train},
+                       steps=1, options=options)
+    assert set(result.efficiency) == {"vllm", "sglang"} and "[engine.trtllm]" not in result.to_toml()

@@ -143,7 +143,8 @@ def _differences(group: zarr.Group, plan: SweepPlan, block: Sequence[int]) -> li
     options, a spec's report and description), axes' values, variables and chunking, by name."""
     names = []
     for name, value in plan.attrs().items():
-        if name != "created" and group.attrs.get(name) != json.loads(json.dumps(value)):
+        # as JSON text: NaN equals NaN, as the fingerprint sees them
+        if name != "created" and json.dumps(group.attrs.get(name), sort_keys=True) != json.dumps(value, sort_keys=True):
             names.append(name)
     for name, values in plan.coords.items():
         stored = np.asarray(group[name][:]) if name in group else None

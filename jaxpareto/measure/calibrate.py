@@ -285,12 +285,13 @@ def calibrate(rows=None, *, fields=None, start: Efficiency = Efficiency(), test_
         raise JaxparetoError("train", f"no training row of a fitted metric the model expresses: nothing to fit "
                                       f"(a KV-capacity row informs no factor)", FITTED_METRICS)
     groups = engines if per_engine else ("all",)
-    if per_engine:
+    if per_engine:  # an engine's factors need a training row the model expresses, of a fitted metric
+        informed = set(engine_names(fit_rows[fitted]))
         held_out = rows[test & (rows["unsupported"].eq("") if "unsupported" in rows else True)]
-        missing = sorted(set(engine_names(held_out)) - set(groups))
+        missing = sorted(set(engine_names(held_out)) - informed)
         if missing:
             raise JaxparetoError("train", f"held-out rows of engines {missing} have no training rows to fit "
-                                          "their factors")
+                                          "their factors (none of a fitted metric that the model expresses)")
     metric_codes = pd.Categorical(fit_rows["metric"]).codes
     # each metric weighs the same: 1 / (its training rows) / (metrics present)
     counts = np.bincount(metric_codes, weights=fitted.astype(float), minlength=metric_codes.max() + 1)
@@ -339,8 +340,8 @@ def calibrate(rows=None, *, fields=None, start: Efficiency = Efficiency(), test_
             history.append(float(value))
         history.append(float(step(u, state)[2]))  # after the last update (its value: no second compile)
         fitted_efficiency = jax.tree_util.tree_map(float, efficiency_of(u))
-    if per_engine:
-        fitted_efficiency = {name: eff.validate() for name, eff in fitted_efficiency.items()}
+    if per_engine:  # an engine no fitted row informs keeps no factors of its own (they would be the start's)
+        fitted_efficiency = {name: eff.validate() for name, eff in fitted_efficiency.items() if name in informed}
         # rows the model cannot express are never predicted: their engines need no fitted factors
         start_factors = {name: start for name in engine_names(rows)}
         table_factors = {**start_factors, **fitted_efficiency}

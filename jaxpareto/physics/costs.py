@@ -31,7 +31,7 @@ class TurnTokens(NamedTuple):
 
     Attributes:
         hit_rate: h, after the TTL model's survival where it applies.
-        hit_tokens: what a hit prefills, min(ΔL, L) [tokens].
+        hit_tokens: what a hit prefills, min(max(ΔL, 1), L) [tokens].
         tokens: L_prefill, the mean over hits and misses (eq. 2) [tokens].
         chunk_tokens: prefill tokens per engine step at most: the engine's, else the workload's.
     """

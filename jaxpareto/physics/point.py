@@ -56,7 +56,7 @@ class TurnLatency(NamedTuple):
         osl: output tokens per turn [tokens].
         decode: the decode step's coefficients.
         prefill_ms_per_token: c_p, eq. 2's time for one prefill token [ms].
-        context_tokens: L [tokens]. hit_tokens: min(ΔL, L) [tokens].
+        context_tokens: L [tokens]. hit_tokens: min(max(ΔL, 1), L) [tokens].
         hit_rate: h after a TTL (the warm-cache rate the LRU model scales).
         prefill_tokens: L_prefill when it does not depend on B [tokens].
         concurrency: C_eff [sessions]. slots: requests that run at once [sessions]: the sessions

@@ -19,7 +19,7 @@ def hit_prefill_tokens(context_tokens: jax.Array, delta_tokens: jax.Array) -> ja
 
 
 def prefill_tokens(context_tokens: jax.Array, delta_tokens: jax.Array, hit_rate: jax.Array) -> jax.Array:
-    """L_prefill = h x min(ΔL, L) + (1 - h) x L [tokens] (docs/model.md, eq. 2).
+    """L_prefill = h x min(max(ΔL, 1), L) + (1 - h) x L [tokens] (docs/model.md, eq. 2).
 
     A hit prefills only the turn's new tokens ΔL (never more than the context, at least one:
     `hit_prefill_tokens`); a miss prefills the whole context L.
@@ -68,13 +68,13 @@ def prefill_work(context_tokens: jax.Array, hit_tokens: jax.Array, hit_rate_gpu:
                  hit_rate_tier: jax.Array, tier_load_ms: jax.Array, saved_ms: jax.Array) -> PrefillWork:
     """Eq. 2's L_prefill with a host-memory KV tier (vLLM with LMCache / Mooncake; DualPath).
 
-    A GPU hit prefills ``hit_tokens`` (min(ΔL, L)); a miss the whole context L. A prefix found in
+    A GPU hit prefills ``hit_tokens`` (min(max(ΔL, 1), L)); a miss the whole context L. A prefix found in
     the host tier is loaded (``tier_load_ms``, the context's KV over the link) and only the new
     tokens prefilled, when that is faster than prefilling the context at the GPU's full speed;
     otherwise the tier is not used (so a tier of zero bandwidth changes nothing).
 
     Args:
-        context_tokens: L [tokens]. hit_tokens: min(ΔL, L) [tokens].
+        context_tokens: L [tokens]. hit_tokens: min(max(ΔL, 1), L) [tokens].
         hit_rate_gpu, hit_rate_tier: shares of turns finding their prefix in GPU memory / the tier.
         tier_load_ms: one context's KV from the tier [ms] (inf without a link).
         saved_ms: the prefill time a found prefix saves against a miss [ms] (the L - ΔL tokens

@@ -107,7 +107,7 @@ def prefill_mix(mean_tokens: jax.Array, hit_tokens: jax.Array, hit_share: jax.Ar
 
     Args:
         mean_tokens: L_prefill, the mean over all turns [tokens] (> 0).
-        hit_tokens: what a hit prefills, min(ΔL, L) [tokens].
+        hit_tokens: what a hit prefills, min(max(ΔL, 1), L) [tokens].
         hit_share: h_eff, the share of hits in [0, 1].
         isl_cv: ``Workload.isl_cv``.
     """

@@ -29,7 +29,7 @@ _Y_LABEL = "throughput: output tokens/s per GPU"
 def layout_dims(ds: xr.Dataset) -> tuple[str, ...]:
     """The dimensions a frontier spans besides TP and the load: a layout sweep's ``pp``,
     ``ep`` and ``dp_attention``, a disaggregated sweep's pools (`default_dims`)."""
-    return tuple(d for d in default_dims(ds.dims) if d not in ("tp", load_dim(ds)))
+    return tuple(d for d in default_dims(ds.dims) if d not in ("tp", "concurrency", "request_rate"))
 
 
 def _layout_label(row) -> str:
@@ -42,7 +42,8 @@ def _layout_label(row) -> str:
     if "prefill_workers" in row:
         prefill_tp = int(row["prefill_tp"]) or int(row["tp"])
         parts.append(f"P{int(row['prefill_workers'])}xTP{prefill_tp} D{int(row['decode_workers'])}")
-    load = f"λ{float(row['request_rate']):.3g}/s" if "request_rate" in row else f"C{int(row['concurrency'])}"
+    rate = float(row["request_rate"]) if "request_rate" in row else None
+    load = f"C{int(row['concurrency'])}" if rate is None else f"λ{rate:.3g}/s" if rate < 1000 else f"λ{rate:,.0f}/s"
     return " ".join(parts + [load])
 
 
