@@ -423,3 +423,17 @@ def test_gpu_budget_ranks_replica_counts_over_the_budget():
     assert held.feasible and held.value >= 0.9 * total
     assert jp.optimize(**scenario, constraints={"turns_per_s": (">=", 1.1 * total)}, concurrency=(1, 64),
                        gpu_budget=8, objective="turns_per_s", serving="aggregated").feasible is False
+
+
+def test_objectives_and_constraints_are_the_fronts_quantities():
+    """One list of quantities for fronts, reduced sweeps and the optimiser: a utilisation limit is
+    a constraint the answer meets (units "1" had been refused by the optimiser), and a status flag
+    or the solver's iteration count is no objective anywhere."""
+    capped = jp.optimize(**SCENARIO, objective="output_tokens_per_s_per_gpu",
+                         constraints={"gpu_utilization": ("<=", 0.5)}, method="exhaustive")
+    free = jp.optimize(**SCENARIO, objective="output_tokens_per_s_per_gpu", method="exhaustive")
+    assert capped.feasible and capped.metrics["gpu_utilization"] <= 0.5 < free.metrics["gpu_utilization"]
+    assert capped.value < free.value
+    for name in ("iterations", "feasible"):
+        with pytest.raises(jp.JaxparetoError, match="objective"):
+            jp.optimize(**SCENARIO, objective=name)

@@ -22,7 +22,7 @@ import xarray as xr
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.dataset.pareto import DEFAULT_X, DEFAULT_Y, default_dims, front_mask
 from jaxpareto.definitions.axes import AXIS_BY_NAME, coordinate_attrs
-from jaxpareto.definitions.schema import NOT_OBJECTIVES, OUTPUTS
+from jaxpareto.definitions.schema import OUTPUTS, QUANTITIES
 from jaxpareto.dataset.plan import as_plan
 from jaxpareto.definitions.checks import check_number
 from jaxpareto.mapper import block_shaped
@@ -59,9 +59,8 @@ def pareto_sweep(
         JaxparetoError: invalid inputs, named.
     """
     for field, name in (("x", x), ("y", y)):
-        if name not in OUTPUTS or name in NOT_OBJECTIVES:
-            raise JaxparetoError(field, f"not a numeric output: {name!r}",
-                                 [n for n in OUTPUTS if n not in NOT_OBJECTIVES])
+        if name not in QUANTITIES:
+            raise JaxparetoError(field, f"not a numeric output: {name!r}", QUANTITIES)
     if "variables" in kwargs:
         raise JaxparetoError("variables", "pareto_sweep computes exactly what the reduction needs")
     plan = as_plan(*args, **kwargs)

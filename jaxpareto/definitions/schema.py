@@ -85,6 +85,8 @@ INFEASIBLE_REASON_LABELS = dict(zip(INFEASIBLE_REASON_FLAGS["flag_values"],
 FLAG_VARIABLES = {"decode_bound": (DECODE_BOUND_FLAGS, DECODE_BOUND_LABELS, -1),
                   "infeasible_reason": (INFEASIBLE_REASON_FLAGS, INFEASIBLE_REASON_LABELS, -1)}
 
-#: Outputs that are not quantities (status flags and coded categories): never an objective of a
-#: Pareto front.
-NOT_OBJECTIVES = ("feasible", "converged", *FLAG_VARIABLES)
+#: Outputs that are not quantities of the served system (status flags, coded categories, the
+#: solver's count): never an objective or a constraint.
+NOT_OBJECTIVES = ("feasible", "converged", "iterations", *FLAG_VARIABLES)
+#: The outputs an objective or a constraint may name (a front's, `jaxpareto.optimize`'s).
+QUANTITIES = tuple(name for name in OUTPUTS if name not in NOT_OBJECTIVES)

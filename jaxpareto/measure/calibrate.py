@@ -272,21 +272,18 @@ def calibrate(rows=None, *, fields=None, start: Efficiency = Efficiency(), test_
     fit_rows = rows[~test].reset_index(drop=True)
     predictor = prediction_fn(fit_rows, options=options)
     engines = predictor.engines
-    if per_engine is None:  # engines whose rows inform the factors (a KV-capacity row does not)
-        informative = fit_rows["metric"].isin(FITTED_METRICS)
-        if "unsupported" in fit_rows:
-            informative &= fit_rows["unsupported"].eq("")
-        per_engine = len(engine_names(fit_rows[informative])) > 1
     measured = fit_rows["value"].to_numpy(np.float64)
     supported = fit_rows["unsupported"].eq("") if "unsupported" in fit_rows else True
-    fitted = (fit_rows["metric"].isin(FITTED_METRICS) & supported).to_numpy()
+    fitted = (fit_rows["metric"].isin(FITTED_METRICS) & supported).to_numpy()  # rows that inform the factors
+    informed = set(engine_names(fit_rows[fitted]))  # their engines (a KV-capacity row informs none)
+    if per_engine is None:
+        per_engine = len(informed) > 1
     # what cannot be fitted is refused before the fit, not found after it or written as factors
     if not fitted.any():
         raise JaxparetoError("train", f"no training row of a fitted metric the model expresses: nothing to fit "
                                       f"(a KV-capacity row informs no factor)", FITTED_METRICS)
     groups = engines if per_engine else ("all",)
     if per_engine:  # an engine's factors need a training row the model expresses, of a fitted metric
-        informed = set(engine_names(fit_rows[fitted]))
         held_out = rows[test & (rows["unsupported"].eq("") if "unsupported" in rows else True)]
         missing = sorted(set(engine_names(held_out)) - informed)
         if missing:

@@ -177,8 +177,7 @@ def tp_costs(hw, model, tp, turn: TurnTokens, context_tokens, decode_context, ef
             return flops / (tp * attention_tflops * FLOPS_PER_TFLOPS) * MS_PER_S / efficiency.eta_prefill
         hit, miss = hit_and_miss_attention_flops(model, turn, context_tokens)
         attention = PrefillAttention(prefill_ms_per_token, as_ms(hit), as_ms(miss))
-        mean_flops = turn.hit_rate * hit + (1.0 - turn.hit_rate) * miss  # at the turn's nominal hit rate
-        prefill_ms_per_token = prefill_ms_per_token + as_ms(mean_flops) / jnp.maximum(turn.tokens, 1.0)
+        prefill_ms_per_token = prefill_rate_ms(prefill_ms_per_token, attention, turn.tokens, turn.hit_rate)  # nominal h
     step_fixed_ms = efficiency.decode_overhead_ms + model.layers * efficiency.layer_overhead_us / 1000.0 \
         + allreduce.fixed_ms
     coefficients = decode_coefficients(

@@ -17,14 +17,14 @@ from jaxpareto.definitions.axes import AXIS_BY_NAME
 from jaxpareto.definitions.checks import check_number
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.hardware import Hardware
-from jaxpareto.definitions.schema import OUTPUTS
+from jaxpareto.definitions.schema import QUANTITIES
 
 OPERATORS = ("<=", ">=")
 # the outputs an `OptimizeResult` reports besides the objective and the constrained ones
 REPORTED = ("ttft_ms", "tpot_ms", "latency_ms", "output_tokens_per_s_per_user", "output_tokens_per_s_per_gpu",
             "turns_per_s", "batch_eff", "gpu_active_ratio", "gpu_utilization", "kv_per_session_gb", "concurrency_max")
 HARDWARE_VARIABLES = ("bandwidth_gbs", "memory_gb", "tflops_fp16", "tflops_fp8", "tflops_fp4")
-NUMERIC_OUTPUTS = tuple(n for n, info in OUTPUTS.items() if info.units != "1" or n == "gpu_active_ratio")
+NUMERIC_OUTPUTS = QUANTITIES  # what an objective or a constraint may name
 
 
 @dataclasses.dataclass(frozen=True)
