@@ -177,3 +177,18 @@ def test_an_engine_whose_training_rows_the_model_cannot_express_gets_no_factors(
     result = calibrate(rows[~rows["id"].isin(picks["trtllm"]["id"])].reset_index(drop=True), train={"id": train},
                        steps=1, options=options)
     assert set(result.efficiency) == {"vllm", "sglang"} and "[engine.trtllm]" not in result.to_toml()
+
+
+def test_a_bound_is_hit_only_where_the_fit_pushed_against_it():
+    from jaxpareto.measure.calibrate import CalibrationResult, at_bounds
+
+    start = jp.Efficiency()  # the seed's: its off terms (0) start at 5 % of their ranges
+    fitted = jp.Efficiency(eta_prefill=0.99, eta_decode=0.6, decode_overhead_ms=0.1, ttft_overhead_ms=19.0,
+                           allreduce_latency_us=48.5)
+    fields = ("eta_prefill", "eta_decode", "decode_overhead_ms", "ttft_overhead_ms", "allreduce_latency_us")
+    result = CalibrationResult(fitted, start, fields, *([None] * 6))
+    assert at_bounds(result) == [
+        "eta_prefill = 0.99 is at its upper bound 1",  # from 0.65 to within 1 % of 1
+        "decode_overhead_ms = 0.1 is at its lower bound 0",  # from 1 ms (5 % of 0-20) to 0.1
+        "allreduce_latency_us = 48.5 is at its upper bound 50",  # from 2.5 µs to 48.5
+    ]  # a 19 ms TTFT overhead, started at 25 ms of 0-500, is a fitted value, not a bound
