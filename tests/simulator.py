@@ -38,14 +38,15 @@ class Simulated(NamedTuple):
     mean_batch: float
 
 
-def model_step(gpu: str, model: str, context_tokens: int, max_batch: int = 2048):
-    """The shared engine's step T(n, p) [ms] of the seed profile at TP 1, as the model computes it
-    (`step_ms` of the decode step at n, with p prefill tokens at c_p each), tabulated over n."""
+def model_step(gpu: str, model: str, context_tokens: int, max_batch: int = 2048, tp: int = 1):
+    """The shared engine's step T(n, p) [ms] of the seed profile at TP ``tp`` (the seed's
+    factors: no all-reduce time), as the model computes it (`step_ms` of the decode step at n,
+    with p prefill tokens at c_p each), tabulated over n."""
     hw, params, eff = resolve_gpu(gpu).to_params(), resolve_model(model).to_params(), jp.Efficiency()
     tflops = effective_tflops(hw, params.compute_bits)
-    coefficients = decode_coefficients(hw, params, 1, float(context_tokens), tflops, eff.eta_decode,
+    coefficients = decode_coefficients(hw, params, tp, float(context_tokens), tflops, eff.eta_decode,
                                        eff.elementwise_overhead)
-    per_token = float(ttft_ms(params.params_active_b, 1.0, 1, tflops, eff.eta_prefill))
+    per_token = float(ttft_ms(params.params_active_b, 1.0, tp, tflops, eff.eta_prefill))
     steps = jax.vmap(lambda n: decode_step(coefficients, n))(np.arange(float(max_batch)))
     # T(n, p) = max(memory(n), compute(n) + p c_p) + fixed(n), as `step_ms` puts it
     memory = np.asarray((steps.t_weight_ms + steps.t_kv_ms) * eff.elementwise_overhead / eff.eta_decode, np.float64)

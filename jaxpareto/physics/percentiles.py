@@ -22,6 +22,10 @@ The means come from the model; the spread around them from three stated approxim
   S (T_f - T_0) / T_f to its decode time; in the open loop clustered, and correlated with the
   batch, as `TurnSpread` says). An ITL is one step: a decode step T_0 or, for the share of
   steps that carry a prefill chunk, a mixed step T_f, each spread by the batch.
+- **The tail's bound.** A step's time is an increasing function of the batch, so the batch's
+  part of a TPOT quantile is the step at the batch's quantile (`seen_batch_quantiles`); P90 and
+  P99 stop at the mean plus that rise plus the prefill chunks' own deviation, where T(B) levels
+  off (a mixture of experts once all are awake) and the lognormal's tail would pass any step.
 
 TPOT is taken lognormal with the mean and spread above; E2E latency = TTFT + decode time, each
 hit/miss kind's prefill plus the decode time summed as one lognormal of matched moments
@@ -174,6 +178,10 @@ class TurnSpread(NamedTuple):
             (1 - ρ') under processor sharing, and the sessions waiting for memory): what one
             prefill adds to the decode steps it shares [ms]. None: TTFT less the wait and
             ``fixed_ms``.
+        batch_rise_ms: the decode step's rise from the seen batch B to each of the batch's
+            `seen_batch_quantiles` (T(B_p) - T(B), shape (len(PERCENTILES),)) [ms]: the upper
+            TPOT quantiles stop at the mean plus it plus the prefill chunks' own deviation (the
+            two parts' quantiles summed). None: no bound.
     """
 
     ttft_ms: jax.Array
@@ -194,6 +202,7 @@ class TurnSpread(NamedTuple):
     fixed_ms: jax.Array = 0.0
     service_scv: jax.Array = 0.0
     prefill_service_ms: jax.Array | None = None
+    batch_rise_ms: jax.Array | None = None
 
 
 class LatencyPercentiles(NamedTuple):
@@ -203,6 +212,19 @@ class LatencyPercentiles(NamedTuple):
     tpot_ms: tuple
     itl_ms: tuple
     e2el_ms: tuple
+
+
+def seen_batch_quantiles(batch: jax.Array, batch_variance: jax.Array) -> list[jax.Array]:
+    """The batch a request sees over its turn at each of `PERCENTILES`: lognormal of mean
+    ``batch`` and the turn-averaged variance (x 2/3, `latency_percentiles`), scalars.
+
+    A count's spread (Poisson, binomial) is skewed right like a lognormal's; a decode step's
+    time is an increasing function of the batch, so its quantiles are the step's at these
+    batches (a monotone map keeps quantiles).
+    """
+    sd = jnp.sqrt(_AVERAGED_BATCH_VARIANCE * jnp.maximum(batch_variance, 0.0))
+    mean = jnp.maximum(batch, 1e-9)
+    return [lognormal_quantile(mean, sd / mean, p) for p in PERCENTILES]
 
 
 def latency_percentiles(spread: TurnSpread, with_wait: bool = True) -> LatencyPercentiles:
@@ -247,8 +269,17 @@ def latency_percentiles(spread: TurnSpread, with_wait: bool = True) -> LatencyPe
     together = 1.0 - 1.0 / jnp.maximum(spread.prefill_dispersion, 1.0)
     tpot_sd = jnp.sqrt(batch_sd ** 2 + chunk_sd ** 2 + 2.0 * together * batch_sd * chunk_sd)
     tpot_cv = tpot_sd / spread.tpot_ms
-    tpot = tuple(jnp.minimum(lognormal_quantile(spread.tpot_ms, tpot_cv, p), jnp.maximum(spread.tpot_cap_ms, spread.tpot_ms))
-                 for p in PERCENTILES)
+    tpot = [lognormal_quantile(spread.tpot_ms, tpot_cv, p) for p in PERCENTILES]
+    if spread.batch_rise_ms is not None:
+        # the lognormal's right tail can pass what the batch makes possible where T(B) levels off
+        # (a mixture of experts once all are awake): an upper quantile is at most the step at the
+        # batch's quantile plus the prefill chunks' own deviation, the two summed as if they
+        # moved together (for a dense model's linear T(B) the bound lies above the lognormal)
+        chunk_cv = chunk_sd / spread.tpot_ms
+        tpot = [jnp.minimum(q, spread.tpot_ms + spread.batch_rise_ms[i]
+                            + lognormal_quantile(spread.tpot_ms, chunk_cv, p) - spread.tpot_ms) if p > 50 else q
+                for i, (p, q) in enumerate(zip(PERCENTILES, tpot))]
+    tpot = tuple(jnp.minimum(q, jnp.maximum(spread.tpot_cap_ms, spread.tpot_ms)) for q in tpot)
 
     # an ITL is one step: the share of steps with a prefill chunk is time share / T_f over the mean
     itl_w = jnp.stack([1.0 - share_f, share_f])

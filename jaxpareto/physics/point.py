@@ -39,7 +39,7 @@ from jaxpareto.physics.memory import _INT32_MAX, memory_budget, running_limit, s
     session_contexts, session_gb
 from jaxpareto.physics.open_engine import poisson_turn, saturated_tpot_ms
 from jaxpareto.physics.outputs import DECODE_COMPUTE, DECODE_MEMORY, DECODE_NONE, PointOutputs
-from jaxpareto.physics.percentiles import PERCENTILES, TurnSpread, latency_percentiles
+from jaxpareto.physics.percentiles import PERCENTILES, TurnSpread, latency_percentiles, seen_batch_quantiles
 from jaxpareto.physics.prefill import PrefillWork, prefill_work
 from jaxpareto.physics.roots import INNER_ROOT_EPS
 from jaxpareto.physics.queueing import PrefillMix, batch_fano_factor, fcfs_wait_scale, mg1_wait_ms, paused_sessions, \
@@ -649,14 +649,20 @@ def evaluate_point(
         spread_slope = (decode_step(coefficients, state.seen_batch + reach, options.expert_routing).tpot_ms
                         - state.step.tpot_ms) / reach
         # past the decoders its prefill keeps fed (closed loop), one session more does not decode
-        spread_slope = jnp.where(state.seen_batch < state.batch_run, 0.0, spread_slope)
+        fed = state.seen_batch < state.batch_run
+        spread_slope = jnp.where(fed, 0.0, spread_slope)
+        # the tail's bound: the step at the batch's own upper quantiles (T(B) increases, so its
+        # quantile is the step at the batch's; `TurnSpread.batch_rise_ms`)
+        rise = jnp.stack([decode_step(coefficients, quantile, options.expert_routing).tpot_ms - state.step.tpot_ms
+                          for quantile in seen_batch_quantiles(state.seen_batch, batch_variance)])
+        rise = jnp.where(fed, 0.0, rise)
         spread = TurnSpread(state.ttft_ms, state.queue_wait_ms, state.queue_busy, state.mix, state.tpot_ms,
                             workload.osl, workload.osl_cv, state.decode_step_ms, state.mixed_step_ms,
                             state.mixed_share, batch_variance, spread_slope, turns_per_s / MS_PER_S,
                             state.prefill_dispersion, tpot_cap,
                             0.0 if turn.scheduler_delay_steps is None
                             else scheduler_wait_ms(turn.scheduler_delay_steps, state.tpot_ms), state.service_scv,
-                            state.prefill_service_ms)
+                            state.prefill_service_ms, rise)
         safe = jax.tree_util.tree_map(lambda v: jnp.where(ok, v, 1.0), spread)  # no NaN into the bisections
         found = latency_percentiles(safe, with_wait=open_loop)
         percentile_outputs = {f"p{p}_{name}": masked(values[i]) for name, values in found._asdict().items()
