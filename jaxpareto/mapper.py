@@ -44,6 +44,7 @@ from jax.sharding import Mesh, PartitionSpec
 
 from jaxpareto.definitions.axes import AXIS_TABLE, Axis, GridPoint
 from jaxpareto.definitions.options import ModelOptions
+from jaxpareto.definitions.program_memory import release_programs_near_map_limit
 from jaxpareto.definitions.settings import DEFAULT_CHUNK_POINTS, Efficiency, Solver, Workload
 from jaxpareto.definitions.schema import PERCENTILE_VARIABLES
 from jaxpareto.physics.point import PointOutputs, evaluate_point, inner_unknowns
@@ -440,6 +441,7 @@ class GridProblem:
         one is collected (JAX dispatches asynchronously, so the device runs ahead of the host);
         factored blocks, which go to the devices in turn, one more per device."""
         ahead = len(jax.devices()) if self.factored else 1
+        release_programs_near_map_limit()  # a long-lived process's programs, before it aborts
         pending: collections.deque = collections.deque()
         for origin in origins:
             with jax.enable_x64(self.dtype == np.float64):  # never left on across a yield

@@ -27,3 +27,13 @@ def small_grid():
         context_tokens=[4096, 65536],
         hit_rate=[0.0, 0.9],
     )
+
+
+@pytest.fixture(autouse=True)
+def _programs_within_the_map_limit():
+    """A worker runs hundreds of tests' programs: drop them before the process's memory mappings
+    reach the kernel's cap (jaxpareto.definitions.program_memory), which would abort it."""
+    from jaxpareto.definitions.program_memory import release_programs_near_map_limit
+
+    release_programs_near_map_limit()
+    yield

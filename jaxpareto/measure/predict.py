@@ -57,6 +57,7 @@ from jaxpareto.definitions.axes import GridPoint
 from jaxpareto.definitions.engine import SEED_ENGINE
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.options import ModelOptions
+from jaxpareto.definitions.program_memory import release_programs_near_map_limit
 from jaxpareto.definitions.settings import Efficiency, Solver, solver_of
 from jaxpareto.measure.row_inputs import RowInputs, engine_names, row_inputs
 from jaxpareto.measure.validation_set import load_validation_set
@@ -208,6 +209,7 @@ class Predictor:
     def __init__(self, rows: pd.DataFrame, *, solver: Solver = Solver(), dtype: str = "float64",
                  prefill: str | None = None, options: ModelOptions = ModelOptions(),
                  bisection_steps: int = BISECTION_STEPS):
+        release_programs_near_map_limit()  # a long-lived process's programs, before it aborts
         self.rows = rows.reset_index(drop=True)
         self.dtype = dtype
         if not isinstance(options, ModelOptions):

@@ -15,6 +15,7 @@ import numpy as np
 
 from jaxpareto.dataset.plan import SweepPlan
 from jaxpareto.definitions.axes import GridPoint
+from jaxpareto.definitions.program_memory import release_programs_near_map_limit
 from jaxpareto.definitions.schema import INFEASIBLE_REASON_LABELS, OUTPUTS
 from jaxpareto.mapper import evaluate_points, shared_scalars, stack_params
 from jaxpareto.search.budget import PER_REPLICA
@@ -48,6 +49,7 @@ def search_layouts(plan: SweepPlan, layouts: Sequence, constraints: tuple[Constr
     columns = {name: np.repeat(np.asarray([getattr(layout, name) for layout in layouts]), n_c) for name in fields}
     columns["concurrency"] = np.tile(concurrency, len(layouts))
     dtype = plan.dtype
+    release_programs_near_map_limit()  # a long-lived process's programs, before it aborts
     n = len(columns["concurrency"])
     values = {a: stack_params([plan.definitions[a][0].to_params()] * n, dtype) for a in ("gpu", "model", "engine")}
     values.update({a.name: np.full(n, plan.axes[a.name][0], dtype) for a in plan.table  # the scenario's, and

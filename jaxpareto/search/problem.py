@@ -20,6 +20,7 @@ import xarray as xr
 from jaxpareto.dataset.plan import SweepPlan
 from jaxpareto.definitions.axes import AXES, AXIS_BY_NAME, DECIDED_AXES, SCENARIO_AXES, GridPoint, coordinate_attrs
 from jaxpareto.definitions.options import ModelOptions
+from jaxpareto.definitions.program_memory import release_programs_near_map_limit
 from jaxpareto.definitions.schema import INFEASIBLE_REASON_LABELS, OUTPUTS, PERCENTILE_VARIABLES
 from jaxpareto.physics.limits import (CONTEXT_TOO_LONG, HEADS_DO_NOT_SPLIT, NO_SESSION_FITS, PREFILL_WORKER_TOO_SMALL,
                                       WEIGHTS_EXCEED_MEMORY)
@@ -48,6 +49,7 @@ class Problem:
 
     def __init__(self, plan: SweepPlan, constraints: tuple[Constraint, ...], objective: str, sign: float,
                  tp_choices: np.ndarray, lo: int, hi: int):
+        release_programs_near_map_limit()  # a long-lived process's programs, before it aborts
         self.plan, self.constraints, self.objective, self.sign = plan, constraints, objective, sign
         self.tp_choices, self.lo, self.hi = tp_choices, lo, hi
         self.needed = tuple(sorted({objective, *(c.name for c in constraints), *REPORTED, "feasible",
