@@ -192,3 +192,7 @@ def test_a_bound_is_hit_only_where_the_fit_pushed_against_it():
         "decode_overhead_ms = 0.1 is at its lower bound 0",  # from 1 ms (5 % of 0-20) to 0.1
         "allreduce_latency_us = 48.5 is at its upper bound 50",  # from 2.5 µs to 48.5
     ]  # a 19 ms TTFT overhead, started at 25 ms of 0-500, is a fitted value, not a bound
+    # a factor started at a bound and kept there is at it (η_p from 1.0 to 0.9999995)
+    kept = CalibrationResult(jp.Efficiency(eta_prefill=0.9999995), jp.Efficiency(eta_prefill=1.0),
+                             ("eta_prefill",), *([None] * 6))
+    assert at_bounds(kept) == ["eta_prefill = 1 is at its upper bound 1"]

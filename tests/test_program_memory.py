@@ -17,8 +17,14 @@ def test_programs_are_released_past_the_share_of_the_map_limit(monkeypatch):
     assert not program_memory.release_programs_near_map_limit(share=1.0)  # below the cap: kept
     cleared = []
     monkeypatch.setattr(jax, "clear_caches", lambda: cleared.append(True))
+    monkeypatch.setattr(program_memory, "_after_release", 0)
     monkeypatch.setattr(program_memory, "map_limit", lambda: count)  # as if at the cap already
     assert program_memory.release_programs_near_map_limit() and cleared == [True]
+    # mappings a release cannot free (here: none freed) do not make every later call release
+    assert not program_memory.release_programs_near_map_limit() and cleared == [True]
+    left = program_memory._after_release  # the mappings the release left
+    monkeypatch.setattr(program_memory, "map_count", lambda: left + int(0.1 * count) + 1)  # 10 % of the cap more
+    assert program_memory.release_programs_near_map_limit() and cleared == [True, True]
 
 
 def test_a_sweep_after_the_release_gives_the_same_numbers():

@@ -19,6 +19,11 @@ import jax
 
 #: Share of the process's mapping limit past which compiled programs are released.
 RELEASE_SHARE = 0.6
+#: Mappings (a share of the limit) that must be added after a release before the next one, for
+#: the mappings a release cannot free (other libraries' memory maps): without it every call
+#: past the share would drop and recompile every program.
+REGROWTH_SHARE = 0.1
+_after_release = 0  # the mappings the last release left
 _MAPS = Path("/proc/self/maps")
 _LIMIT = Path("/proc/sys/vm/max_map_count")
 
@@ -41,14 +46,16 @@ def map_limit() -> int | None:
 
 
 def release_programs_near_map_limit(share: float = RELEASE_SHARE) -> bool:
-    """Drop JAX's compiled programs when this process's mappings pass ``share`` of the cap.
+    """Drop JAX's compiled programs when this process's mappings pass ``share`` of the cap, and
+    `REGROWTH_SHARE` of it more than the last release left.
 
     Returns:
-        True when they were dropped (the mappings were past the share), else False (also where
-        /proc does not tell).
+        True when they were dropped, else False (also where /proc does not tell).
     """
+    global _after_release
     count, limit = map_count(), map_limit()
-    if count is None or limit is None or count < share * limit:
+    if count is None or limit is None or count < max(share * limit, _after_release + REGROWTH_SHARE * limit):
         return False
     jax.clear_caches()
+    _after_release = map_count() or 0
     return True

@@ -367,11 +367,12 @@ def _parsed_filter(text: str) -> dict:
 
 def at_bounds(result: CalibrationResult, tolerance: float = 0.05) -> list[str]:
     """Fitted fields the fit pushed against a bound of `BOUNDS` (per engine when fitted per
-    engine): within ``tolerance`` (a share of the range) of the bound, and at most half as far
-    from it as where the fit started (`_inverse`: a term at 0 starts at `_OFF_START` of its
-    range). At the upper bound a factor is standing in for missing physics; at the lower one the
-    data do not use it. A value that merely lies near a bound it started near (a 19 ms TTFT
-    overhead in a range of 0-500 ms, started at 25) is a fitted value, not a bound hit.
+    engine): within ``tolerance`` (a share of the range) of the bound, and either at most half as
+    far from it as where the fit started (a term at 0 starts at `_OFF_START` of its range) or
+    started within ``tolerance`` of it too (kept there). At the upper bound a factor is standing
+    in for missing physics; at the lower one the data do not use it. A value that merely lies
+    near a bound it started near (a 19 ms TTFT overhead in a range of 0-500 ms that started at
+    25 ms) is a fitted value, not a bound hit.
 
     Returns:
         One sentence per hit, "<engine>: <field> = <value> is at its upper/lower bound <bound>".
@@ -384,9 +385,9 @@ def at_bounds(result: CalibrationResult, tolerance: float = 0.05) -> list[str]:
             low, high = BOUNDS[field]
             value = float(getattr(efficiency, field))
             share = (value - low) / (high - low)
-            started = 1.0 / (1.0 + np.exp(-_inverse(field, float(getattr(result.start, field)))))
-            if 1 - share < tolerance and 1 - share <= (1 - started) / 2:
+            started = min(max((float(getattr(result.start, field)) - low) / (high - low), _OFF_START), 1.0)
+            if 1 - share < tolerance and (1 - share <= (1 - started) / 2 or 1 - started < tolerance):
                 hits.append(f"{where}{field} = {value:.4g} is at its upper bound {high:g}")
-            elif share < tolerance and share <= started / 2:
+            elif share < tolerance and (share <= started / 2 or started < tolerance):
                 hits.append(f"{where}{field} = {value:.4g} is at its lower bound {low:g}")
     return hits

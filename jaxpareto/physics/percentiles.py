@@ -26,6 +26,8 @@ The means come from the model; the spread around them from three stated approxim
   part of a TPOT quantile is the step at the batch's quantile (`seen_batch_quantiles`); P90 and
   P99 stop at the mean plus that rise plus the prefill chunks' own deviation, where T(B) levels
   off (a mixture of experts once all are awake) and the lognormal's tail would pass any step.
+  There E2E latency's decode time takes the TPOT spread of the lognormal through the mean and
+  the bounded P99.
 
 TPOT is taken lognormal with the mean and spread above; E2E latency = TTFT + decode time, each
 hit/miss kind's prefill plus the decode time summed as one lognormal of matched moments
@@ -270,6 +272,7 @@ def latency_percentiles(spread: TurnSpread, with_wait: bool = True) -> LatencyPe
     tpot_sd = jnp.sqrt(batch_sd ** 2 + chunk_sd ** 2 + 2.0 * together * batch_sd * chunk_sd)
     tpot_cv = tpot_sd / spread.tpot_ms
     tpot = [lognormal_quantile(spread.tpot_ms, tpot_cv, p) for p in PERCENTILES]
+    lognormal_top = tpot[-1]
     if spread.batch_rise_ms is not None:
         # the lognormal's right tail can pass what the batch makes possible where T(B) levels off
         # (a mixture of experts once all are awake): an upper quantile is at most the step at the
@@ -279,6 +282,7 @@ def latency_percentiles(spread: TurnSpread, with_wait: bool = True) -> LatencyPe
         tpot = [jnp.minimum(q, spread.tpot_ms + spread.batch_rise_ms[i]
                             + lognormal_quantile(spread.tpot_ms, chunk_cv, p) - spread.tpot_ms) if p > 50 else q
                 for i, (p, q) in enumerate(zip(PERCENTILES, tpot))]
+    bounded_top = tpot[-1]
     tpot = tuple(jnp.minimum(q, jnp.maximum(spread.tpot_cap_ms, spread.tpot_ms)) for q in tpot)
 
     # an ITL is one step: the share of steps with a prefill chunk is time share / T_f over the mean
@@ -287,6 +291,12 @@ def latency_percentiles(spread: TurnSpread, with_wait: bool = True) -> LatencyPe
     itl = normal_mix_quantiles(itl_w, itl_m, jnp.stack([step_sd, step_sd]))
 
     # E2E: each prefill kind plus the decode time as one lognormal of matched moments
+    # where the batch bounds TPOT's tail, the decode time takes the spread that bound implies: the
+    # lognormal through the mean and the bounded P99 (its σ the smaller root of
+    # z σ - σ²/2 = ln(P99 / mean)); else a P99 E2E SLO would keep the islands P99 TPOT lost
+    z, log_ratio = _Z[PERCENTILES[-1]], jnp.log(jnp.maximum(bounded_top / spread.tpot_ms, 1.0))
+    tail_sigma = z - jnp.sqrt(jnp.maximum(z * z - 2.0 * log_ratio, 0.0))
+    tpot_cv = jnp.where(bounded_top < lognormal_top, jnp.sqrt(jnp.expm1(tail_sigma * tail_sigma)), tpot_cv)
     decode_cv2 = (1.0 + spread.osl_cv ** 2) * (1.0 + tpot_cv ** 2) - 1.0
     means = prefill_means + decode_ms
     variance = (prefill_means * service_cv) ** 2 + decode_ms ** 2 * decode_cv2
