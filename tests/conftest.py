@@ -29,10 +29,12 @@ def small_grid():
     )
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(autouse=True, scope="module")
 def _programs_within_the_map_limit():
     """A worker runs hundreds of tests' programs: drop them before the process's memory mappings
-    reach the kernel's cap (jaxpareto.definitions.program_memory), which would abort it."""
+    reach the kernel's cap (jaxpareto.definitions.program_memory), which would abort it. Sweeps,
+    searches and predictors check for themselves; this covers tests that jit the physics
+    directly, once a module (a module's programs stay well under the 40 % left)."""
     from jaxpareto.definitions.program_memory import release_programs_near_map_limit
 
     release_programs_near_map_limit()

@@ -49,6 +49,8 @@ from jaxpareto.physics.queueing import PrefillMix
 
 #: The percentiles reported, and their names in the dataset (vLLM's).
 PERCENTILES = (50, 90, 99)
+#: The upper ones, whose TPOT the batch's own quantile bounds (`seen_batch_quantiles`).
+TAIL_PERCENTILES = tuple(p for p in PERCENTILES if p > 50)
 _Z = {p: NormalDist().inv_cdf(p / 100.0) for p in PERCENTILES}  # standard normal quantiles
 _Z_UPPER = {p: NormalDist().inv_cdf(0.5 + p / 200.0) for p in PERCENTILES}  # ... at (1 + q) / 2
 _SIGMA_FLOOR = 1e-4  # a fixed length is a lognormal this narrow (keeps the CDF finite)
@@ -181,7 +183,7 @@ class TurnSpread(NamedTuple):
             prefill adds to the decode steps it shares [ms]. None: TTFT less the wait and
             ``fixed_ms``.
         batch_rise_ms: the decode step's rise from the seen batch B to each of the batch's
-            `seen_batch_quantiles` (T(B_p) - T(B), shape (len(PERCENTILES),)) [ms]: the upper
+            `seen_batch_quantiles` (T(B_p) - T(B), shape (len(TAIL_PERCENTILES),)) [ms]: those
             TPOT quantiles stop at the mean plus it plus the prefill chunks' own deviation (the
             two parts' quantiles summed). None: no bound.
     """
@@ -217,7 +219,7 @@ class LatencyPercentiles(NamedTuple):
 
 
 def seen_batch_quantiles(batch: jax.Array, batch_variance: jax.Array) -> list[jax.Array]:
-    """The batch a request sees over its turn at each of `PERCENTILES`: lognormal of mean
+    """The batch a request sees over its turn at each of `TAIL_PERCENTILES`: lognormal of mean
     ``batch`` and the turn-averaged variance (x 2/3, `latency_percentiles`), scalars.
 
     A count's spread (Poisson, binomial) is skewed right like a lognormal's; a decode step's
@@ -226,7 +228,7 @@ def seen_batch_quantiles(batch: jax.Array, batch_variance: jax.Array) -> list[ja
     """
     sd = jnp.sqrt(_AVERAGED_BATCH_VARIANCE * jnp.maximum(batch_variance, 0.0))
     mean = jnp.maximum(batch, 1e-9)
-    return [lognormal_quantile(mean, sd / mean, p) for p in PERCENTILES]
+    return [lognormal_quantile(mean, sd / mean, p) for p in TAIL_PERCENTILES]
 
 
 def latency_percentiles(spread: TurnSpread, with_wait: bool = True) -> LatencyPercentiles:
@@ -279,9 +281,9 @@ def latency_percentiles(spread: TurnSpread, with_wait: bool = True) -> LatencyPe
         # batch's quantile plus the prefill chunks' own deviation, the two summed as if they
         # moved together (for a dense model's linear T(B) the bound lies above the lognormal)
         chunk_cv = chunk_sd / spread.tpot_ms
-        tpot = [jnp.minimum(q, spread.tpot_ms + spread.batch_rise_ms[i]
-                            + lognormal_quantile(spread.tpot_ms, chunk_cv, p) - spread.tpot_ms) if p > 50 else q
-                for i, (p, q) in enumerate(zip(PERCENTILES, tpot))]
+        bound = dict(zip(TAIL_PERCENTILES, spread.batch_rise_ms))
+        tpot = [jnp.minimum(q, bound[p] + lognormal_quantile(spread.tpot_ms, chunk_cv, p)) if p in bound else q
+                for p, q in zip(PERCENTILES, tpot)]
     bounded_top = tpot[-1]
     tpot = tuple(jnp.minimum(q, jnp.maximum(spread.tpot_cap_ms, spread.tpot_ms)) for q in tpot)
 
