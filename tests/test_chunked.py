@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxpareto.physics.chunked import LOOP_CHUNK, chunked
+from jaxpareto.physics.chunked import LOOP_CHUNK, NARROWEST, NARROWING, Loop, LoopParts, chunked
 
 
 def heron(args):
@@ -28,6 +28,26 @@ def heron(args):
 
 
 CHUNKED = chunked(heron)
+
+
+def heron_parts(args):
+    """`heron` as the parts of a loop (`Loop`): the same steps, so the same results."""
+    a, tol = args
+
+    def keep_going(state):
+        x, step, i = state
+        return (jnp.abs(step) > tol * x) & (i < 200)
+
+    def step(state):
+        x, _, i = state
+        new = 0.5 * (x + a / x)
+        return new, new - x, i + 1
+
+    return LoopParts(lambda: (a + 1.0, jnp.inf * a, jnp.zeros((), jnp.int32)), keep_going, step,
+                     lambda state: {"root": state[0], "iterations": state[2]})
+
+
+NARROWED = chunked(Loop(heron_parts))
 
 
 def test_without_vmap_it_is_the_solve():
@@ -94,3 +114,45 @@ def test_jvp_under_vmap():
         return jax.vmap(lambda x: jax.jvp(lambda y: fn((y, jnp.float32(1e-6)))["root"], (x,), (jnp.float32(1.0),))[1])
 
     np.testing.assert_allclose(tangent(CHUNKED)(a), tangent(heron)(a), rtol=1e-6)
+
+
+@pytest.mark.parametrize("n", [NARROWING * NARROWEST - 1, LOOP_CHUNK, 2 * LOOP_CHUNK + 3])
+def test_narrowed_loop_equals_plain_vmap(n):
+    """A `Loop` narrowed to its points still going gives a plain vmap's results bit for bit,
+    whatever the order of slow and fast points (a few very slow ones among many fast: the
+    narrowest batch; every point slow: no narrowing happens), and the program holds the
+    narrower loops."""
+    rng = np.random.default_rng(n)
+    a = np.geomspace(1e-3, 1e6, n)
+    a[rng.random(n) < 0.01] = 1e30  # Heron from a + 1 halves its way down: ~50 steps
+    a = jnp.asarray(rng.permutation(a), jnp.float32)
+    tol = jnp.float32(1e-6)
+    want = jax.jit(jax.vmap(heron, in_axes=((0, None),)))((a, tol))
+    got = jax.jit(jax.vmap(NARROWED, in_axes=((0, None),)))((a, tol))
+    for key in want:
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    assert np.ptp(np.asarray(want["iterations"])) > 30
+    slow = jnp.full((n,), 1e30, jnp.float32)
+    np.testing.assert_array_equal(jax.vmap(NARROWED, in_axes=((0, None),))((slow, tol))["root"],
+                                  jax.vmap(heron, in_axes=((0, None),))((slow, tol))["root"])
+    loops = [line for line in str(jax.make_jaxpr(jax.vmap(NARROWED, in_axes=((0, None),)))((a, tol))).splitlines()
+             if "= while[" in line]
+    width = min(n, LOOP_CHUNK)
+    if width >= NARROWING * NARROWEST:
+        assert any(f"f32[{width // NARROWING}]" in line for line in loops), loops
+    else:
+        assert not any(f"f32[{width // NARROWING}]" in line for line in loops), loops
+
+
+def test_narrowed_loop_under_nested_vmaps_and_jvp():
+    """Folded into chunks by nested vmaps, and differentiated, a `Loop` is its plain solve."""
+    a = jnp.asarray(np.geomspace(1e-2, 1e5, 700), jnp.float32)
+    scale = jnp.asarray([1.0, 3.0], jnp.float32)
+    nest = jax.vmap(jax.vmap(lambda s, x: NARROWED((s * x, jnp.float32(1e-6)))["root"], in_axes=(None, 0)),
+                    in_axes=(0, None))
+    plain = jax.vmap(jax.vmap(lambda s, x: heron((s * x, jnp.float32(1e-6)))["root"], in_axes=(None, 0)),
+                     in_axes=(0, None))
+    np.testing.assert_array_equal(jax.jit(nest)(scale, a), jax.jit(plain)(scale, a))
+    tangent = jax.vmap(lambda x: jax.jvp(lambda y: NARROWED((y, jnp.float32(1e-6)))["root"], (x,),
+                                         (jnp.float32(1.0),))[1])
+    np.testing.assert_allclose(tangent(a[:600]), 0.5 / np.sqrt(np.asarray(a[:600])), rtol=1e-4)

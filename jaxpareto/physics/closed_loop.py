@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 
 from jaxpareto.definitions.settings import Solver
-from jaxpareto.physics.chunked import chunked
-from jaxpareto.physics.joint import JointSolution, JointSystem, solve_joint
+from jaxpareto.physics.chunked import Loop, LoopParts, chunked
+from jaxpareto.physics.joint import JointSolution, JointSystem, joint_loop
 
 
 class FixedPoint(NamedTuple):
@@ -40,40 +40,26 @@ def active_ratio(latency_ms: jax.Array, think_time_ms: jax.Array) -> jax.Array:
     return latency_ms / (latency_ms + think_time_ms)
 
 
-def solve_effective_batch(
-    latency_ms: Callable[[jax.Array], jax.Array],
-    concurrency_eff: jax.Array,
-    think_time_ms: jax.Array,
-    solver: Solver,
-) -> FixedPoint:
-    """Damped fixed-point iteration of docs/model.md (the seed's reference solver).
+def damped_loop(target: Callable[[jax.Array], jax.Array], start: jax.Array, solver: Solver,
+                cap: jax.Array | None = None) -> LoopParts:
+    """The damped fixed-point iteration of docs/model.md (the seed's reference solver), in parts
+    (`jaxpareto.physics.chunked.LoopParts`; ``.run()`` runs it).
 
-    Start at B = 1; each step computes B_target = C_eff x ρ(B); stop when
-    |B_target - B| <= tol x B, else B <- (1 - damping) B + damping B_target; give up after
-    ``max_iter`` updates. A non-finite target stops the loop unconverged.
+    From B = ``start`` (the closed loop's 1, seed step 4), each step computes the target
+    (C_eff x ρ(B) in the closed loop, seed eq. 4); stop when |target - B| <= tol x B, else
+    B <- (1 - damping) B + damping target; give up after ``max_iter`` updates. A non-finite
+    target, or B above ``cap`` (the open loop's divergence: no fixed point below it), stops the
+    loop unconverged. The map is increasing, so the iterates move monotonically to the nearest
+    fixed point in the direction of target(start) - start.
 
     Args:
-        latency_ms: R(B), the turn latency [ms] at effective batch B (scalar -> scalar).
-        concurrency_eff: C_eff [sessions] (scalar, >= 1).
-        think_time_ms: Z [ms] (scalar, >= 0).
-        solver: damping, tol, max_iter.
+        target: B -> the target [sessions or requests] (scalar -> scalar).
+        start: the first B (scalar). solver: damping, tol, max_iter. cap: B's bound, or None.
 
     Returns:
-        `FixedPoint` with the status as data, never an exception.
+        `LoopParts` with state (B, target(B), updates); ``finish`` gives the `FixedPoint`, the
+        status as data, never an exception.
     """
-
-    def target(b):
-        return concurrency_eff * active_ratio(latency_ms(b), think_time_ms)
-
-    return damped_iteration(target, jnp.ones_like(concurrency_eff), solver)
-
-
-def damped_iteration(target: Callable[[jax.Array], jax.Array], start: jax.Array, solver: Solver,
-                     cap: jax.Array | None = None) -> FixedPoint:
-    """B <- (1 - damping) B + damping target(B) from ``start`` until |target - B| <= tol x B,
-    a non-finite target, B above ``cap`` (the open loop's divergence: no fixed point below it)
-    or ``max_iter`` updates. The map is increasing, so the iterates move monotonically to the
-    nearest fixed point in the direction of target(start) - start."""
     cap = jnp.inf if cap is None else cap
 
     def within_tol(b, t):
@@ -88,8 +74,11 @@ def damped_iteration(target: Callable[[jax.Array], jax.Array], start: jax.Array,
         b_next = (1.0 - solver.damping) * b + solver.damping * t
         return b_next, target(b_next), i + 1
 
-    b, t, i = jax.lax.while_loop(keep_going, step, (start, target(start), jnp.zeros((), jnp.int32)))
-    return FixedPoint(b, within_tol(b, t) & (b <= cap), i, jnp.abs(t - b) / b)
+    def finish(state):
+        b, t, i = state
+        return FixedPoint(b, within_tol(b, t) & (b <= cap), i, jnp.abs(t - b) / b)
+
+    return LoopParts(lambda: (start, target(start), jnp.zeros((), jnp.int32)), keep_going, step, finish)
 
 
 def _positive_root(intercept, slope, concurrency_eff, think_time_ms):
@@ -248,21 +237,21 @@ def _residual(latency_ms, open_loop, b, inputs: LoopInputs):
 
 
 @functools.lru_cache(maxsize=None)
-def _iterative_solve(latency_ms, solver_name, open_loop, joint):
-    """The iterative solve of ``solver_name`` for one point, a function of (inputs, solver) (the
+def _iterative_solve(latency_ms, solver_name, open_loop, joint) -> Loop:
+    """The iterative solve of ``solver_name`` for one point, a `Loop` over (inputs, solver) (the
     same object per arguments: `jaxpareto.physics.chunked.chunked` keys on it)."""
 
-    def solve(args):
+    def parts(args):
         inputs, solver = args
         if joint is not None and not open_loop and solver_name == "newton":
-            return solve_joint(joint, inputs.latency, inputs.concurrency_eff, inputs.think_time_ms, solver)
+            return joint_loop(joint, inputs.latency, inputs.concurrency_eff, inputs.think_time_ms, solver)
         if open_loop:
-            return damped_iteration(lambda b: _target(latency_ms, True, b, inputs),
-                                    jnp.zeros_like(inputs.rate_per_ms), solver, inputs.batch_cap)
-        return solve_effective_batch(lambda b: latency_ms(inputs.latency, b), inputs.concurrency_eff,
-                                     inputs.think_time_ms, solver)
+            return damped_loop(lambda b: _target(latency_ms, True, b, inputs), jnp.zeros_like(inputs.rate_per_ms),
+                               solver, inputs.batch_cap)
+        return damped_loop(lambda b: _target(latency_ms, False, b, inputs), jnp.ones_like(inputs.concurrency_eff),
+                           solver)
 
-    return solve
+    return Loop(parts)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2, 3, 4))

@@ -56,6 +56,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxpareto.definitions.settings import Solver
+from jaxpareto.physics.chunked import LoopParts
 
 MAX_ITERATIONS = 64  # Newton within a bracket: far more than it ever needs
 # a Newton step for B may go at most this many undamped steps B_target - B
@@ -118,9 +119,10 @@ class JointSolution(NamedTuple):
     inner: jax.Array
 
 
-def solve_joint(system: JointSystem, latency_inputs, concurrency_eff: jax.Array, think_time_ms: jax.Array,
-                solver: Solver) -> JointSolution:
-    """The closed loop's B and the inner roots a, jointly (module docstring).
+def joint_loop(system: JointSystem, latency_inputs, concurrency_eff: jax.Array, think_time_ms: jax.Array,
+               solver: Solver) -> LoopParts:
+    """The closed loop's B and the inner roots a, jointly (module docstring), as the parts of a
+    loop (`jaxpareto.physics.chunked.LoopParts`; ``.run()`` runs it).
 
     Args:
         system: `JointSystem`.
@@ -129,7 +131,7 @@ def solve_joint(system: JointSystem, latency_inputs, concurrency_eff: jax.Array,
         solver: its ``tol`` and ``max_iter`` (the damping is not used).
 
     Returns:
-        `JointSolution`.
+        `LoopParts` whose ``finish`` gives the `JointSolution`.
     """
     lows, highs = jnp.asarray(system.lows), jnp.asarray(system.highs)
     one = jnp.ones_like(concurrency_eff)
@@ -147,10 +149,6 @@ def solve_joint(system: JointSystem, latency_inputs, concurrency_eff: jax.Array,
             (jnp.abs(g[1:]) <= INNER_NOISE * solver.tol)
         return (jnp.abs(g[0]) <= solver.tol * z[0]) & inner.all()
 
-    z0 = jnp.concatenate([jnp.stack([one]), system.start(latency_inputs, one)])
-    g0 = residuals(z0)
-    upward = g0[0] >= 0.0
-    bracket0 = (jnp.where(upward, one, 0.0 * one), jnp.where(upward, jnp.maximum(concurrency_eff, one), one))
     limit = jnp.minimum(solver.max_iter, MAX_ITERATIONS)
 
     def keep_going(state):
@@ -228,8 +226,17 @@ def solve_joint(system: JointSystem, latency_inputs, concurrency_eff: jax.Array,
         a_lo, a_hi, tried = jnp.where(moved, lows, a_lo), jnp.where(moved, highs, a_hi), tried & ~moved
         return z_next, residuals(z_next), (lo, hi), (a_lo, a_hi, tried), (reach, heading), i + ~finished, finished
 
-    start = (z0, g0, bracket0, (lows + 0.0 * one, highs + 0.0 * one, lows < lows), (STEP_LIMIT + 0.0 * one, 0.0 * one),
-             jnp.zeros((), jnp.int32), jnp.zeros((), bool))
-    z, g, _, _, _, i, finished = jax.lax.while_loop(keep_going, step, start)
-    b = z[0]
-    return JointSolution(b, finished, i, jnp.abs(g[0]) / b, z[1:])
+    def start():
+        z0 = jnp.concatenate([jnp.stack([one]), system.start(latency_inputs, one)])
+        g0 = residuals(z0)
+        upward = g0[0] >= 0.0
+        bracket0 = (jnp.where(upward, one, 0.0 * one), jnp.where(upward, jnp.maximum(concurrency_eff, one), one))
+        return (z0, g0, bracket0, (lows + 0.0 * one, highs + 0.0 * one, lows < lows),
+                (STEP_LIMIT + 0.0 * one, 0.0 * one), jnp.zeros((), jnp.int32), jnp.zeros((), bool))
+
+    def finish(state):
+        z, g, _, _, _, i, finished = state
+        b = z[0]
+        return JointSolution(b, finished, i, jnp.abs(g[0]) / b, z[1:])
+
+    return LoopParts(start, keep_going, step, finish)
