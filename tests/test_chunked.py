@@ -47,7 +47,8 @@ def heron_parts(args):
                      lambda state: {"root": state[0], "iterations": state[2]})
 
 
-NARROWED = chunked(Loop(heron_parts))
+MASKED = chunked(Loop(heron_parts))  # its own masked loop over the whole batch
+NARROWED = chunked(Loop(heron_parts, narrowings=2))
 
 
 def test_without_vmap_it_is_the_solve():
@@ -128,20 +129,27 @@ def test_narrowed_loop_equals_plain_vmap(n):
     a = jnp.asarray(rng.permutation(a), jnp.float32)
     tol = jnp.float32(1e-6)
     want = jax.jit(jax.vmap(heron, in_axes=((0, None),)))((a, tol))
-    got = jax.jit(jax.vmap(NARROWED, in_axes=((0, None),)))((a, tol))
-    for key in want:
-        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    for fn in (MASKED, NARROWED):
+        got = jax.jit(jax.vmap(fn, in_axes=((0, None),)))((a, tol))
+        for key in want:
+            np.testing.assert_array_equal(got[key], want[key], err_msg=key)
     assert np.ptp(np.asarray(want["iterations"])) > 30
+    # the slowest point first: the narrower batch's fill (copies of point 0) is not stepped
+    first = jnp.concatenate([jnp.full((1,), 1e30, jnp.float32), a[1:]])
+    np.testing.assert_array_equal(jax.vmap(NARROWED, in_axes=((0, None),))((first, tol))["iterations"],
+                                  jax.vmap(heron, in_axes=((0, None),))((first, tol))["iterations"])
     slow = jnp.full((n,), 1e30, jnp.float32)
     np.testing.assert_array_equal(jax.vmap(NARROWED, in_axes=((0, None),))((slow, tol))["root"],
                                   jax.vmap(heron, in_axes=((0, None),))((slow, tol))["root"])
     loops = [line for line in str(jax.make_jaxpr(jax.vmap(NARROWED, in_axes=((0, None),)))((a, tol))).splitlines()
              if "= while[" in line]
     width = min(n, LOOP_CHUNK)
-    if width >= NARROWING * NARROWEST:
-        assert any(f"f32[{width // NARROWING}]" in line for line in loops), loops
-    else:
-        assert not any(f"f32[{width // NARROWING}]" in line for line in loops), loops
+    narrower = [f"f32[{width // NARROWING}]" in line for line in loops]
+    assert any(narrower) == (width >= NARROWING * NARROWEST), loops
+    if width >= NARROWING ** 2 * NARROWEST:  # narrowed twice
+        assert any(f"f32[{width // NARROWING ** 2}]" in line for line in loops), loops
+    masked = str(jax.make_jaxpr(jax.vmap(MASKED, in_axes=((0, None),)))((a, tol)))
+    assert f"f32[{width // NARROWING}]" not in masked
 
 
 def test_narrowed_loop_under_nested_vmaps_and_jvp():

@@ -17,13 +17,26 @@ program is a plain vmap's. What the loop needs is computed before it, and what f
 result after it, batched as the caller batches them (factored: once per combination of the axes
 each depends on).
 
-Within a chunk, a solve given as a `Loop` (its parts: start, keep-going test, step, finish) is
-also narrowed: all points are stepped until at most 1 in `NARROWING` are still going, then those
-are gathered into a batch that much narrower and stepped alone, and so on (stream compaction, as
-GPU ray tracers regroup their live rays). A chunk then costs about its points' own steps, not
-its slowest point's steps times its width: on the seed's damped solve, whose steps per point
-range from a few to some 50, the named benchmark grid ran 1.35x faster. Each point takes the same
-steps as in a plain vmap, so the results are the same bit for bit.
+A solve given as a `Loop` (its parts: start, keep-going test, step, finish) runs as its own
+masked loop over a chunk: every step updates the points still going, whose mask is carried and
+narrowed by the test once a step. `jax.vmap` of a while loop evaluates the test twice a step (in
+the loop's condition and again in its body, to select), and ran the seed's damped solve on the
+named benchmark grid in 115-126 ms against 89-93 ms so.
+
+A `Loop` may also narrow its batch (``narrowings``): all points are stepped until at most 1 in
+`NARROWING` are still going, then those are gathered into a batch that much narrower and stepped
+alone (stream compaction), its fill neither stepped nor written back. A batch then costs about
+its points' own steps, not its slowest point's steps times its width, at the price of compiling
+the step once more. The damped solve narrows where R(B) holds inner roots and in the open loop:
+on the models benchmark grid (flat sub-batches of 1,024, narrowed to 128) the damped shared
+engine ran 1.4x faster (0.87 -> 0.61 s) and the damped lognormal LRU 1.7x (5.98 -> 3.58 s);
+the seed's cheap steps gained nothing on the named grid (89-93 ms against 95-103), and Newton's
+few steps (1.2x) did not repay compiling its large step twice (4.5 -> 6.7 s).
+
+Each point takes the same steps as in a plain vmap. The masked loop's results are a plain
+vmap's bit for bit on the grids compared; a narrower batch is a separately compiled program,
+which XLA may round differently (a shared-engine open-loop grid: B within 3e-6 relative, one
+point of 600 stopping a step later).
 """
 
 from __future__ import annotations
@@ -39,12 +52,12 @@ from jax.custom_batching import custom_vmap
 # points stepped together. Wider than the flat evaluation's sub-batch of 1,024 (which this does not
 # split): a step's fixed cost is shared by more points. On the benchmarks' grids (2-core CPU)
 # 4,096 ran the seed's damped solver at 7.3 M configs/s on the one-model grid against 5.5 M at
-# 1,024, before narrowing; with it, 8,192 and 16,384 run no faster.
+# 1,024 (vmapped while loops); with the masked loop, 8,192 and 16,384 ran no faster.
 LOOP_CHUNK = 1 << 12
-# a chunk's loop steps all its points until no more than 1 in `NARROWING` are still going, then
-# those go on alone in a batch that much narrower (gathered by `jnp.nonzero`), and so on down to
-# `NARROWEST` points. Narrowing by 8 ran the named grid's damped solve in 86-88 ms, by 4 in
-# 92, by 2 in 103 (each narrowing gathers every input of the points kept), without in 115-126.
+# a narrowing keeps the points still going once no more than 1 in `NARROWING` are, in a batch
+# that much narrower (gathered by `jnp.nonzero`), of `NARROWEST` points at least. Narrowed twice
+# by 8, the named grid's damped solve ran in 86-88 ms, by 4 in 92, by 2 in 103 (each narrowing
+# gathers every input of the points kept).
 NARROWING = 8
 NARROWEST = 64
 
@@ -55,8 +68,8 @@ class LoopParts(NamedTuple):
 
     Attributes:
         start: () -> the first state.
-        keep_going: state -> bool, whether to step again (on a state kept after it was False,
-            it must stay False: the state no longer changes).
+        keep_going: state -> bool, whether to step again (a pure function of the state: it is
+            evaluated again on the states gathered into a narrower batch).
         step: state -> the next state.
         finish: state -> the result, a pytree of arrays.
     """
@@ -73,9 +86,14 @@ class LoopParts(NamedTuple):
 
 class Loop(NamedTuple):
     """An iterative solve given by its parts: ``parts(args)`` is the `LoopParts` of the point
-    with arguments ``args`` (a pytree of arrays). Calling it runs the loop."""
+    with arguments ``args`` (a pytree of arrays). Calling it runs the loop.
+
+    ``narrowings``: how many times `chunked` narrows a batch to its points still going (each
+    narrowing compiles the step once more: worth it where steps are many and costly).
+    """
 
     parts: Callable
+    narrowings: int = 0
 
     def __call__(self, args):
         return self.parts(args).run()
@@ -84,8 +102,8 @@ class Loop(NamedTuple):
 def chunked(solve: Callable) -> Callable:
     """``solve`` (a pytree of arrays of one point -> a pytree of arrays) with its vmaps run by
     chunks of `LOOP_CHUNK` points (module docstring). Without a vmap it is ``solve``. A `Loop`
-    is also narrowed to the points still going within each chunk (`NARROWING`); the results
-    are the plain vmap's, point by point (each point takes the same steps).
+    runs as a masked loop over each chunk, narrowed to the points still going as often as its
+    ``narrowings`` say; each point takes the same steps as in a plain vmap.
 
     ``solve`` is static: give the same object for the same computation (jit keys on it).
     """
@@ -105,9 +123,8 @@ def _run(solve, tree, batched: tuple[bool, ...], leaves: list):
     axes = [0 if b else None for b in batched]
 
     def vmapped(parts):
-        n_lanes = next(leaf.shape[0] for leaf, b in zip(parts, batched) if b)
-        if isinstance(solve, Loop) and n_lanes >= NARROWING * NARROWEST:
-            return _narrowing(solve, tree, batched, parts, n_lanes)
+        if isinstance(solve, Loop):
+            return _masked_loop(solve, tree, batched, parts, next(leaf.shape[0] for leaf, b in zip(parts, batched) if b))
         return jax.vmap(lambda *xs: solve(jax.tree_util.tree_unflatten(tree, list(xs))), in_axes=axes)(*parts)
 
     n = next(leaf.shape[0] for leaf, b in zip(leaves, batched) if b)
@@ -130,10 +147,10 @@ def _run(solve, tree, batched: tuple[bool, ...], leaves: list):
     return jax.tree_util.tree_map(lambda a: a.reshape((chunks * LOOP_CHUNK,) + a.shape[2:])[:n], out)
 
 
-def _narrowing(loop: Loop, tree, batched: tuple[bool, ...], leaves: list, n: int):
-    """``loop`` over a batch of ``n`` points (the ``batched`` leaves have a leading axis of n),
-    stepping all of them until at most n / `NARROWING` are still going, then those alone
-    (`_narrowed`); the points' states are those of a plain vmap of the loop."""
+def _masked_loop(loop: Loop, tree, batched: tuple[bool, ...], leaves: list, n: int):
+    """``loop`` over a batch of ``n`` points (the ``batched`` leaves have a leading axis of n):
+    started, stepped where still going and narrowed as its ``narrowings`` say (`_narrowed`), and
+    finished; each point takes the steps a plain vmap of the loop takes."""
     axes = [0 if b else None for b in batched]
 
     def per_point(part):
@@ -150,17 +167,17 @@ def _narrowing(loop: Loop, tree, batched: tuple[bool, ...], leaves: list, n: int
 
     start = jax.vmap(lambda *xs: loop.parts(jax.tree_util.tree_unflatten(tree, list(xs))).start(),
                      in_axes=axes)(*leaves)
-    state = _narrowed(going, stepped, batched, leaves, start, n)
+    state = _narrowed(going, stepped, batched, leaves, start, n, levels=loop.narrowings)
     return jax.vmap(per_point("finish"), in_axes=(*axes, 0))(*leaves, state)
 
 
-def _narrowed(going, stepped, batched, leaves, state, n: int):
-    """Step the batch of ``n`` points where they keep going (a vmapped while loop's masked
-    update) until at most the next width's number are, then gather those (and as many copies of
-    point 0 as fill the width: they take the same steps as it, or none) into that narrower
-    batch, recurse, and scatter their states back."""
+def _narrowed(going, stepped, batched, leaves, state, n: int, live=None, levels: int = 0):
+    """Step the batch of ``n`` points where they keep going (``live``: only those of its points,
+    the rest fill) until none do, or, with ``levels`` of narrowing left, until at most n /
+    `NARROWING` do; then gather those into that narrower batch, recurse, and scatter their
+    states back (the narrower batch's fill is neither stepped nor written back)."""
     width = n // NARROWING
-    width = width if width >= NARROWEST else 0
+    width = width if width >= NARROWEST and levels > 0 else 0
 
     def more(carry):
         _, still = carry
@@ -173,15 +190,19 @@ def _narrowed(going, stepped, batched, leaves, state, n: int):
             lambda a, b: jnp.where(still.reshape(still.shape + (1,) * (a.ndim - 1)), a, b), new, state)
         return state, still & going(leaves, state)
 
-    state, still = jax.lax.while_loop(more, update, (state, going(leaves, state)))
+    still = going(leaves, state) if live is None else live & going(leaves, state)
+    state, still = jax.lax.while_loop(more, update, (state, still))
     if not width:
         return state
 
     def narrowed(state):
         index = jnp.nonzero(still, size=width, fill_value=0)[0]
+        kept = jnp.arange(width) < still.sum()
         narrow = [leaf[index] if b else leaf for leaf, b in zip(leaves, batched)]
-        inner = _narrowed(going, stepped, batched, narrow, jax.tree_util.tree_map(lambda a: a[index], state), width)
-        return jax.tree_util.tree_map(lambda a, b: a.at[index].set(b), state, inner)
+        inner = _narrowed(going, stepped, batched, narrow, jax.tree_util.tree_map(lambda a: a[index], state), width,
+                          kept, levels - 1)
+        back = jnp.where(kept, index, n)  # the fill goes nowhere
+        return jax.tree_util.tree_map(lambda a, b: a.at[back].set(b, mode="drop"), state, inner)
 
     # a batch whose points have all stopped skips the gathering
     return jax.lax.cond(still.any(), narrowed, lambda state: state, state)
