@@ -119,8 +119,9 @@ def test_jvp_under_vmap():
 
 @pytest.mark.parametrize("n", [NARROWING * NARROWEST - 1, LOOP_CHUNK, 2 * LOOP_CHUNK + 3])
 def test_narrowed_loop_equals_plain_vmap(n):
-    """A `Loop` narrowed to its points still going gives a plain vmap's results bit for bit,
-    whatever the order of slow and fast points (a few very slow ones among many fast: the
+    """A `Loop` (masked, and narrowed to its points still going) gives a plain vmap's results
+    (bit for bit for this loop, whose few operations XLA rounds alike in any batch), whatever
+    the order of slow and fast points (a few very slow ones among many fast: the
     narrowest batch; every point slow: no narrowing happens), and the program holds the
     narrower loops."""
     rng = np.random.default_rng(n)

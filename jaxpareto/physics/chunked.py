@@ -33,10 +33,13 @@ engine ran 1.4x faster (0.87 -> 0.61 s) and the damped lognormal LRU 1.7x (5.98 
 the seed's cheap steps gained nothing on the named grid (89-93 ms against 95-103), and Newton's
 few steps (1.2x) did not repay compiling its large step twice (4.5 -> 6.7 s).
 
-Each point takes the same steps as in a plain vmap. The masked loop's results are a plain
-vmap's bit for bit on the grids compared; a narrower batch is a separately compiled program,
-which XLA may round differently (a shared-engine open-loop grid: B within 3e-6 relative, one
-point of 600 stopping a step later).
+The masked loop runs each point's steps as a plain vmap does, and its results are a plain
+vmap's bit for bit on the grids compared. A narrower batch runs the same step function as a
+separately compiled program, which XLA may round differently, so a point can stop a step apart
+where its test is near its tolerance: on a shared-engine open-loop grid B moved by up to 3e-6
+relative, 2 points of 2,880 took another number of steps, and outputs sensitive to B (the wait
+for a KV slot) moved by up to 7e-5; in the closed loop's shared engine, GPU utilisation by
+2e-7.
 """
 
 from __future__ import annotations
@@ -103,7 +106,7 @@ def chunked(solve: Callable) -> Callable:
     """``solve`` (a pytree of arrays of one point -> a pytree of arrays) with its vmaps run by
     chunks of `LOOP_CHUNK` points (module docstring). Without a vmap it is ``solve``. A `Loop`
     runs as a masked loop over each chunk, narrowed to the points still going as often as its
-    ``narrowings`` say; each point takes the same steps as in a plain vmap.
+    ``narrowings`` say (a narrower batch may round differently: module docstring).
 
     ``solve`` is static: give the same object for the same computation (jit keys on it).
     """
@@ -150,7 +153,7 @@ def _run(solve, tree, batched: tuple[bool, ...], leaves: list):
 def _masked_loop(loop: Loop, tree, batched: tuple[bool, ...], leaves: list, n: int):
     """``loop`` over a batch of ``n`` points (the ``batched`` leaves have a leading axis of n):
     started, stepped where still going and narrowed as its ``narrowings`` say (`_narrowed`), and
-    finished; each point takes the steps a plain vmap of the loop takes."""
+    finished."""
     axes = [0 if b else None for b in batched]
 
     def per_point(part):
