@@ -9,29 +9,10 @@ import pytest
 from jaxpareto.physics.chunked import LOOP_CHUNK, NARROWEST, NARROWING, Loop, LoopParts, chunked
 
 
-def heron(args):
-    """√a by Heron's iteration from x = a + 1, to a relative step of ``tol``: a loop whose trip
-    count varies from point to point (the property chunking must respect)."""
-    a, tol = args
-
-    def keep_going(state):
-        x, step, i = state
-        return (jnp.abs(step) > tol * x) & (i < 200)
-
-    def step(state):
-        x, _, i = state
-        new = 0.5 * (x + a / x)
-        return new, new - x, i + 1
-
-    x, _, i = jax.lax.while_loop(keep_going, step, (a + 1.0, jnp.inf * a, jnp.zeros((), jnp.int32)))
-    return {"root": x, "iterations": i}
-
-
-CHUNKED = chunked(heron)
-
-
 def heron_parts(args):
-    """`heron` as the parts of a loop (`Loop`): the same steps, so the same results."""
+    """√a by Heron's iteration from x = a + 1, to a relative step of ``tol``, as the parts of a
+    loop (`LoopParts`): a loop whose trip count varies from point to point (the property
+    chunking must respect)."""
     a, tol = args
 
     def keep_going(state):
@@ -47,6 +28,12 @@ def heron_parts(args):
                      lambda state: {"root": state[0], "iterations": state[2]})
 
 
+def heron(args):
+    """`heron_parts` run by `jax.lax.while_loop`: the plain solve, a scalar function."""
+    return heron_parts(args).run()
+
+
+CHUNKED = chunked(heron)
 MASKED = chunked(Loop(heron_parts))  # its own masked loop over the whole batch
 NARROWED = chunked(Loop(heron_parts, narrowings=2))
 
