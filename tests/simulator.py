@@ -119,8 +119,10 @@ class _Engine:
 
 def simulate(step_ms, rate_per_s: float, requests: int, prefill_tokens: float, osl: float, chunk_tokens: float,
              isl_cv: float = 0.0, osl_cv: float = 0.0, seed: int = 0, warmup: float = 0.1,
-             slots: int | None = None, decode_in_budget: bool = False) -> Simulated:
-    """Run ``requests`` Poisson arrivals at ``rate_per_s`` through the engine.
+             slots: int | None = None, decode_in_budget: bool = False, arrival_cv: float = 1.0) -> Simulated:
+    """Run ``requests`` Poisson arrivals at ``rate_per_s`` through the engine (or, with
+    ``arrival_cv`` below 1, arrivals whose gaps are gamma distributed with that coefficient of
+    variation: 1 / sqrt(k), a share of a Poisson stream dealt over k engines in turn).
 
     Args:
         step_ms: (decoding requests n, prefill tokens p) -> step time [ms].
@@ -133,7 +135,10 @@ def simulate(step_ms, rate_per_s: float, requests: int, prefill_tokens: float, o
             each (vLLM V1's and TensorRT-LLM's schedulers), leaving the rest to prefill.
     """
     rng = np.random.default_rng(seed)
-    arrivals = np.cumsum(rng.exponential(1000.0 / rate_per_s, requests))
+    if arrival_cv == 1.0:  # the same draws as before the gaps could be other than exponential
+        arrivals = np.cumsum(rng.exponential(1000.0 / rate_per_s, requests))
+    else:
+        arrivals = np.cumsum(rng.gamma(arrival_cv ** -2, 1000.0 / rate_per_s * arrival_cv ** 2, requests))
     need = np.maximum(np.round(lognormal(rng, prefill_tokens, isl_cv, requests)), 1.0)
     outputs = np.maximum(np.round(lognormal(rng, osl, osl_cv, requests)), 2).astype(int)
     first = np.full(requests, np.nan)

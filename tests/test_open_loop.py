@@ -121,6 +121,24 @@ def test_goodput_is_the_throughput_where_every_target_holds():
         jp.peak_goodput(free.drop_vars("request_goodput"))
 
 
+def test_peak_goodput_of_a_stored_sweep_and_of_a_one_cell_spec(tmp_path):
+    """A store opened lazily, and `jaxpareto sweep` of a spec whose other axes hold one value
+    each, give the peak as the sweep in memory does (an argmax indexer had failed on both)."""
+    import xarray as xr
+
+    ds = jp.sweep(GPU, MODEL, tp=1, request_rate=[1.0, 4.0, 60.0], slo={"p99_ttft_ms": 400.0}, **OPEN)
+    ds.to_zarr(tmp_path / "open.zarr")
+    stored = jp.peak_goodput(xr.open_zarr(tmp_path / "open.zarr"))
+    in_memory = jp.peak_goodput(ds)
+    for name in ("request_goodput_peak", "request_rate_at_peak"):
+        np.testing.assert_array_equal(stored[name].values, in_memory[name].values)
+    assert float(in_memory.request_rate_at_peak.squeeze()) == 4.0
+    spec = tmp_path / "one_cell.toml"
+    spec.write_text('[grid]\ngpu = ["h100-sxm"]\nmodel = ["llama-3.1-8b"]\ntp = [1]\nrequest_rate = [1.0, 4.0]\n'
+                    'context_tokens = [2048]\n[workload]\narrivals = "poisson"\nosl = 128\n')
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "one.zarr")]) == 0
+
+
 def test_closed_loop_percentiles_come_from_the_lengths():
     """Fixed lengths and no cache hits: every percentile is the mean; with hits, P50 is a hit's
     prefill and P99 a miss's; the closed loop's means are untouched."""

@@ -36,7 +36,9 @@ def peak_goodput(ds: xr.Dataset) -> xr.Dataset:
     goodput = ds.request_goodput
     peak = goodput.max(load, skipna=True)
     filled = goodput.fillna(-np.inf)
-    at = ds[load].isel({load: filled.argmax(load)}).drop_vars(load, errors="ignore")
+    # the lowest rate at the peak, by a mask rather than an argmax indexer: a store opened lazily
+    # cannot index with a chunked argmax, and a grid of single-valued axes made xarray's indexing fail
+    at = ds[load].where(filled == filled.max(load)).min(load)
     at = at.where(peak > 0)
     units = {"units": "requests/s"}
     return xr.Dataset({

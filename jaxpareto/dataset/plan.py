@@ -441,7 +441,7 @@ def _check_layout_settings(options: ModelOptions, workload: Workload, definition
 _USED_BY = (("tier_capacity_gb", "cache_model", ("lru",)), ("tier_bandwidth_gbs", "cache_model", ("lru",)),
             ("prefill_chunk_tokens", "prefill_model", ("shared",)),
             ("pause_distribution", "cache_model", ("ttl", "lru")), ("pause_sigma", "cache_model", ("ttl", "lru")),
-            ("turns_per_session", "arrivals", ("poisson",)),
+            ("turns_per_session", "arrivals", ("poisson",)), ("arrival_cv", "arrivals", ("poisson",)),
             ("kv_link_gbs", "serving", ("disaggregated", "conditional")),
             ("kv_link_latency_us", "serving", ("disaggregated", "conditional")),
             ("local_prefill_tokens", "serving", ("conditional",)))

@@ -141,6 +141,13 @@ class Workload(_Validated):
             arrivals, set the prefill queue's wait (`jaxpareto.physics.queueing`); under the
             measured profile ``osl_cv`` lengthens the context decode sees and KV holds to
             L + OSL (1 + osl_cv²) / 2 (`jaxpareto.physics.memory.in_flight_context`).
+        arrival_cv: under ``arrivals="poisson"``, the coefficient of variation of the gaps
+            between requests arriving at one replica (standard deviation / mean), in [0, 1]: 1
+            (default) is Poisson, below 1 more regular (a front end that deals a Poisson stream
+            over k replicas in turn: 1 / sqrt(k)). It scales the waits for prefill capacity and
+            KV slots as a GI/G/1 queue's over the M/G/1 one
+            (`jaxpareto.physics.queueing.renewal_wait_factor`). Bursts (above 1) are not
+            modelled: two moments of the gaps do not set their waits (within 2x).
         turns_per_session: N, turns of a session under ``arrivals="poisson"`` (sessions arrive,
             run N turns with a pause Z between consecutive ones, and leave); 1: every request
             is its own session, as in ``vllm bench serve``.
@@ -171,6 +178,7 @@ class Workload(_Validated):
     isl_cv: float = setting(0.0, low=0, high=10)
     osl_cv: float = setting(0.0, low=0, high=10)
     turns_per_session: float = setting(1.0, low=1, units="turns")
+    arrival_cv: float = setting(1.0, low=0, high=1)
     kv_link_gbs: float = setting(0.0, low=0, units="GB/s")
     kv_link_latency_us: float = setting(0.0, low=0, units="us")
     local_prefill_tokens: float = setting(1000.0, low=0, units="tokens")

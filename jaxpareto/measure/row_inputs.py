@@ -6,7 +6,7 @@ cache, a context of ISL + OSL / 2 tokens (the session-average context of a reque
 tokens after an ISL-token prompt; ISL + OSL (1 + cv²) / 2 where the row's output lengths spread
 with coefficient of variation ``osl_cv``, `jaxpareto.physics.memory.in_flight_context`) unless the
 row gives ``context_tokens``, and the row's OSL. The row's ``isl_cv`` and ``osl_cv`` (blank: 0)
-are the workload's length spreads.
+are the workload's length spreads, its ``arrival_cv`` (blank: 1, Poisson) the open loop's.
 
 Prefill. Under the measured profile (``prefill="prompt"``, its default) the context is the ISL
 prompt, prefilled whole (h = 0) with no prefix, and the profile itself lets decode and KV
@@ -38,8 +38,8 @@ from jaxpareto.definitions.hardware import GEMM_KERNELS, HardwareParams
 from jaxpareto.definitions.model import ModelParams
 from jaxpareto.definitions.settings import LatencySlo, Workload, numeric_fields
 from jaxpareto.mapper import stack_params
-from jaxpareto.measure.validation_set import (COLUMNS, IMBALANCE_COLUMNS, SETTING_COLUMNS, SPREAD_COLUMNS, row_gpu,
-                                              row_model)
+from jaxpareto.measure.validation_set import (ARRIVAL_COLUMNS, COLUMNS, IMBALANCE_COLUMNS, SETTING_COLUMNS,
+                                              SPREAD_COLUMNS, row_gpu, row_model)
 from jaxpareto.physics.memory import in_flight_context
 
 PREFILL = ("isl", "context", "prompt")
@@ -149,7 +149,7 @@ def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl")
     """
     _check_choice("dtype", dtype, DTYPES)
     _check_choice("prefill", prefill, PREFILL)
-    missing = [c for c in COLUMNS if c not in rows.columns and c not in SETTING_COLUMNS + IMBALANCE_COLUMNS]
+    missing = [c for c in COLUMNS if c not in rows.columns and c not in SETTING_COLUMNS + IMBALANCE_COLUMNS + ARRIVAL_COLUMNS]
     if missing:
         raise JaxparetoError("rows", f"missing columns {missing}", list(COLUMNS))
     if len(rows) == 0:
@@ -187,6 +187,8 @@ def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl")
     workload = dataclasses.replace(workload, osl=osl, delta_tokens=isl, kv_context_tokens=static_kv,
                                    decode_context_tokens=decode_context,
                                    isl_cv=isl_cv.astype(dt), osl_cv=osl_cv.astype(dt),
+                                   arrival_cv=(np.nan_to_num(num(rows["arrival_cv"]), nan=1.0) if "arrival_cv" in rows
+                                               else np.ones(n)).astype(dt),
                                    expert_imbalance=_imbalance(rows, dt))
     names = engine_names(rows)
     row_engines = [r.get("engine") or SEED_ENGINE for r in records]

@@ -59,7 +59,10 @@ prefill and decode workers); the parallel layout ``pp``, ``attention_dp``, ``moe
 (blank: 1, 1, ``tp``, 1); a disaggregated run's pools ``prefill_workers``, ``prefill_tp`` and
 ``decode_workers`` (`DISAGGREGATION_COLUMNS`, which a file may leave out); the request lengths'
 spread ``isl_cv`` and ``osl_cv`` (`SPREAD_COLUMNS`, blank: fixed lengths; a file may leave them
-out); ``expert_imbalance``, the routed tokens the busiest expert-parallel GPU receives over the
+out); ``arrival_cv``, the coefficient of variation of the gaps between a server row's requests
+at one replica where its harness deals them more evenly than a Poisson stream would
+(`ARRIVAL_COLUMNS`, ``Workload.arrival_cv``; blank: 1, Poisson; a file may leave it out);
+``expert_imbalance``, the routed tokens the busiest expert-parallel GPU receives over the
 mean, for a MoE run with ``moe_ep`` > 1 whose routing is not balanced (`IMBALANCE_COLUMNS`,
 ``Workload.expert_imbalance``; blank: 1; a file may leave it out); the run's own engine settings
 where its configuration is published (`SETTING_COLUMNS`,
@@ -180,6 +183,7 @@ COLUMNS: dict[str, str] = {
     "context_tokens": "opt_num",
     "isl_cv": "opt_workload",
     "osl_cv": "opt_workload",
+    "arrival_cv": "opt_workload",
     "concurrency": "opt_num",
     "load": "str",
     "load_tokens_per_s": "opt_num",
@@ -206,6 +210,10 @@ DISAGGREGATION_COLUMNS = ("prefill_workers", "prefill_tp", "decode_workers")
 #: the prompt and output tokens, blank for fixed lengths (``Workload.isl_cv``, ``osl_cv``). Optional
 #: in a file: a CSV written before they existed loads with them blank.
 SPREAD_COLUMNS = ("isl_cv", "osl_cv")
+#: How regularly a server row's requests reach one replica: the coefficient of variation of their
+#: gaps (``Workload.arrival_cv``; blank: 1, Poisson), where the run's front end is known to deal a
+#: Poisson stream over its replicas more evenly. Optional in a file.
+ARRIVAL_COLUMNS = ("arrival_cv",)
 #: The run's own engine settings where its configuration is published, over its engine's
 #: (`jaxpareto.definitions.engine.Engine`; blank: the engine's). Optional in a file.
 SETTING_COLUMNS = ("scheduler_delay_steps", "gemm_kernels", "prefill_chunk_tokens", "cuda_graph_batch_step",
@@ -214,7 +222,7 @@ SETTING_COLUMNS = ("scheduler_delay_steps", "gemm_kernels", "prefill_chunk_token
 #: known to be unbalanced (``Workload.expert_imbalance``; blank: 1, balanced). Optional in a file.
 IMBALANCE_COLUMNS = ("expert_imbalance",)
 _WORKLOAD_BOUNDS = {f.name: f.metadata["bounds"] for f in numeric_fields(Workload)
-                    if f.name in SPREAD_COLUMNS + IMBALANCE_COLUMNS}
+                    if f.name in SPREAD_COLUMNS + ARRIVAL_COLUMNS + IMBALANCE_COLUMNS}
 
 #: Values of blank layout columns: pipeline stages, attention data-parallel ranks, MoE tensor- and
 #: expert-parallel ways (``moe_tp`` blank: the row's ``tp``).
@@ -248,7 +256,7 @@ def _parse(kind: str, text: str, where: str, column: str = ""):
         number = float(text)
     except ValueError:
         raise JaxparetoError(where, f"not a number: {text!r}") from None
-    if kind == "opt_workload":  # a length spread or the expert imbalance: the Workload field's bounds
+    if kind == "opt_workload":  # a spread, the arrivals' CV or the expert imbalance: the Workload field's bounds
         return check_number(where, number, **_WORKLOAD_BOUNDS[column])
     if kind == "opt_flag":
         if number not in (0.0, 1.0):
@@ -370,7 +378,7 @@ def load_validation_set(path: str | Path | None = None) -> pd.DataFrame:
         raise JaxparetoError("validation set", f"{path}: not a readable CSV ({error})") from None
     except OSError as error:  # missing file, a folder, no permission
         raise JaxparetoError("validation set", f"cannot read {path}: {error.strerror or error}") from None
-    for name in DISAGGREGATION_COLUMNS + SPREAD_COLUMNS + SETTING_COLUMNS + IMBALANCE_COLUMNS:
+    for name in DISAGGREGATION_COLUMNS + SPREAD_COLUMNS + ARRIVAL_COLUMNS + SETTING_COLUMNS + IMBALANCE_COLUMNS:
         if name not in raw.columns:
             raw[name] = ""
     missing = [c for c in COLUMNS if c not in raw.columns]

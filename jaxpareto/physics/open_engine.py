@@ -36,7 +36,10 @@ from it directly:
   while no prefill runs, the decode step in progress (T_0 / 2 on average), plus the
   first-come first-served wait for the prefill steps ahead: the M/G/1 (Pollaczek-Khinchine)
   wait S ρ / (1 - ρ) x (1 + c_S²) / 2 with S the prefill's time alone
-  (`jaxpareto.physics.queueing`) and ρ the load at full steps. Its own steps are whole steps,
+  (`jaxpareto.physics.queueing`) and ρ the load at full steps; with arrivals more regular than
+  Poisson (``arrival_scv`` c_a² < 1) that wait, and the chain's full steps under one chunk, are
+  scaled by the GI/G/1 ratio `jaxpareto.physics.queueing.renewal_wait_factor` (the chain's own
+  counts stay Poisson). Its own steps are whole steps,
   not L / P of them: chunks fill token by token, so it takes ⌊L / P⌋ full steps and a last one
   for the r tokens left, which the prompts behind it fill to a full step as often as there are
   some (ρ: in M/G/1 departures see what arrivals see; Kleinrock, Queueing Systems vol. 1, 1975,
@@ -75,6 +78,7 @@ from jax.scipy.special import gammainc, gammaln, ndtr
 
 from jaxpareto.physics.decode import DecodeStep
 from jaxpareto.physics.engine import EngineTurn, lockstep_share, step_time, whole_steps_ms
+from jaxpareto.physics.queueing import fcfs_wait_scale, renewal_wait_factor
 
 _CHAIN_STATES = 16  # prompts waiting at a step: 0 .. 15 (the last: 15 or more)
 _CARRY_STEPS = 4  # full steps a prompt's own length can carry it past (beyond those ahead of it)
@@ -289,8 +293,8 @@ def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: ja
 
 def poisson_turn(step: DecodeStep, rate_per_ms: jax.Array, prefill_tokens: jax.Array, osl: jax.Array,
                  chunk_tokens: jax.Array, prefill_ms_per_token: jax.Array, eta_decode: jax.Array,
-                 elementwise_overhead: jax.Array, wait_scale: jax.Array, prompt_scv: jax.Array = 0.0,
-                 prefill_experts=None, lockstep_ranks=None) -> EngineTurn:
+                 elementwise_overhead: jax.Array, service_scv: jax.Array, prompt_scv: jax.Array = 0.0,
+                 prefill_experts=None, lockstep_ranks=None, arrival_scv: jax.Array = 1.0) -> EngineTurn:
     """TTFT and TPOT of a request in the shared engine under Poisson arrivals (module docstring).
 
     Args:
@@ -298,10 +302,14 @@ def poisson_turn(step: DecodeStep, rate_per_ms: jax.Array, prefill_tokens: jax.A
         rate_per_ms: λ, requests per ms (> 0). prefill_tokens: L_prefill [tokens] (>= 0).
         osl: output tokens [tokens]. chunk_tokens: P [tokens] (> 0). prefill_ms_per_token: c_p [ms].
         eta_decode, elementwise_overhead: of eq. 3.
-        wait_scale: (1 + c_S²) / 2 of the prefill sizes (`jaxpareto.physics.queueing.fcfs_wait_scale`).
+        service_scv: c_S², the squared coefficient of variation of the prefill sizes (the hit/miss
+            mix's, `jaxpareto.physics.queueing.PrefillMix`): the M/G/1 wait's (1 + c_S²) / 2.
         prompt_scv: ``isl_cv``², the prompt lengths' spread within a hit/miss kind (the chain's
             steps and the carry of a long prompt, `prefill_steps`).
         prefill_experts, lockstep_ranks: as in `jaxpareto.physics.engine.shared_turn`.
+        arrival_scv: c_a² of the gaps between arrivals (1: Poisson): the wait for the prompts
+            ahead, M/G/1's or the chain's full steps, is scaled by
+            `jaxpareto.physics.queueing.renewal_wait_factor` at the load of full steps.
 
     Returns:
         `EngineTurn`, with ``prefill_load`` m, ``seen_load`` the chance that a prompt waits for
@@ -336,7 +344,8 @@ def poisson_turn(step: DecodeStep, rate_per_ms: jax.Array, prefill_tokens: jax.A
     busy = jnp.where(stable, jnp.clip(steps.load, 0.0, 1.0), 0.5)
     whole = tokens >= chunk_tokens
     alone = jnp.where(whole, whole_steps_ms(t, tokens, chunk_tokens, prompt_scv, busy), steps.own_step_ms)
-    queued = jnp.where(whole, wait_scale * service * busy / (1.0 - busy), steps.overflow_ms)
+    queued = jnp.where(whole, fcfs_wait_scale(service_scv) * service * busy / (1.0 - busy), steps.overflow_ms)
+    queued = queued * renewal_wait_factor(arrival_scv, service_scv, busy)
     ttft = alone + steps.step_wait_ms + queued
     # beyond the prefill capacity the queue grows without bound: no finite latency (the batch's
     # fixed-point iteration stops there and the caller flags the point)

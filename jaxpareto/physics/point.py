@@ -42,7 +42,7 @@ from jaxpareto.physics.outputs import DECODE_COMPUTE, DECODE_MEMORY, DECODE_NONE
 from jaxpareto.physics.percentiles import PERCENTILES, TurnSpread, latency_percentiles, seen_batch_quantiles
 from jaxpareto.physics.prefill import PrefillWork, prefill_work
 from jaxpareto.physics.roots import INNER_ROOT_EPS
-from jaxpareto.physics.queueing import PrefillMix, batch_fano_factor, fcfs_wait_scale, mg1_wait_ms, paused_sessions, \
+from jaxpareto.physics.queueing import PrefillMix, batch_fano_factor, mg1_wait_ms, paused_sessions, \
     prefill_mix, slot_wait_ms
 
 
@@ -71,6 +71,9 @@ class TurnLatency(NamedTuple):
         rate_per_ms: λ, requests arriving per ms (open loop; `jaxpareto.physics.queueing`).
         paused_sessions: P, sessions between turns (open loop).
         isl_cv: the prefill tokens' coefficient of variation (the M/G/1 wait's c_S²).
+        arrival_scv: c_a², the squared coefficient of variation of the gaps between arrivals
+            (open loop; 1: Poisson): the waits for prefill and KV slots are a GI/G/1 queue's
+            (`jaxpareto.physics.queueing.renewal_wait_factor`).
         lockstep_ranks: D, attention-DP ranks stepping together (`jaxpareto.physics.engine`);
             None: one TP group (static: the default path carries no lockstep term).
         scheduler_delay_steps: d, engine steps the first token waits for the scheduler
@@ -105,6 +108,7 @@ class TurnLatency(NamedTuple):
     rate_per_ms: jax.Array = 0.0
     paused_sessions: jax.Array = 0.0
     isl_cv: jax.Array = 0.0
+    arrival_scv: jax.Array = 1.0
     lockstep_ranks: jax.Array | None = None
     scheduler_delay_steps: jax.Array | None = None
     decode_in_budget: jax.Array | None = None
@@ -266,7 +270,8 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         elif open_loop:  # requests arrive at λ: the bulk-service steps (`jaxpareto.physics.open_engine`)
             engine = poisson_turn(step, turn.rate_per_ms, work.tokens, turn.osl, budget,
                                   rate_ms, turn.decode.eta_decode, turn.decode.elementwise_overhead,
-                                  fcfs_wait_scale(mix.scv), mix.cv ** 2, experts_beyond(seen), turn.lockstep_ranks)
+                                  mix.scv, mix.cv ** 2, experts_beyond(seen), turn.lockstep_ranks,
+                                  arrival_scv=turn.arrival_scv)
         else:
             # the arrival theorem's others are the sessions the engine runs: those waiting for
             # KV memory (the measured profile, LRU) neither prefill nor decode
@@ -286,7 +291,7 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         steps = (tpot, tpot, zero, zero + 1.0)
         queue_wait, queue_busy, service_scv = zero, zero, zero
         if open_loop:  # one prefill at a time at the GPUs' full speed: an M/G/1 queue
-            queue_wait, queue_busy = mg1_wait_ms(turn.rate_per_ms, isolated_ttft, mix.scv)
+            queue_wait, queue_busy = mg1_wait_ms(turn.rate_per_ms, isolated_ttft, mix.scv, turn.arrival_scv)
             ttft = ttft + queue_wait
     # the engine's scheduler holds the first token back d steps (an overlap scheduler: one)
     if turn.scheduler_delay_steps is not None:
@@ -315,9 +320,12 @@ def tpot_slope_ms(state: TurnState, step_slope_ms: jax.Array) -> jax.Array:
 
 
 def _with_slot_wait(state: TurnState, full: TurnState, saturated_tpot_ms: jax.Array, slots: jax.Array,
-                    rate_per_ms: jax.Array, osl: jax.Array, osl_cv: jax.Array, hold_slope_ms: jax.Array) -> TurnState:
+                    rate_per_ms: jax.Array, osl: jax.Array, osl_cv: jax.Array, hold_slope_ms: jax.Array,
+                    arrival_scv: jax.Array = 1.0) -> TurnState:
     """The open-loop turn with the wait for a KV slot added to TTFT (in ``memory_wait_ms``): a
-    request holds its slot for its prefill and decode, whose spread is the output's (`slot_wait_ms`).
+    request holds its slot for its prefill and decode, whose spread is the output's (`slot_wait_ms`);
+    arrivals whose gaps have squared CV ``arrival_scv`` (c_a², 1: Poisson) scale the arriving
+    work's dispersion by it.
 
     T_hold(M), the holding time with the M slots full, is the turn at the full batch with its
     prompts admitted at the rate the slots free up, min(λ, M / T_hold(M)). It is taken as the
@@ -345,8 +353,10 @@ def _with_slot_wait(state: TurnState, full: TurnState, saturated_tpot_ms: jax.Ar
     room = slots - state.seen_batch
     secant = jnp.where(room > 0, (hold_full - hold) / jnp.where(room > 0, room, 1.0), hold_slope_ms)
     fano = batch_fano_factor(state.prefill_dispersion, rate_per_ms, secant)
+    # the work arriving: the prefill clusters' dispersion over gaps of squared CV c_a² (Whitt's
+    # GI/G/m form takes the arrivals' c_a², here their index of dispersion)
     wait, waits = slot_wait_ms(slots, rate_per_ms, hold, (decode * osl_cv / hold) ** 2, hold_full, fano,
-                               state.prefill_dispersion)
+                               state.prefill_dispersion * arrival_scv)
     busy = 1.0 - (1.0 - state.queue_busy) * (1.0 - waits)
     return state._replace(ttft_ms=state.ttft_ms + wait, latency_ms=state.latency_ms + wait,
                           memory_wait_ms=state.memory_wait_ms + wait, queue_wait_ms=state.queue_wait_ms + wait,
@@ -571,6 +581,7 @@ def evaluate_point(
         pause_sigma=workload.pause_sigma + zero, tier_slots=workload.tier_capacity_gb / memory.kv_per_session_gb + zero,
         tier_load_ms=tier_load_ms + zero, chunk_tokens=chunk_tokens + zero,
         rate_per_ms=rate_per_ms + zero, paused_sessions=paused + zero, isl_cv=workload.isl_cv + zero,
+        arrival_scv=workload.arrival_cv ** 2 + zero,
         lockstep_ranks=None if ranks is None or options.dp_prefill == "aligned" else ranks + zero,
         scheduler_delay_steps=None if delay_steps is None else delay_steps + zero,
         decode_in_budget=None if in_budget is None else in_budget + zero,
@@ -619,7 +630,7 @@ def evaluate_point(
         tpot_cap = jnp.maximum(saturated_tpot, full.tpot_ms)
         # the occupancy's over-dispersion, for the slot queue and the percentiles' batch spread alike
         state, fano = _with_slot_wait(state, full, saturated_tpot, batch_cap, rate_per_ms, workload.osl,
-                                      workload.osl_cv, hold_slope)
+                                      workload.osl_cv, hold_slope, turn.arrival_scv)
     step, latency = state.step, state.latency_ms
     if open_loop:  # beyond capacity: no fixed point below the cap, or a queue's ρ >= 1
         stable = solution.converged & jnp.isfinite(latency) & (state.queue_busy < 1.0)

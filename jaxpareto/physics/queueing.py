@@ -20,6 +20,10 @@ server does, as ``vllm bench serve --request-rate`` and MLPerf's server scenario
 
   Under the shared engine the prefill server is the chunked-prefill engine, whose ρ and S come
   from its bulk-service steps (`jaxpareto.physics.open_engine`).
+- **Arrivals more regular than Poisson** (`renewal_wait_factor`). Where a front end deals the
+  requests over its replicas in turn, a replica's arrivals have gaps of squared CV c_a² < 1
+  (``Workload.arrival_cv``²), and its waits are a GI/G/1 queue's: the Poisson ones times
+  Krämer and Langenbach-Belz's ratio, 1 at c_a² = 1.
 - **The wait for a KV slot** (`slot_wait_ms`). A request holds its KV from its prefill to its
   last token; with M slots (the sessions KV memory holds, less the paused ones under the seed's
   memory model), a request finding every slot busy waits for one. The number holding one is
@@ -66,13 +70,48 @@ def fcfs_wait_scale(service_scv: jax.Array) -> jax.Array:
     return 0.5 * (1.0 + service_scv)
 
 
-def mg1_wait_ms(rate_per_ms: jax.Array, service_ms: jax.Array, service_scv: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(W, ρ): the Pollaczek-Khinchine mean wait of an M/G/1 queue [ms] and its load ρ = λ E[S].
+def renewal_wait_factor(arrival_scv: jax.Array, service_scv: jax.Array, load: jax.Array) -> jax.Array:
+    """The mean wait of a GI/G/1 queue over the M/G/1 wait at the same load (1 for Poisson arrivals).
+
+    Arrivals whose gaps have squared coefficient of variation c_a² (``Workload.arrival_cv``²: 1
+    Poisson, 1 / k a share of a Poisson stream dealt over k servers in turn) wait by the Krämer
+    and Langenbach-Belz approximation (8th International Teletraffic Congress,
+    1976; Bolch, Greiner, de Meer and Trivedi, Queueing Networks and Markov Chains, 2006,
+    section 6.3.4): the Allen-Cunneen wait ρ E[S] (c_a² + c_S²) / (2 (1 - ρ)) times
+
+        g = exp(-2 (1 - ρ) (1 - c_a²)² / (3 ρ (c_a² + c_S²)))   for c_a² <= 1,
+        g = exp(-(1 - ρ) (c_a² - 1) / (c_a² + 4 c_S²))           for c_a² > 1,
+
+    so over Pollaczek-Khinchine's the factor (c_a² + c_S²) / (1 + c_S²) x g, exactly 1 at c_a² = 1.
+    Against a simulated single server with gamma-distributed gaps (tests/test_arrival_cv.py), for
+    c_a² from 1/8 to 1/2, c_S² from 0 to 1 and loads of 0.3 to 0.9, the wait is within 10 % of
+    the simulated one or within a tenth of the mean service time where it is shorter (the
+    regular arrivals' waits at a low load). Above 1 two moments do not set the wait: gamma gaps
+    of c_a² 2 and 4 wait 3-67 % longer than the formula, so `Workload.arrival_cv` stops at 1.
+
+    Args:
+        arrival_scv: c_a² >= 0. service_scv: c_S² >= 0. load: ρ (clipped into (0, 1)).
+    """
+    rho = jnp.clip(load, 1e-9, 1.0 - 1e-9)
+    spread = arrival_scv + service_scv
+    some = spread > 0.0  # D/D/1 waits nothing: double where keeps its gradient finite
+    safe = jnp.where(some, spread, 1.0)
+    regular = jnp.exp(-2.0 * (1.0 - rho) * (1.0 - arrival_scv) ** 2 / (3.0 * rho * safe))
+    bursty = jnp.exp(-(1.0 - rho) * (arrival_scv - 1.0) / (arrival_scv + 4.0 * service_scv))
+    factor = spread / (1.0 + service_scv) * jnp.where(arrival_scv <= 1.0, regular, bursty)
+    return jnp.where(some, factor, 0.0)
+
+
+def mg1_wait_ms(rate_per_ms: jax.Array, service_ms: jax.Array, service_scv: jax.Array,
+                arrival_scv: jax.Array = 1.0) -> tuple[jax.Array, jax.Array]:
+    """(W, ρ): the Pollaczek-Khinchine mean wait of an M/G/1 queue [ms] and its load ρ = λ E[S];
+    with ``arrival_scv`` c_a² other than 1, a GI/G/1 queue's (`renewal_wait_factor`).
 
     Args:
         rate_per_ms: λ, arrivals per ms (scalar, >= 0).
         service_ms: E[S], the mean service time [ms].
         service_scv: c_S², the squared coefficient of variation of S.
+        arrival_scv: c_a², the squared coefficient of variation of the gaps between arrivals.
 
     Returns:
         W [ms] (inf where ρ >= 1: the queue grows without bound) and ρ.
@@ -80,6 +119,7 @@ def mg1_wait_ms(rate_per_ms: jax.Array, service_ms: jax.Array, service_scv: jax.
     load = rate_per_ms * service_ms
     stable = load < 1.0
     wait = load * service_ms * fcfs_wait_scale(service_scv) / jnp.where(stable, 1.0 - load, 1.0)
+    wait = wait * renewal_wait_factor(arrival_scv, service_scv, load)
     return jnp.where(stable, wait, jnp.inf), load
 
 
