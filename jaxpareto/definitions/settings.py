@@ -144,10 +144,11 @@ class Workload(_Validated):
         arrival_cv: under ``arrivals="poisson"``, the coefficient of variation of the gaps
             between requests arriving at one replica (standard deviation / mean), in [0, 1]: 1
             (default) is Poisson, below 1 more regular (a front end that deals a Poisson stream
-            over k replicas in turn: 1 / sqrt(k)). It scales the waits for prefill capacity and
-            KV slots as a GI/G/1 queue's over the M/G/1 one
-            (`jaxpareto.physics.queueing.renewal_wait_factor`). Bursts (above 1) are not
-            modelled: two moments of the gaps do not set their waits (within 2x).
+            over k replicas in turn: 1 / sqrt(k)). The waits for prefill capacity are a GI/G/1
+            queue's over the M/G/1 one (`jaxpareto.physics.queueing.renewal_wait_factor`), and
+            the KV-slot wait's arriving work is dispersed by arrival_cv² (`slot_wait_ms`). Bursts
+            (above 1) are not modelled: two moments of the gaps do not set their waits (off by
+            up to 3x).
         turns_per_session: N, turns of a session under ``arrivals="poisson"`` (sessions arrive,
             run N turns with a pause Z between consecutive ones, and leave); 1: every request
             is its own session, as in ``vllm bench serve``.

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from jaxpareto.definitions.engine import SEED_ENGINE, EngineParams, resolve_engine
+from jaxpareto.definitions.checks import check_number
 from jaxpareto.definitions.settings import DTYPES
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.hardware import GEMM_KERNELS, HardwareParams
@@ -113,12 +114,26 @@ def engine_names(rows: pd.DataFrame) -> tuple[str, ...]:
     return tuple(sorted(set(column.replace("", SEED_ENGINE))))
 
 
-def _imbalance(rows: pd.DataFrame, dtype) -> np.ndarray:
-    """The ``expert_imbalance`` column as ``Workload.expert_imbalance``: 1 (balanced) where blank
-    or absent."""
-    if "expert_imbalance" not in rows:
-        return np.ones(len(rows), dtype)
-    return np.nan_to_num(np.asarray(rows["expert_imbalance"], dtype=dtype), nan=1.0)
+def _workload_column(rows: pd.DataFrame, name: str, blank: float, dtype) -> np.ndarray:
+    """A `Workload` column of the rows (a length spread, ``arrival_cv``, ``expert_imbalance``) as
+    numbers, ``blank`` where blank or absent.
+
+    Raises:
+        JaxparetoError: a value outside the `Workload` field's bounds, naming the row and column
+            (rows passed as a DataFrame skip `load_validation_set`'s checks).
+    """
+    if name not in rows:
+        return np.full(len(rows), blank, dtype)
+    given = np.asarray(rows[name], dtype=np.float64)
+    values = np.where(np.isnan(given), blank, given)  # (nan_to_num would also make inf finite)
+    bounds = {f.name: f.metadata["bounds"] for f in numeric_fields(Workload)}[name]
+    above = values >= bounds["low"] if bounds["low_inclusive"] else values > bounds["low"]
+    below = values <= bounds["high"] if bounds["high_inclusive"] else values < bounds["high"]
+    outside = np.flatnonzero(~(above & below & np.isfinite(values)))  # NaN was blank
+    if outside.size:  # the first one, in the checks' own words
+        row_id = rows["id"].iloc[outside[0]] if "id" in rows else int(outside[0])
+        check_number(f"row {row_id!r}.{name}", float(values[outside[0]]), **bounds)
+    return values.astype(dtype)
 
 
 def _setting(rows: pd.DataFrame, name: str, dtype) -> np.ndarray:
@@ -149,7 +164,8 @@ def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl")
     """
     _check_choice("dtype", dtype, DTYPES)
     _check_choice("prefill", prefill, PREFILL)
-    missing = [c for c in COLUMNS if c not in rows.columns and c not in SETTING_COLUMNS + IMBALANCE_COLUMNS + ARRIVAL_COLUMNS]
+    optional = SETTING_COLUMNS + IMBALANCE_COLUMNS + ARRIVAL_COLUMNS
+    missing = [c for c in COLUMNS if c not in rows.columns and c not in optional]
     if missing:
         raise JaxparetoError("rows", f"missing columns {missing}", list(COLUMNS))
     if len(rows) == 0:
@@ -159,8 +175,7 @@ def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl")
     n = len(records)
     num = functools.partial(np.asarray, dtype=dt)
     isl, osl = num(rows["isl"]), num(rows["osl"])
-    isl_cv, osl_cv = (np.nan_to_num(num(rows[name]), nan=0.0) if name in rows else np.zeros(n, dt)
-                      for name in SPREAD_COLUMNS)
+    isl_cv, osl_cv = (_workload_column(rows, name, 0.0, dt) for name in SPREAD_COLUMNS)
     context = num(rows["context_tokens"])
     context = np.where(np.isnan(context), isl if prefill == "prompt" else in_flight_context(isl, osl, osl_cv), context)
     # "isl": the point's context is the prompt (its prefill attends to no prefix), the in-flight
@@ -187,9 +202,8 @@ def row_inputs(rows: pd.DataFrame, dtype: str = "float64", prefill: str = "isl")
     workload = dataclasses.replace(workload, osl=osl, delta_tokens=isl, kv_context_tokens=static_kv,
                                    decode_context_tokens=decode_context,
                                    isl_cv=isl_cv.astype(dt), osl_cv=osl_cv.astype(dt),
-                                   arrival_cv=(np.nan_to_num(num(rows["arrival_cv"]), nan=1.0) if "arrival_cv" in rows
-                                               else np.ones(n)).astype(dt),
-                                   expert_imbalance=_imbalance(rows, dt))
+                                   arrival_cv=_workload_column(rows, "arrival_cv", 1.0, dt),
+                                   expert_imbalance=_workload_column(rows, "expert_imbalance", 1.0, dt))
     names = engine_names(rows)
     row_engines = [r.get("engine") or SEED_ENGINE for r in records]
     factors_off = {name: resolve_engine(name).model_copy(update={"efficiency": {}}).to_params() for name in names}

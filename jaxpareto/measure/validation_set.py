@@ -322,6 +322,9 @@ def _check_row(row: dict, where) -> None:
     if not math.isnan(capacity) and not (server and capacity >= row["load_tokens_per_s"]):
         raise JaxparetoError(where("capacity_tokens_per_s"), "only server rows give it, and it is at least their "
                                                               "load_tokens_per_s")
+    if not math.isnan(row["arrival_cv"]) and not server:
+        raise JaxparetoError(where("arrival_cv"), "is how a server row's requests arrive at a replica: only load "
+                                                  "'server' rows give it")
     if row["load"] == "concurrency" and math.isnan(row["concurrency"]):
         raise JaxparetoError(where("concurrency"), "is required for load 'concurrency' rows")
     if not math.isnan(row["concurrency"]) and (row["concurrency"] < 1 or not float(row["concurrency"]).is_integer()):

@@ -9,7 +9,9 @@ The means come from the model; the spread around them from three stated approxim
 - **Queueing (open loop).** The wait for prefill capacity is 0 with probability 1 - ρ and
   otherwise exponential with mean W / ρ: exact for M/M/1; for M/G/1 the wait's tail is
   exponential (Cramér-Lundberg) and matching its mean is the usual two-moment approximation
-  (Tijms, A First Course in Stochastic Models, 2003). TTFT = S + W with S and W independent. Under the closed loop the
+  (Tijms, A First Course in Stochastic Models, 2003); with arrivals more regular than Poisson
+  (``arrival_cv``) W is the GI/G/1 mean and the chance of waiting stays ρ, so the waits that
+  happen are shorter. TTFT = S + W with S and W independent. Under the closed loop the
   mean TTFT (with whatever waits it holds) is spread by the lengths only.
 - **The batch a request sees.** Requests in their turn have mean B and variance F B under
   Poisson arrivals (the M/G/∞ occupancy of Takács 1962, F = 1, over-dispersed by the engine's

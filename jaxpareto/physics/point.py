@@ -72,8 +72,9 @@ class TurnLatency(NamedTuple):
         paused_sessions: P, sessions between turns (open loop).
         isl_cv: the prefill tokens' coefficient of variation (the M/G/1 wait's c_S²).
         arrival_scv: c_a², the squared coefficient of variation of the gaps between arrivals
-            (open loop; 1: Poisson): the waits for prefill and KV slots are a GI/G/1 queue's
-            (`jaxpareto.physics.queueing.renewal_wait_factor`).
+            (open loop; 1: Poisson): the prefill waits are a GI/G/1 queue's
+            (`jaxpareto.physics.queueing.renewal_wait_factor`), the KV-slot wait's arriving work
+            dispersed by c_a².
         lockstep_ranks: D, attention-DP ranks stepping together (`jaxpareto.physics.engine`);
             None: one TP group (static: the default path carries no lockstep term).
         scheduler_delay_steps: d, engine steps the first token waits for the scheduler
