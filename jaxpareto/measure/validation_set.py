@@ -221,8 +221,9 @@ SETTING_COLUMNS = ("scheduler_delay_steps", "gemm_kernels", "prefill_chunk_token
 #: The tokens the busiest expert-parallel GPU receives over the mean where the run's routing is
 #: known to be unbalanced (``Workload.expert_imbalance``; blank: 1, balanced). Optional in a file.
 IMBALANCE_COLUMNS = ("expert_imbalance",)
-_WORKLOAD_BOUNDS = {f.name: f.metadata["bounds"] for f in numeric_fields(Workload)
-                    if f.name in SPREAD_COLUMNS + ARRIVAL_COLUMNS + IMBALANCE_COLUMNS}
+#: The bounds of the columns that are `Workload` fields (`check_number`'s keywords).
+WORKLOAD_BOUNDS = {f.name: f.metadata["bounds"] for f in numeric_fields(Workload)
+                   if f.name in SPREAD_COLUMNS + ARRIVAL_COLUMNS + IMBALANCE_COLUMNS}
 
 #: Values of blank layout columns: pipeline stages, attention data-parallel ranks, MoE tensor- and
 #: expert-parallel ways (``moe_tp`` blank: the row's ``tp``).
@@ -257,7 +258,7 @@ def _parse(kind: str, text: str, where: str, column: str = ""):
     except ValueError:
         raise JaxparetoError(where, f"not a number: {text!r}") from None
     if kind == "opt_workload":  # a spread, the arrivals' CV or the expert imbalance: the Workload field's bounds
-        return check_number(where, number, **_WORKLOAD_BOUNDS[column])
+        return check_number(where, number, **WORKLOAD_BOUNDS[column])
     if kind == "opt_flag":
         if number not in (0.0, 1.0):
             raise JaxparetoError(where, f"must be 0 or 1 (or blank), got {text!r}")

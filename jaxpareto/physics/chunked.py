@@ -127,7 +127,7 @@ def _run(solve, tree, batched: tuple[bool, ...], leaves: list):
 
     def vmapped(parts):
         if isinstance(solve, Loop):
-            return _masked_loop(solve, tree, batched, parts, next(leaf.shape[0] for leaf, b in zip(parts, batched) if b))
+            return _masked_loop(solve, tree, batched, parts)
         return jax.vmap(lambda *xs: solve(jax.tree_util.tree_unflatten(tree, list(xs))), in_axes=axes)(*parts)
 
     n = next(leaf.shape[0] for leaf, b in zip(leaves, batched) if b)
@@ -150,11 +150,11 @@ def _run(solve, tree, batched: tuple[bool, ...], leaves: list):
     return jax.tree_util.tree_map(lambda a: a.reshape((chunks * LOOP_CHUNK,) + a.shape[2:])[:n], out)
 
 
-def _masked_loop(loop: Loop, tree, batched: tuple[bool, ...], leaves: list, n: int):
-    """``loop`` over a batch of ``n`` points (the ``batched`` leaves have a leading axis of n):
-    started, stepped where still going and narrowed as its ``narrowings`` say (`_narrowed`), and
-    finished."""
+def _masked_loop(loop: Loop, tree, batched: tuple[bool, ...], leaves: list):
+    """``loop`` over a batch of points (the ``batched`` leaves' leading axis): started, stepped
+    where still going and narrowed as its ``narrowings`` say (`_narrowed`), and finished."""
     axes = [0 if b else None for b in batched]
+    n = next(leaf.shape[0] for leaf, b in zip(leaves, batched) if b)
 
     def per_point(part):
         def fn(*xs):

@@ -78,7 +78,7 @@ from jax.scipy.special import gammainc, gammaln, ndtr
 
 from jaxpareto.physics.decode import DecodeStep
 from jaxpareto.physics.engine import EngineTurn, lockstep_share, step_time, whole_steps_ms
-from jaxpareto.physics.queueing import fcfs_wait_scale, renewal_wait_factor
+from jaxpareto.physics.queueing import pollaczek_khinchine_ms, renewal_wait_factor
 
 _CHAIN_STATES = 16  # prompts waiting at a step: 0 .. 15 (the last: 15 or more)
 _CARRY_STEPS = 4  # full steps a prompt's own length can carry it past (beyond those ahead of it)
@@ -344,7 +344,7 @@ def poisson_turn(step: DecodeStep, rate_per_ms: jax.Array, prefill_tokens: jax.A
     busy = jnp.where(stable, jnp.clip(steps.load, 0.0, 1.0), 0.5)
     whole = tokens >= chunk_tokens
     alone = jnp.where(whole, whole_steps_ms(t, tokens, chunk_tokens, prompt_scv, busy), steps.own_step_ms)
-    queued = jnp.where(whole, fcfs_wait_scale(service_scv) * service * busy / (1.0 - busy), steps.overflow_ms)
+    queued = jnp.where(whole, pollaczek_khinchine_ms(busy, service, service_scv), steps.overflow_ms)
     queued = queued * renewal_wait_factor(arrival_scv, service_scv, busy)
     ttft = alone + steps.step_wait_ms + queued
     # beyond the prefill capacity the queue grows without bound: no finite latency (the batch's

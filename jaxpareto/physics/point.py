@@ -322,7 +322,7 @@ def tpot_slope_ms(state: TurnState, step_slope_ms: jax.Array) -> jax.Array:
 
 def _with_slot_wait(state: TurnState, full: TurnState, saturated_tpot_ms: jax.Array, slots: jax.Array,
                     rate_per_ms: jax.Array, osl: jax.Array, osl_cv: jax.Array, hold_slope_ms: jax.Array,
-                    arrival_scv: jax.Array = 1.0) -> TurnState:
+                    arrival_scv: jax.Array) -> TurnState:
     """The open-loop turn with the wait for a KV slot added to TTFT (in ``memory_wait_ms``): a
     request holds its slot for its prefill and decode, whose spread is the output's (`slot_wait_ms`);
     arrivals whose gaps have squared CV ``arrival_scv`` (c_a², 1: Poisson) scale the arriving

@@ -70,6 +70,12 @@ def fcfs_wait_scale(service_scv: jax.Array) -> jax.Array:
     return 0.5 * (1.0 + service_scv)
 
 
+def pollaczek_khinchine_ms(load: jax.Array, service_ms: jax.Array, service_scv: jax.Array) -> jax.Array:
+    """W = ρ E[S] (1 + c_S²) / (2 (1 - ρ)), the M/G/1 mean wait [ms] at load ρ = ``load`` (< 1:
+    the caller keeps an unstable load out), mean service ``service_ms`` and its c_S²."""
+    return load * service_ms * fcfs_wait_scale(service_scv) / (1.0 - load)
+
+
 def renewal_wait_factor(arrival_scv: jax.Array, service_scv: jax.Array, load: jax.Array) -> jax.Array:
     """The mean wait of a GI/G/1 queue over the M/G/1 wait at the same load (1 for Poisson arrivals).
 
@@ -125,8 +131,8 @@ def mg1_wait_ms(rate_per_ms: jax.Array, service_ms: jax.Array, service_scv: jax.
     """
     load = rate_per_ms * service_ms
     stable = load < 1.0
-    wait = load * service_ms * fcfs_wait_scale(service_scv) / jnp.where(stable, 1.0 - load, 1.0)
-    wait = wait * renewal_wait_factor(arrival_scv, service_scv, load)
+    wait = pollaczek_khinchine_ms(jnp.where(stable, load, 0.0), service_ms, service_scv) * \
+        renewal_wait_factor(arrival_scv, service_scv, load)
     return jnp.where(stable, wait, jnp.inf), load
 
 
