@@ -82,7 +82,8 @@ def test_exact_sweep_through_public_api():
     np.testing.assert_allclose(a.batch_eff.values[ok], b.batch_eff.values[ok], rtol=1e-4)
 
 
-@pytest.mark.parametrize("arrivals, load", [("staggered", dict(concurrency=[1, 2, 3, 5, 16, 100, 1000, 3000])),
+@pytest.mark.parametrize("arrivals, load", [("staggered", dict(concurrency=[1, 2, 3, 5, 16, 100, 1000, 3000],
+                                                              think_time_s=[0.0, 5.0])),
                                             ("poisson", dict(request_rate=[0.05, 0.1, 0.3, 1.0, 3.0, 10.0]))])
 def test_exact_solves_the_measured_profile_and_pipelines(arrivals, load):
     """The measured profile's R(B) has two more linear pieces, the sessions beyond KV memory
@@ -90,7 +91,7 @@ def test_exact_solves_the_measured_profile_and_pipelines(arrivals, load):
     (flat below S sessions): the exact root matches a tightly converged float64 damped
     iteration to 1e-10, where the float32 damped iteration is 1e-4 off."""
     kw = dict(gpu=["h100-sxm", "l40s"], model=["llama-3.1-70b", "qwen3-235b-a22b"], tp=[2, 4], pp=[1, 2],
-              think_time_s=[0.0, 5.0], context_tokens=[4096, 65536], hit_rate=[0.0, 0.9], profile="measured",
+              context_tokens=[4096, 65536], hit_rate=[0.0, 0.9], profile="measured",
               arrivals=arrivals, **load,  # only the outputs checked: less to compile
               variables=["batch_eff", "ttft_ms", "tpot_ms", "latency_ms", "memory_wait_ms", "iterations"])
     reference = jp.sweep(**kw, solver=jp.Solver(name="damped", tol=1e-13, max_iter=200_000), dtype="float64")

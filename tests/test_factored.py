@@ -111,7 +111,7 @@ def test_factored_for_large_blocks_where_it_pays():
     for inner in ({"prefill_model": "shared"}, {"cache_model": "lru", "pause_distribution": "lognormal"}):
         assert not plan_sweep(**{**large, "solver": "damped", **inner}).problem().factored  # the loop is the cost
     # the open loop's heavy-tailed iterations: flat for the damped solver, factored for the exact one
-    open_loop = {**{k: v for k, v in large.items() if k != "concurrency"}, "arrivals": "poisson",
+    open_loop = {**{k: v for k, v in large.items() if k not in ("concurrency", "think_time_s")}, "arrivals": "poisson",
                  "request_rate": list(np.geomspace(0.05, 40.0, 1024))}
     assert not plan_sweep(**{**open_loop, "solver": "damped"}).problem().factored
     assert plan_sweep(**open_loop).problem().factored

@@ -437,3 +437,25 @@ def test_objectives_and_constraints_are_the_fronts_quantities():
     for name in ("iterations", "feasible"):
         with pytest.raises(jp.JaxparetoError, match="objective"):
             jp.optimize(**SCENARIO, objective=name)
+
+
+def test_searches_take_an_slo_as_upper_limits_and_read_percentiles_wherever_asked():
+    """``slo=`` in a search is its targets as "<=" constraints (it had been taken and ignored),
+    and sizing with a percentile target computes the percentiles (it had failed after the
+    sweep), with the same answer as the target given as a constraint."""
+    tail = {"p99_ttft_ms": 2000.0}
+    by_slo = jp.optimize(**SCENARIO, slo=tail, tp=(8,), concurrency=(1, 128))
+    by_constraint = jp.optimize(**SCENARIO, constraints={"p99_ttft_ms": ("<=", 2000.0)}, tp=(8,),
+                                concurrency=(1, 128))
+    assert by_slo.feasible and (by_slo.tp, by_slo.concurrency) == (by_constraint.tp, by_constraint.concurrency)
+    assert by_slo.metrics["p99_ttft_ms"] <= 2000.0
+    assert not jp.optimize(**SCENARIO, slo={"p99_ttft_ms": 1.0}, tp=(8,), concurrency=(1, 64)).feasible
+    with pytest.raises(jp.JaxparetoError, match="also given in constraints"):
+        jp.optimize(**SCENARIO, slo={"ttft_ms": 1.0}, constraints={"ttft_ms": ("<=", 3.0)}, tp=(8,))
+    sized = jp.size_deployment("h100-sxm", "llama-3.1-70b", 2.0, 16384, 0.5, sessions=500,
+                               constraints={"p99_ttft_ms": ("<=", 2000.0)})
+    assert sized.feasible and sized.gpus == jp.size_deployment("h100-sxm", "llama-3.1-70b", 2.0, 16384, 0.5,
+                                                                sessions=500, slo=tail).gpus
+    loose = jp.size_deployment("h100-sxm", "llama-3.1-70b", 2.0, 16384, 0.5, sessions=500,
+                               constraints={"ttft_ms": ("<=", 2000.0)})
+    assert sized.gpus >= loose.gpus  # a P99 target is at least as strict as the mean's

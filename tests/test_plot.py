@@ -81,7 +81,7 @@ def test_open_loop_frontier_spans_tp_and_the_request_rate(tmp_path):
     """An open-loop sweep's frontier is over TP x request rate (it had been refused: "needs a
     'concurrency' dimension"), from the full sweep and from a reduced one alike, and the CLI
     draws it from a store."""
-    grid = dict(tp=[4, 8], request_rate=[0.25, 0.5, 1.0, 2.0, 4.0, 8.0], think_time_s=[0.0, 5.0],
+    grid = dict(tp=[4, 8], request_rate=[0.25, 0.5, 1.0, 2.0, 4.0, 8.0], think_time_s=[0.0, 5.0], turns_per_session=4,
                 context_tokens=16384, hit_rate=[0.0, 0.9], arrivals="poisson", prefill_model="shared")
     ds = jp.sweep(GPU, MODEL, **grid)
     fig = jp.plot_frontier(ds, hit_rate=0.9, size=SIZE, dpi=DPI)

@@ -91,3 +91,42 @@ def test_a_grid_point_copies_pickles_and_names_its_axes():
     assert point.replace(tp=2.0).tp == 2.0 and point.tp == 8.0
     with pytest.raises(AttributeError, match="no axis 'hit_rate'"):
         point.hit_rate
+
+
+ONE = dict(gpu="h100-sxm", model="llama-3.1-8b", tp=1, concurrency=[4])
+
+
+@pytest.mark.parametrize(("kwargs", "field", "says"), [
+    (dict(gpu="h100-sxm", model="llama-3.1-8b"), "tp", "is required"),
+    (dict(model="llama-3.1-8b", tp=1, concurrency=1), "gpu", "is required"),
+    (dict(**ONE, percentiles="no"), "percentiles", "expected True, False or None"),
+    (dict(**ONE, percentiles=False, slo={"p99_ttft_ms": 100}), "percentiles", "drops request_goodput"),
+    (dict(**ONE, workload=jp.Workload(slo={"bogus": 1})), "slo", "unknown metric 'bogus'"),
+    (dict(**ONE, solver="exact", calibration="hopper-measured"), "solver", "(the calibration's)"),
+    (dict(**ONE, solver="exact", cache_model="lru"), "solver", "under cache_model='lru' (it needs"),
+])
+def test_review_findings_are_named_before_any_compute(kwargs, field, says):
+    """Inputs a review found taken without a word or failing late: each is named up front."""
+    with pytest.raises(jp.JaxparetoError) as error:
+        jp.plan_sweep(**kwargs)
+    assert error.value.field == field and says in str(error.value)
+
+
+def test_a_workloads_own_slo_gives_the_goodput_as_the_slo_keyword_does():
+    by_keyword = jp.sweep(**ONE, slo={"p99_ttft_ms": 100.0}, variables=["request_goodput", "p99_ttft_ms"])
+    in_workload = jp.sweep(**ONE, workload=jp.Workload(slo={"p99_ttft_ms": 100.0}),
+                           variables=["request_goodput", "p99_ttft_ms"])
+    _same(by_keyword, in_workload)
+    assert "request_goodput" in jp.sweep(**ONE, workload=jp.Workload(slo={"p99_ttft_ms": 100.0}))
+
+
+def test_a_definition_named_like_a_catalog_entry_must_be_that_entry():
+    """A custom GPU under a catalog name would label its results with the catalog's GPU."""
+    h100 = jp.catalog.gpus()["h100-sxm"]
+    jp.plan_sweep(gpu=h100, model="llama-3.1-8b", tp=1, concurrency=1)  # the entry itself is fine
+    bigger = h100.model_copy(update={"memory_gb": 96.0})
+    for kwargs in (dict(gpu=bigger), dict(gpu="h100-sxm", hardware=[bigger])):
+        with pytest.raises(jp.JaxparetoError, match="catalog's name for one"):
+            jp.plan_sweep(model="llama-3.1-8b", tp=1, concurrency=1, **kwargs)
+    renamed = bigger.model_copy(update={"name": "h100-96gb"})
+    assert jp.plan_sweep(gpu=renamed, model="llama-3.1-8b", tp=1, concurrency=1).gpus[0].memory_gb == 96.0

@@ -1,6 +1,6 @@
 """``jaxpareto optimize``: the best TP and concurrency under SLOs, for every scenario of a spec
 (``jaxpareto optimize SPEC``, its ``[optimize]`` table) or for one scenario given as flags
-(``jaxpareto optimize --gpu h100-sxm --model llama-3.1-70b --slo ttft_ms<=2000``)."""
+(``jaxpareto optimize --gpu h100-sxm --model llama-3.1-70b --slo 'ttft_ms<=2000'``)."""
 
 from __future__ import annotations
 

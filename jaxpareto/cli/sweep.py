@@ -52,8 +52,9 @@ def _cmd_session(args: argparse.Namespace, spec) -> int:
     out = new_output(args)
     start = time.perf_counter()
     ds = session_sweep(**kwargs)
-    if spec.prices is not None:
-        ds = add_costs(ds, **spec.prices.model_dump(exclude_none=True))
+    prices = spec.prices.model_dump(exclude_none=True) if spec.prices is not None else {}
+    if prices:  # an empty [prices] table prices nothing
+        ds = add_costs(ds, **prices)
     elapsed = time.perf_counter() - start
     selection = report.cell(ds.coords, {**spec.report.headline, **selection}, "report.headline")
     ds.attrs["report"] = json.dumps(spec.report.model_dump(mode="json"))
@@ -63,7 +64,7 @@ def _cmd_session(args: argparse.Namespace, spec) -> int:
     print(f"spec: {args.spec}")
     if spec.description:
         print(f"  {spec.description}")
-    print(f"sessions: {points:,} configurations x turns ({' x '.join(f'{a} {ds.sizes[a]}' for a in axes)})"
+    print(f"sessions: {points:,} points, configurations by turns ({' x '.join(f'{a} {ds.sizes[a]}' for a in axes)})"
           f"{f', written to {out}' if out else ''}")
     print(f"wall time: {elapsed:.2f} s, {_rate(points, elapsed)} configs/s; KV demand {ds.attrs['kv_demand']}")
     # a session configuration fails at its first infeasible turn, for that turn's reason

@@ -14,6 +14,7 @@ import xarray as xr
 from jaxpareto.dataset.sweep import sweep
 from jaxpareto.definitions.axes import AXIS_BY_NAME, CONCURRENCY_RANGE, TP_CHOICES
 from jaxpareto.definitions.errors import JaxparetoError
+from jaxpareto.definitions.options import refuse_open_loop
 
 DEFAULT_TP = TP_CHOICES
 # 28 log-spaced whole concurrencies over the searches' default range, 1 to 1,024
@@ -58,6 +59,7 @@ def cache_comparison_sweep(
     """
     if gpu is None or model is None:
         raise JaxparetoError("gpu/model", "name a GPU and a model for the cache comparison")
+    refuse_open_loop(sweep_kwargs, "the cache comparison")
     z, h = float(think_time_s), float(hit_rate)
     for field, value in (("think_time_s", z), ("hit_rate", h)):
         if not value > 0:

@@ -43,11 +43,14 @@ def add_costs(ds: xr.Dataset, *, input_per_mtok: float | None = None, cached_inp
         session sweep ``api_cost_per_task_usd`` / ``gpu_cost_per_task_usd``.
 
     Raises:
-        JaxparetoError: a negative or non-finite price, or only some API prices.
+        JaxparetoError: a negative or non-finite price, only some API prices, or no price at all.
     """
     api = (input_per_mtok, cached_input_per_mtok, output_per_mtok)
     if any(p is not None for p in api) and not all(p is not None for p in api):
         raise JaxparetoError("prices", "give input_per_mtok, cached_input_per_mtok and output_per_mtok together")
+    if gpu_hour is None and input_per_mtok is None:
+        raise JaxparetoError("prices", "no price given: give gpu_hour, or input_per_mtok, cached_input_per_mtok "
+                                       "and output_per_mtok")
     out = ds.copy()
     osl = float(ds.attrs["osl"])
     session = "turn" in ds.dims

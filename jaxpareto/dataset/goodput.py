@@ -23,8 +23,10 @@ def peak_goodput(ds: xr.Dataset) -> xr.Dataset:
 
     Returns:
         Dataset over the other dimensions: ``request_goodput_peak`` [requests/s] (0 where no rate
-        meets the SLO, NaN where no point is feasible) and ``request_rate_at_peak``
-        [requests/s] (the lowest rate reaching the peak; NaN where the peak is 0 or NaN).
+        meets the SLO, NaN where no point is feasible, or, in an interrupted store opened with
+        ``incomplete="mark"``, where some rate of the cell was not computed) and
+        ``request_rate_at_peak`` [requests/s] (the lowest rate reaching the peak; NaN where the
+        peak is 0 or NaN).
 
     Raises:
         JaxparetoError: ``ds`` is not an open-loop sweep with ``request_goodput``.
@@ -35,6 +37,8 @@ def peak_goodput(ds: xr.Dataset) -> xr.Dataset:
                                    "request_rate")
     goodput = ds.request_goodput
     peak = goodput.max(load, skipna=True)
+    if "computed" in ds:  # an interrupted store's cell with rates not computed has no known peak
+        peak = peak.where(ds.computed.all(load))
     filled = goodput.fillna(-np.inf)
     # the lowest rate at the peak, by a mask rather than an argmax indexer: a store opened lazily
     # cannot index with a chunked argmax, and a grid of single-valued axes made xarray's indexing fail

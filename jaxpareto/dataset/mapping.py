@@ -54,6 +54,9 @@ def agent_from_standard(standard: xr.Dataset, think_time_s, *, turns: int = 1,
     """
     if method not in METHODS:
         raise JaxparetoError("method", f"unknown {method!r}", METHODS)
+    if not isinstance(standard, xr.Dataset) or "concurrency" not in standard.dims:
+        raise JaxparetoError("standard", "needs a closed-loop sweep over concurrency (the batch of standard "
+                                         "serving); an open-loop sweep's request_rate is no batch")
     if "think_time_s" not in standard.dims or not np.all(standard.think_time_s.values == 0):
         raise JaxparetoError("standard", "needs a standard-serving sweep: think_time_s = 0 only")
     turns = check_number("turns", turns, low=1, integer=True)

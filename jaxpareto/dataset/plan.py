@@ -18,14 +18,15 @@ import numpy as np
 
 from jaxpareto.definitions.axes import AXIS_BY_NAME, DISAGGREGATION_AXES, LAYOUT_AXES, LOAD_AXES, Axis, axis_table, \
     grid_axes
+from jaxpareto.definitions.catalog import check_own_name
 from jaxpareto.definitions.checks import check_number
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.hardware import Hardware
 from jaxpareto.definitions.model import Model
 from jaxpareto.definitions.options import CACHE_MODELS, SERVING_MODES, ModelOptions
 from jaxpareto.definitions.schema import OUTPUTS, PERCENTILE_VARIABLES
-from jaxpareto.definitions.settings import DTYPES, SOLVERS, Efficiency, Solver, Workload, flat_default, latency_slo, \
-    numeric_fields, solver_of
+from jaxpareto.definitions.settings import DTYPES, SOLVERS, Efficiency, LatencySlo, Solver, Workload, flat_default, \
+    latency_slo, numeric_fields, solver_of
 from jaxpareto.definitions.version import __version__
 from jaxpareto.definitions.settings import DEFAULT_CHUNK_POINTS
 from jaxpareto.mapper import GridProblem
@@ -158,9 +159,9 @@ class SweepPlan:
 
 
 def plan_sweep(
-    gpu: str | Hardware | Sequence[str | Hardware],
-    model: str | Model | Sequence[str | Model],
-    tp: int | Sequence[int],
+    gpu: str | Hardware | Sequence[str | Hardware] | None = None,
+    model: str | Model | Sequence[str | Model] | None = None,
+    tp: int | Sequence[int] | None = None,
     concurrency: int | Sequence[int] | None = None,
     think_time_s: float | Sequence[float] = AXIS_BY_NAME["think_time_s"].default,
     context_tokens: int | Sequence[int] = AXIS_BY_NAME["context_tokens"].default,
@@ -191,7 +192,8 @@ def plan_sweep(
         gpu: catalog names (`jaxpareto.catalog.gpus`), names from ``hardware``, or
             `Hardware` definitions.
         model: catalog names, names from ``models``, or `Model` definitions.
-        tp: tensor-parallel degrees G (integers >= 1).
+        tp: tensor-parallel degrees G (integers >= 1). ``gpu``, ``model`` and ``tp`` are
+            required (a missing one is named, as the other axes' are).
         concurrency: concurrent sessions C (integers >= 1), the closed loop's load (required
             there).
         request_rate (keyword): requests (turns) per second λ arriving as a Poisson process per
@@ -221,11 +223,12 @@ def plan_sweep(
             those of the ``engine`` axis' engines of that name.
         slo: latency targets {metric: limit in ms} for ``request_goodput``, metrics among
             `jaxpareto.definitions.settings.LatencySlo`'s fields (``p99_ttft_ms``, ``p90_tpot_ms``,
-            ``ttft_ms``, ...); default none (goodput = throughput).
+            ``ttft_ms``, ...); default none (goodput = throughput), or the ``workload``'s own.
         percentiles: keep the latency percentiles (``p50_ttft_ms`` ... ``p99_e2el_ms``) and
-            ``request_goodput`` among the default outputs. None (default): when they say
-            something beyond the means, i.e. under Poisson arrivals, with an ``slo``, or with a
-            length spread (``isl_cv`` or ``osl_cv`` > 0). Outputs named in ``variables`` are
+            ``request_goodput`` among the default outputs (True, False or None). None (default):
+            when they say something beyond the means, i.e. under Poisson arrivals, with an
+            ``slo``, or with a length spread (``isl_cv`` or ``osl_cv`` > 0); False with an
+            ``slo`` is an error (no goodput to apply it to). Outputs named in ``variables`` are
             always computed.
         **settings: any further axis of `AXIS_TABLE` (a new row needs no new argument here), and
             flat keywords, each a field of `Workload`, `Efficiency`, `Solver` (damping, tol,
@@ -261,8 +264,15 @@ def plan_sweep(
         raise JaxparetoError("calibration", f"expected a TOML path or a mapping, got {type(calibration).__name__}")
     solver = _settings(Solver, solver_of(solver), settings)
     workload = _settings(Workload, workload or Workload(), settings)
+    if slo is None and workload.slo != LatencySlo():  # targets given in the Workload itself
+        slo = workload.slo
     if slo is not None:
         workload = dataclasses.replace(workload, slo=latency_slo(slo))
+    if percentiles is not None and not isinstance(percentiles, (bool, np.bool_)):
+        raise JaxparetoError("percentiles", f"expected True, False or None, got {percentiles!r}", (True, False, None))
+    if percentiles is False and slo is not None:
+        raise JaxparetoError("percentiles", "False drops request_goodput, which the slo's targets are for: leave "
+                                            "percentiles at None (or True) with an slo", (True, None))
     options = _options(options, settings, workload)
     _check_load(options, values)
     _check_serving_axes(options, values)
@@ -281,9 +291,13 @@ def plan_sweep(
                                             f"they do not transfer to {asked!r}")
             options = options._replace(**{field: fitted_with})
     if solver.name == "exact" and not options.piecewise_linear:
-        raise JaxparetoError("solver", "'exact' needs a piecewise-linear R(B): expert_routing='seed', "
-                                       "prefill_model='isolated', cache_model 'given' or 'ttl', arrivals not "
-                                       "'synchronised', aggregated serving and roofline='step'; use 'damped'")
+        adopted = calibration_options(calibration) if calibration is not None else {}
+        why = ", ".join(choice + (" (the calibration's)" if choice.split("=")[0] in adopted else "")
+                        for choice in options.nonlinear_choices)
+        raise JaxparetoError("solver", f"'exact' needs a piecewise-linear R(B), which it is not under {why} (it "
+                                       "needs expert_routing='seed', prefill_model='isolated', cache_model 'given' "
+                                       "or 'ttl', arrivals not 'synchronised', aggregated serving and "
+                                       "roofline='step'); use 'damped'")
     _check_used(options, workload)
     efficiency = _settings(Efficiency, efficiency or Efficiency(), settings)
     if calibration is not None:
@@ -297,6 +311,10 @@ def plan_sweep(
                         "engine": calibrated_engines},
         table=axis_table(options.open_loop, options.disaggregated, layout),
     )
+    if options.open_loop and workload.turns_per_session == 1 and np.any(np.asarray(axes["think_time_s"]) > 0):
+        raise JaxparetoError("think_time_s", "is the pause between a session's turns, which requests arriving "
+                                             "alone (turns_per_session 1) do not have: leave it at 0, or give "
+                                             "turns_per_session > 1")
     if layout:
         _check_layout_settings(options, workload, definitions, axes)
     padding = [engine.name for engine in definitions["engine"] if engine.cuda_graph_batch_step > 0]
@@ -493,6 +511,7 @@ def _by_name(field: str, items: Sequence, kind) -> dict:
             raise JaxparetoError(field, f"expected jaxpareto.{kind.__name__} definitions, got {type(item).__name__}")
         if item.name in out:
             raise JaxparetoError(field, f"two definitions named {item.name!r}; names must be unique")
+        check_own_name(field, item)
         out[item.name] = item
     return out
 

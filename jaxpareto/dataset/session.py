@@ -63,10 +63,10 @@ def _per_turn(ds: xr.Dataset, contexts: np.ndarray) -> xr.Dataset:
 
 
 def session_sweep(
-    gpu,
-    model,
-    tp,
-    concurrency,
+    gpu=None,
+    model=None,
+    tp=None,
+    concurrency=None,
     think_time_s=AXIS_BY_NAME["think_time_s"].default,
     hit_rate=AXIS_BY_NAME["hit_rate"].default,
     *,

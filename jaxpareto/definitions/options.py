@@ -155,8 +155,16 @@ class ModelOptions(NamedTuple):
     @property
     def piecewise_linear(self) -> bool:
         """R(B) is piecewise linear in B (what the exact solver needs)."""
-        return (self.expert_routing == "seed" and self.prefill_model == "isolated" and self.cache_model != "lru"
-                and self.arrivals != "synchronised" and not self.disaggregated and self.roofline == "step")
+        return not self.nonlinear_choices
+
+    @property
+    def nonlinear_choices(self) -> tuple[str, ...]:
+        """The options that make R(B) other than piecewise linear, as ``field='value'`` (empty: it
+        is piecewise linear, what the exact solver needs)."""
+        linear = {"expert_routing": self.expert_routing == "seed", "prefill_model": self.prefill_model == "isolated",
+                  "cache_model": self.cache_model != "lru", "arrivals": self.arrivals != "synchronised",
+                  "serving": not self.disaggregated, "roofline": self.roofline == "step"}
+        return tuple(f"{field}={getattr(self, field)!r}" for field, ok in linear.items() if not ok)
 
     @property
     def differentiable_solver(self) -> str:

@@ -33,7 +33,9 @@ from it directly:
   An Introduction to the Theory of Point Processes, 2003, section 6.3): TPOT gains
   (F_c - 1) / 2 x μ / OSL.
 - **TTFT**, for a prompt of a chunk or more: its own steps, (L / P) T(B, P), plus, arriving
-  while no prefill runs, the decode step in progress (T_0 / 2 on average), plus the
+  while no prefill runs, the decode step in progress (T_0 / 2 on average; none where the engine
+  is idle, which a prompt finds with probability exp(-(B + λ S)), the requests in their turn
+  taken as Poisson: at a vanishing rate TTFT is the lone prefill's), plus the
   first-come first-served wait for the prefill steps ahead: the M/G/1 (Pollaczek-Khinchine)
   wait S ρ / (1 - ρ) x (1 + c_S²) / 2 with S the prefill's time alone
   (`jaxpareto.physics.queueing`) and ρ the load at full steps; with arrivals more regular than
@@ -48,7 +50,8 @@ from it directly:
 - **TTFT under one chunk**, from the chain's law π (the bulk-service queue's waiting time,
   Bailey 1954; Chaudhry and Templeton, A First Course in Bulk Queues, 1983, ch. 4): a prompt
   arriving in any step, with or without prefill, waits for it to end, the residual of a
-  length-biased step Σ π_j E[T_j²] / (2 Σ π_j T_j); it is then served in a step that carries
+  length-biased step Σ π_j E[T_j²] / (2 Σ π_j T_j) (times the chance that the engine runs one,
+  as above); it is then served in a step that carries
   it, which a step serving s_j prompts is s_j times as likely to be (Σ π_j s_j T_j / Σ π_j s_j);
   and the c_j prompts carried past that step plus the A that arrived before it in the same step
   (a Poisson count of a uniform share of λ T_j), x tokens in all, hold it ⌈(x + L_own) / P⌉ - 1
@@ -168,14 +171,16 @@ def _step_arrivals(new, last, arrivals, dispersion):
 
 
 def _chain_waits(law, durations, relief, spread, arrivals, chain_time, counts, served, tokens, chunk_tokens,
-                 prompt_scv, t0, t_full) -> _ChainWaits:
+                 prompt_scv, t0, t_full, running) -> _ChainWaits:
     """A prompt's waits under one chunk from the chain's law (module docstring), the fields of
     `PrefillSteps` of those names; the arrays are over the chain's states j (shape (16,)),
     ``relief`` T_j less T_j without a chunk's tokens, ``spread`` the steps' variance from the
-    prompts' lengths, ``arrivals`` λT_j and ``chain_time`` Σ π_j T_j as `prefill_steps` has them."""
-    # the step in progress, length-biased: E[T²] / 2E[T], and E[(U T)²] = E[T³] / 3E[T]
-    step_wait = jnp.sum(law * (durations ** 2 + spread)) / (2.0 * chain_time)
-    wait_square = jnp.sum(law * durations * (durations ** 2 + 3.0 * spread)) / (3.0 * chain_time)
+    prompts' lengths, ``arrivals`` λT_j and ``chain_time`` Σ π_j T_j as `prefill_steps` has them,
+    ``running`` the chance that the engine runs a step at all."""
+    # the step in progress, length-biased: E[T²] / 2E[T], and E[(U T)²] = E[T³] / 3E[T]; none
+    # where the engine is idle
+    step_wait = running * jnp.sum(law * (durations ** 2 + spread)) / (2.0 * chain_time)
+    wait_square = running * jnp.sum(law * durations * (durations ** 2 + 3.0 * spread)) / (3.0 * chain_time)
     # the step that serves the prompt: the law weighted by the prompts a step serves
     prompts = law * served
     total = jnp.sum(prompts)
@@ -214,7 +219,7 @@ def _chain_waits(law, durations, relief, spread, arrivals, chain_time, counts, s
 
 
 def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: jax.Array,
-                  prompt_scv: jax.Array = 0.0) -> PrefillSteps:
+                  prompt_scv: jax.Array = 0.0, running: jax.Array = 1.0) -> PrefillSteps:
     """The bulk-service chain of the module docstring at arrival rate λ.
 
     The chain's rows are the arrivals in a step (`_step_arrivals`: Poisson, or negative binomial
@@ -227,6 +232,8 @@ def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: ja
         rate_per_ms: λ [requests per ms]. tokens: L_prefill [tokens] (> 0). chunk_tokens: P.
         prompt_scv: the prompt lengths' squared coefficient of variation around their mean
             (``isl_cv``², each hit/miss kind's own: not the two kinds' mix).
+        running: the chance that a prompt finds the engine running a step (1: always; an idle
+            engine has no step in progress to wait for).
     """
     t0, t_full = t(0.0), t(chunk_tokens)
     # prompts under one chunk: the chain of prompts waiting at a step
@@ -273,7 +280,7 @@ def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: ja
     chain_share = busy * chain_mixed / chain_time
     chain_tokens = jnp.sum(law[1:] * step_tokens[1:]) / busy
     waits = _chain_waits(law, durations, relief, spread, arrivals, chain_time, counts, served, tokens, chunk_tokens,
-                         prompt_scv, t0, t_full)
+                         prompt_scv, t0, t_full, running)
     # the load at full steps, as a queue of tokens: a chunk or more takes L / P full steps a prompt,
     # and under one a full step ends s = P / L prompts (the chain's last state is a full step only
     # where s < 15, so its step is not the full one in general)
@@ -284,7 +291,7 @@ def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: ja
     mean = 1.0 / (share / mixed + (1.0 - share) / t0)
     # a chunk or more: a prompt arriving in a decode step waits for it; in a prefill step, the
     # caller's M/G/1 wait covers the prompt in service (its P(wait > 0) is ρ)
-    step_wait = jnp.where(whole, (1.0 - share) * 0.5 * t0, waits.step_wait_ms)
+    step_wait = jnp.where(whole, running * (1.0 - share) * 0.5 * t0, waits.step_wait_ms)
     own = jnp.where(whole, t_full, waits.own_step_ms)
     return PrefillSteps(mean, t0, mixed, share, jnp.where(whole, chunk_tokens, chain_tokens), load, step_wait, own,
                         waits.overflow_ms, jnp.where(whole, 0.0, waits.service_scv),
@@ -294,7 +301,8 @@ def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: ja
 def poisson_turn(step: DecodeStep, rate_per_ms: jax.Array, prefill_tokens: jax.Array, osl: jax.Array,
                  chunk_tokens: jax.Array, prefill_ms_per_token: jax.Array, eta_decode: jax.Array,
                  elementwise_overhead: jax.Array, service_scv: jax.Array, prompt_scv: jax.Array = 0.0,
-                 prefill_experts=None, lockstep_ranks=None, arrival_scv: jax.Array = 1.0) -> EngineTurn:
+                 prefill_experts=None, lockstep_ranks=None, arrival_scv: jax.Array = 1.0,
+                 batch: jax.Array | None = None) -> EngineTurn:
     """TTFT and TPOT of a request in the shared engine under Poisson arrivals (module docstring).
 
     Args:
@@ -310,6 +318,11 @@ def poisson_turn(step: DecodeStep, rate_per_ms: jax.Array, prefill_tokens: jax.A
         arrival_scv: c_a² of the gaps between arrivals (1: Poisson): the wait for the prompts
             ahead, M/G/1's or the chain's full steps, is scaled by
             `jaxpareto.physics.queueing.renewal_wait_factor` at the load of full steps.
+        batch: B, the requests decoding (the open loop's fixed point), or None: the engine
+            always stepping. Given, a prompt waits for a step in progress only where the engine
+            runs one: not when it finds no request decoding or prefilling, P = exp(-(B + λ S))
+            (the requests in their turn taken as Poisson, the M/G/∞ occupancy; Takács 1962),
+            where S is the prompt's own steps: at a vanishing rate TTFT is the lone prefill's.
 
     Returns:
         `EngineTurn`, with ``prefill_load`` m, ``seen_load`` the chance that a prompt waits for
@@ -319,7 +332,12 @@ def poisson_turn(step: DecodeStep, rate_per_ms: jax.Array, prefill_tokens: jax.A
     """
     t = step_time(step, eta_decode, elementwise_overhead, prefill_ms_per_token, prefill_experts)
     tokens = jnp.maximum(prefill_tokens, 1e-6)  # a turn with nothing to prefill still waits one step
-    steps = prefill_steps(t, rate_per_ms, tokens, chunk_tokens, prompt_scv)
+    own_steps = jnp.maximum(tokens / chunk_tokens, 1.0)
+    single = jnp.minimum(tokens, chunk_tokens)
+    service = own_steps * t(single)
+    # an idle engine runs no step to wait for: none decoding, none prefilling
+    running = 1.0 if batch is None else -jnp.expm1(-(batch + rate_per_ms * service))
+    steps = prefill_steps(t, rate_per_ms, tokens, chunk_tokens, prompt_scv, running)
     t0, tf, share = steps.decode_step_ms, steps.mixed_step_ms, steps.mixed_share
     stable = steps.load < 1.0
     share = jnp.where(stable, share, 1.0)
@@ -327,9 +345,6 @@ def poisson_turn(step: DecodeStep, rate_per_ms: jax.Array, prefill_tokens: jax.A
     mixed = lockstep_share(safe, safe, lockstep_ranks)
     tpot = t0 * tf / (mixed * t0 + (1.0 - mixed) * tf)
 
-    own_steps = jnp.maximum(tokens / chunk_tokens, 1.0)
-    single = jnp.minimum(tokens, chunk_tokens)
-    service = own_steps * t(single)
     # one more prefill: its own steps' excess over decode steps, or its tokens' compute in a step
     # it shares (a prompt under one chunk finds λ T̄ others there, Poisson)
     joins = jnp.where(tokens < chunk_tokens, -jnp.expm1(-rate_per_ms * steps.mean_step_ms), 0.0)

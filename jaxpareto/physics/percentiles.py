@@ -34,7 +34,10 @@ The means come from the model; the spread around them from three stated approxim
 TPOT is taken lognormal with the mean and spread above; E2E latency = TTFT + decode time, each
 hit/miss kind's prefill plus the decode time summed as one lognormal of matched moments
 (Fenton, IRE Trans. Commun. Syst. 1960), then the wait added as for TTFT. Quantiles of the
-mixtures are found by bisection of their CDF (a fixed number of halvings: branch-free).
+mixtures are found by bisection of their CDF (a fixed number of halvings: branch-free), at the
+level q less 1e-5: a mixture of fixed-length hits and misses whose hit share is exactly q (hit
+rate 0.9 and P90) has its CDF within rounding of q between the two, and its quantile there is
+the hits' upper end in either precision, where rounding would otherwise pick any point between.
 """
 
 from __future__ import annotations
@@ -58,6 +61,10 @@ _Z_UPPER = {p: NormalDist().inv_cdf(0.5 + p / 200.0) for p in PERCENTILES}  # ..
 _SIGMA_FLOOR = 1e-4  # a fixed length is a lognormal this narrow (keeps the CDF finite)
 _Z_LOW = -8.0  # the lognormal below this many σ is ignored in the wait integral
 _BISECTIONS = 26  # halvings: 2^-26 of a bracket of at most e^10 in log t, below float32 rounding
+# a mixture's quantile is where its CDF reaches q less this: where the CDF stays within it of q
+# over a stretch (fixed prompt lengths whose hit share is q), the stretch's lower end, the same
+# in float32 and float64 (whose rounding would otherwise pick any point of it)
+_LEVEL_TOLERANCE = 1e-5
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(32)
 _GL_U, _GL_WU = 0.5 * (_GL_X + 1.0), 0.5 * _GL_W  # nodes and weights on [0, 1]
 _AVERAGED_BATCH_VARIANCE = 2.0 / 3.0
@@ -138,7 +145,7 @@ def delay_quantiles(delay: Delay, with_wait: bool = True) -> tuple[jax.Array, ..
         lo = jnp.min(delay.means * jnp.exp(delay.sigmas * zq - 0.5 * delay.sigmas ** 2))
         upper_kind = jnp.max(delay.means * jnp.exp(delay.sigmas * zh - 0.5 * delay.sigmas ** 2))
         upper_wait = delay.wait_ms * jnp.log(jnp.maximum(2.0 * delay.busy / (1.0 - q), 1.0))
-        log_t = _bisect(lambda x, q=q: delay_cdf(delay, jnp.exp(x), with_wait) < q,
+        log_t = _bisect(lambda x, q=q: delay_cdf(delay, jnp.exp(x), with_wait) < q - _LEVEL_TOLERANCE,
                         jnp.log(lo), jnp.log(upper_kind + upper_wait))
         out.append(jnp.exp(log_t))
     return tuple(out)
@@ -148,7 +155,8 @@ def normal_mix_quantiles(weights, means, sds) -> tuple[jax.Array, ...]:
     """The `PERCENTILES` of a mix of normals (shape (k,) each), by bisection."""
     sds = jnp.maximum(sds, 1e-9 * jnp.abs(means) + 1e-30)
     lo, hi = jnp.min(means - 9.0 * sds), jnp.max(means + 9.0 * sds)
-    return tuple(jnp.maximum(_bisect(lambda t, q=q: jnp.sum(weights * ndtr((t - means) / sds)) < q, lo, hi), 0.0)
+    return tuple(jnp.maximum(_bisect(lambda t, q=q: jnp.sum(weights * ndtr((t - means) / sds)) < q - _LEVEL_TOLERANCE,
+                                     lo, hi), 0.0)
                  for q in _LEVELS)
 
 

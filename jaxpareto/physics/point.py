@@ -272,7 +272,7 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
             engine = poisson_turn(step, turn.rate_per_ms, work.tokens, turn.osl, budget,
                                   rate_ms, turn.decode.eta_decode, turn.decode.elementwise_overhead,
                                   mix.scv, mix.cv ** 2, experts_beyond(seen), turn.lockstep_ranks,
-                                  arrival_scv=turn.arrival_scv)
+                                  arrival_scv=turn.arrival_scv, batch=batch_run)
         else:
             # the arrival theorem's others are the sessions the engine runs: those waiting for
             # KV memory (the measured profile, LRU) neither prefill nor decode

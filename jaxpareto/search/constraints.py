@@ -9,6 +9,7 @@ continuous form).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -18,6 +19,7 @@ from jaxpareto.definitions.checks import check_number
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.hardware import Hardware
 from jaxpareto.definitions.schema import QUANTITIES
+from jaxpareto.definitions.settings import LatencySlo, Workload, latency_slo
 
 OPERATORS = ("<=", ">=")
 # the outputs an `OptimizeResult` reports besides the objective and the constrained ones
@@ -46,8 +48,11 @@ def parse_constraints(constraints: Mapping | None) -> tuple[Constraint, ...]:
     """Validate ``{name: (op, limit)}``.
 
     Raises:
-        JaxparetoError: unknown output, operator or a non-finite limit.
+        JaxparetoError: not a mapping, unknown output, operator or a non-finite limit.
     """
+    if constraints is not None and not isinstance(constraints, Mapping):
+        raise JaxparetoError("constraints",
+                             f"expected a mapping {{output: (op, limit)}}, got {type(constraints).__name__}")
     out = []
     for name, spec in (constraints or {}).items():
         if name not in NUMERIC_OUTPUTS:
@@ -59,6 +64,35 @@ def parse_constraints(constraints: Mapping | None) -> tuple[Constraint, ...]:
             raise JaxparetoError(f"constraints.{name}", f"limits are positive quantities, got {limit!r}")
         out.append(Constraint(name, spec[0], limit))
     return tuple(out)
+
+
+def with_slo_targets(constraints: Mapping | None, settings: dict) -> Mapping | None:
+    """``constraints`` with the latency targets of a search's ``slo=`` keyword, or of its
+    ``workload=``'s own ``slo``, as "<=" constraints: a search has no goodput to apply them to,
+    and its answer must meet each of them (``settings``' ``slo`` is taken out, and the workload's
+    cleared, so that the sweeps behind the search do not compute a goodput nobody reads).
+
+    Raises:
+        JaxparetoError: an invalid ``slo`` (`jaxpareto.definitions.settings.latency_slo`), or a
+            target given both there and in ``constraints``, named.
+    """
+    slo = settings.pop("slo", None)
+    workload = settings.get("workload")
+    if slo is None and isinstance(workload, Workload) and workload.slo != LatencySlo():
+        slo = workload.slo
+    if isinstance(workload, Workload) and workload.slo != LatencySlo():
+        settings["workload"] = dataclasses.replace(workload, slo=LatencySlo())
+    if slo is None:
+        return constraints
+    parse_constraints(constraints)  # a malformed mapping is named as such first
+    merged = dict(constraints or {})
+    for name, limit in latency_slo(slo)._asdict().items():
+        if not math.isfinite(limit):
+            continue
+        if name in merged:
+            raise JaxparetoError(f"slo.{name}", "is also given in constraints: give each target once")
+        merged[name] = ("<=", limit)
+    return merged
 
 
 def concurrency_range(concurrency) -> tuple[int, int]:
@@ -131,4 +165,4 @@ class OptimizeResult:
 
 
 __all__ = ["HARDWARE_VARIABLES", "NUMERIC_OUTPUTS", "OPERATORS", "REPORTED", "Constraint", "OptimizeResult",
-           "concurrency_range", "parse_constraints"]
+           "concurrency_range", "parse_constraints", "with_slo_targets"]

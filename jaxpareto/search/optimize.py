@@ -51,7 +51,8 @@ from jaxpareto.definitions.options import SEARCH_METHODS, SERVING_MODES, ModelOp
 from jaxpareto.definitions.schema import PERCENTILE_VARIABLES
 from jaxpareto.definitions.settings import SOLVERS, Workload
 from jaxpareto.search.constraints import (HARDWARE_VARIABLES, NUMERIC_OUTPUTS, Constraint,  # noqa: F401
-                                          OptimizeResult, concurrency_range, parse_constraints)
+                                          OptimizeResult, concurrency_range, parse_constraints,
+                                          with_slo_targets)
 from jaxpareto.search.budget import PER_REPLICA, best_layout, budget_layouts
 from jaxpareto.search.disaggregated import disaggregated_layouts
 from jaxpareto.search.layouts import search_layouts
@@ -113,7 +114,8 @@ def optimize(
         think_time_s, context_tokens, hit_rate: the workload (as in `jaxpareto.sweep`).
         objective: output to optimise; ``sense`` "max" (default) or "min".
         constraints: SLOs ``{output: ("<=" | ">=", limit)}``; memory (C <= concurrency_max)
-            always applies.
+            always applies. ``slo=`` (keyword, as `jaxpareto.sweep` takes it: ``{metric: ms}``)
+            adds its targets as "<=" constraints.
         tp: TP choices. concurrency: inclusive integer range ``(lo, hi)``.
         method: the search: "auto" (the bracketing search), "exhaustive", "bracket" or
             "gradient" (module docstring).
@@ -166,6 +168,7 @@ def optimize(
         if settings.get(axis.name) is not None:
             raise JaxparetoError(axis.name, "is a layout axis of sweeps; optimize compares the pipeline and "
                                             "attention-DP layouts of a GPU budget: give gpu_budget= instead")
+    constraints = with_slo_targets(constraints, settings)
     cons = parse_constraints(constraints)
     serving = serving_modes(settings.pop("serving", None), gpu_budget, settings,
                             {objective, *(c.name for c in cons)})

@@ -18,12 +18,12 @@ import numpy as np
 import pandas as pd
 
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.search.constraints import concurrency_range, parse_constraints
+from jaxpareto.search.constraints import concurrency_range, parse_constraints, with_slo_targets
 from jaxpareto.dataset.plan import plan_sweep
 from jaxpareto.dataset.sweep import sweep
 from jaxpareto.definitions.axes import AXIS_BY_NAME, CONCURRENCY_RANGE, SCENARIO_AXES, TP_CHOICES
 from jaxpareto.definitions.checks import check_number
-from jaxpareto.definitions.schema import INFEASIBLE_REASON_LABELS
+from jaxpareto.definitions.schema import INFEASIBLE_REASON_LABELS, PERCENTILE_VARIABLES
 from jaxpareto.search.servable import require_servable
 
 
@@ -91,7 +91,9 @@ def size_deployment(
         think_time_s, context_tokens, hit_rate: the workload (one value each).
         sessions: target concurrent agent sessions (give this or ``turns_per_s``).
         turns_per_s: target turn rate [turns/s].
-        constraints: SLOs ``{output: ("<=" | ">=", limit)}``.
+        constraints: SLOs ``{output: ("<=" | ">=", limit)}``; ``slo=`` (keyword, ``{metric: ms}``
+            as `jaxpareto.sweep` takes it) adds its targets as "<=" constraints. A percentile
+            among them switches the sweep's percentiles on.
         tp: TP choices per replica. concurrency: sessions per replica searched, (lo, hi).
         **settings: the other keywords of `jaxpareto.dataset.plan.plan_sweep` (``workload=``,
             ``efficiency=``, ``options=``, flat scalars, ``dtype``, and ``solver``, the closed-loop
@@ -105,10 +107,16 @@ def size_deployment(
     target_sessions = None if sessions is None else check_number("sessions", sessions, low=1, integer=True)
     target_rate = None if turns_per_s is None else check_number("turns_per_s", turns_per_s, low=0, low_inclusive=False)
     refuse_open_loop(settings, "size")
+    constraints = with_slo_targets(constraints, settings)
     cons = parse_constraints(constraints)
     lo, hi = concurrency_range(concurrency)
     kwargs = dict(gpu=gpu, model=model, tp=tp, concurrency=list(range(lo, hi + 1)), think_time_s=think_time_s,
                   context_tokens=context_tokens, hit_rate=hit_rate, **settings)
+    tails = sorted({c.name for c in cons} & set(PERCENTILE_VARIABLES))
+    if tails:  # the sweep keeps them only where asked
+        if kwargs.get("percentiles") is False:
+            raise JaxparetoError("percentiles", f"False, but the constraints read {', '.join(tails)}", (True, None))
+        kwargs["percentiles"] = True
     plan = plan_sweep(**kwargs)
     if any(len(plan.coords[a]) != 1 for a in SCENARIO_AXES):
         raise JaxparetoError("scenario", f"sizing takes one value of each of {', '.join(SCENARIO_AXES)}")

@@ -28,7 +28,8 @@ from jaxpareto.definitions.axes import AXIS_BY_NAME, SCENARIO_AXES, GridPoint
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.settings import Solver
 from jaxpareto.mapper import stack_params
-from jaxpareto.search.constraints import HARDWARE_VARIABLES, REPORTED, OptimizeResult, parse_constraints
+from jaxpareto.search.constraints import HARDWARE_VARIABLES, REPORTED, OptimizeResult, parse_constraints, \
+    with_slo_targets
 from jaxpareto.search.penalty import evaluate_with_memory, penalised_descent, relative_violations, squared_excess
 
 _BISECTION_STEPS = 60  # relative precision 2**-60 of the scale's log bracket
@@ -59,7 +60,8 @@ def least_hardware(
             scenario and all must meet the constraints with the same hardware.
         variables: GPU fields to minimise, from `HARDWARE_VARIABLES`.
         constraints: SLOs ``{output: ("<=" | ">=", limit)}``; memory always applies (under
-            ``cache_model="lru"``: one session's KV must fit).
+            ``cache_model="lru"``: one session's KV must fit). ``slo=`` (keyword, ``{metric: ms}``)
+            adds its targets as "<=" constraints.
         tp, concurrency: the fixed configuration (one TP, one integer concurrency).
         steps: optax steps of the gradient search.
         solver: the closed-loop solver that certifies the answer (the bisection and the
@@ -81,6 +83,7 @@ def least_hardware(
     if not variables or len(set(variables)) != len(variables):
         raise JaxparetoError("variables", f"need distinct GPU fields, got {list(variables)}", HARDWARE_VARIABLES)
     refuse_open_loop(settings, "the hardware what-if")
+    constraints = with_slo_targets(constraints, settings)
     cons = parse_constraints(constraints)
     if not cons:
         raise JaxparetoError("constraints", "a hardware what-if needs at least one SLO to meet")
