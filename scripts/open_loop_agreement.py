@@ -3,8 +3,9 @@ latency from the model (``arrivals="poisson"``, the shared engine) and from the 
 simulation of a continuous-batching server with chunked prefill in ``tests/simulator.py`` (fed
 the model's own step times, at most ``concurrency_max`` requests holding KV), at 30 % to 90 % of
 the model's capacity, for prompts of a thirty-second, a quarter, 0.37, 0.61, one, 1.46 and two
-chunks with fixed or lognormal lengths. About 7 min; ``--quick`` about 30 s (two cases, two loads,
-fewer requests).
+chunks with fixed or lognormal lengths, and for a prefix-cached agent's turns (`HIT_CASES`: a
+share of the prompts hits and prefills only its new tokens, the others the whole context). About
+8 min; ``--quick`` about 30 s (two cases, two loads, fewer requests, no hit cases).
 
 Cells are model / simulated - 1 in %; a * marks one beyond the open-loop goals (means of TTFT
 and TPOT within 10 %, their P99 within 20 %). Unlike the other scripts this one imports the test
@@ -27,6 +28,8 @@ from simulator import at_load, model_step, simulate  # noqa: E402
 GPU, MODEL, OSL, CHUNK = "h100-sxm", "llama-3.1-8b", 128, 8192.0
 CASES = [(256, 0.5), (2048, 0.0), (2048, 0.5), (3000, 0.0), (5000, 0.0), (5000, 0.5), (8192, 0.5), (12000, 0.0),
          (16384, 0.0), (16384, 0.5)]
+# (context, hit rate, new tokens a hit prefills, length cv): 2,128 new tokens, the seed's delta less OSL
+HIT_CASES = [(16384, 0.9, 2128, 0.0), (32768, 0.9, 2128, 0.0), (16384, 0.5, 2128, 0.5)]
 LOADS = (0.3, 0.6, 0.8, 0.9)
 COLUMNS = [("ttft", "mean", 10), ("ttft", 50, None), ("ttft", 99, 20), ("tpot", "mean", 10), ("tpot", 50, None),
            ("tpot", 99, 20), ("itl", "mean", None), ("itl", 99, None), ("e2el", "mean", None), ("e2el", 99, None)]
@@ -46,6 +49,34 @@ def cells(point, sim) -> list[float]:
     return out
 
 
+def header(first: str) -> None:
+    print(f"| prompt | {first} | load | rate /s | " + " | ".join(f"{m} {s if s == 'mean' else f'P{s}'}"
+                                                           for m, s, _ in COLUMNS) + " |")
+    print("|" + "---|" * (4 + len(COLUMNS)))
+
+
+def table(cases, loads, requests: int) -> None:
+    """One row per case and load, then the largest error of each column."""
+    worst = np.zeros(len(COLUMNS))
+    for context, hit_rate, new_tokens, cv in cases:
+        settings = dict(arrivals="poisson", context_tokens=context, osl=OSL, prefill_model="shared",
+                        isl_cv=cv, osl_cv=cv, hit_rate=hit_rate, delta_tokens=new_tokens + OSL, dtype="float64")
+        ds = jp.sweep(GPU, MODEL, tp=1, request_rate=np.geomspace(0.02, 200.0, 500), **settings).squeeze()
+        step = model_step(GPU, MODEL, context)
+        for load in loads:
+            point = at_load(ds, load)
+            rate = float(point.request_rate)
+            sim = simulate(step, rate, requests, context, OSL, CHUNK, cv, cv, seed=1,
+                           slots=int(point.concurrency_max), hit_share=hit_rate, hit_tokens=new_tokens)
+            row = cells(point, sim)
+            worst = np.maximum(worst, np.abs(row))
+            marked = [f"{c:+.0f}" + ("*" if goal is not None and abs(c) > goal else "")
+                      for c, (_, _, goal) in zip(row, COLUMNS)]
+            kind = f"{hit_rate}, {cv}" if hit_rate else f"{cv}"
+            print(f"| {context} | {kind} | {load:.0%} | {rate:.2f} | " + " | ".join(marked) + " |")
+    print("| largest | | | | " + " | ".join(f"{w:.0f}" for w in worst) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="5,000 requests, two cases at 60 %% and 90 %%")
@@ -54,26 +85,13 @@ def main() -> None:
     cases, loads = ([(256, 0.5), (16384, 0.0)], (0.6, 0.9)) if args.quick else (CASES, LOADS)
     print(f"{GPU}, {MODEL}, TP 1, OSL {OSL}, chunk {CHUNK:.0f}, seed profile, shared engine; {requests:,} "
           "simulated requests per row. Cells: model / simulated - 1, in %; * beyond the goals.\n")
-    print("| prompt | length cv | load | rate /s | " + " | ".join(f"{m} {s if s == 'mean' else f'P{s}'}"
-                                                            for m, s, _ in COLUMNS) + " |")
-    print("|" + "---|" * (4 + len(COLUMNS)))
-    worst = np.zeros(len(COLUMNS))
-    for context, cv in cases:
-        settings = dict(arrivals="poisson", context_tokens=context, osl=OSL, prefill_model="shared",
-                        isl_cv=cv, osl_cv=cv, dtype="float64")
-        ds = jp.sweep(GPU, MODEL, tp=1, request_rate=np.geomspace(0.02, 200.0, 500), **settings).squeeze()
-        step = model_step(GPU, MODEL, context)
-        for load in loads:
-            point = at_load(ds, load)
-            rate = float(point.request_rate)
-            sim = simulate(step, rate, requests, context, OSL, CHUNK, cv, cv, seed=1,
-                           slots=int(point.concurrency_max))
-            row = cells(point, sim)
-            worst = np.maximum(worst, np.abs(row))
-            marked = [f"{c:+.0f}" + ("*" if goal is not None and abs(c) > goal else "")
-                      for c, (_, _, goal) in zip(row, COLUMNS)]
-            print(f"| {context} | {cv} | {load:.0%} | {rate:.2f} | " + " | ".join(marked) + " |")
-    print("| largest | | | | " + " | ".join(f"{w:.0f}" for w in worst) + " |")
+    header("length cv")
+    table([(context, 0.0, 0, cv) for context, cv in cases], loads, requests)
+    if not args.quick:
+        print("\nPrefix-cache hits: a share h of the prompts prefills its new tokens (2,128), the others the "
+              "whole context (the prompt column)\n")
+        header("h, length cv")
+        table(HIT_CASES, loads, requests)
 
 
 if __name__ == "__main__":

@@ -119,7 +119,8 @@ class _Engine:
 
 def simulate(step_ms, rate_per_s: float, requests: int, prefill_tokens: float, osl: float, chunk_tokens: float,
              isl_cv: float = 0.0, osl_cv: float = 0.0, seed: int = 0, warmup: float = 0.1,
-             slots: int | None = None, decode_in_budget: bool = False, arrival_cv: float = 1.0) -> Simulated:
+             slots: int | None = None, decode_in_budget: bool = False, arrival_cv: float = 1.0,
+             hit_share: float = 0.0, hit_tokens: float = 0.0) -> Simulated:
     """Run ``requests`` Poisson arrivals at ``rate_per_s`` through the engine (or, with
     ``arrival_cv`` below 1, arrivals whose gaps are gamma distributed with that coefficient of
     variation: 1 / sqrt(k), a share of a Poisson stream dealt over k engines in turn).
@@ -133,6 +134,8 @@ def simulate(step_ms, rate_per_s: float, requests: int, prefill_tokens: float, o
             for a free one before its prefill starts (None: no limit).
         decode_in_budget: the decoding requests' tokens come off the step's budget first, one
             each (vLLM V1's and TensorRT-LLM's schedulers), leaving the rest to prefill.
+        hit_share, hit_tokens: prefix-cache hits: that share of the requests prefills
+            ``hit_tokens`` (lognormal of ``isl_cv`` too), the others ``prefill_tokens``.
     """
     rng = np.random.default_rng(seed)
     if arrival_cv == 1.0:  # the same draws as before the gaps could be other than exponential
@@ -141,6 +144,9 @@ def simulate(step_ms, rate_per_s: float, requests: int, prefill_tokens: float, o
         arrivals = np.cumsum(rng.gamma(arrival_cv ** -2, 1000.0 / rate_per_s * arrival_cv ** 2, requests))
     need = np.maximum(np.round(lognormal(rng, prefill_tokens, isl_cv, requests)), 1.0)
     outputs = np.maximum(np.round(lognormal(rng, osl, osl_cv, requests)), 2).astype(int)
+    if hit_share > 0:  # drawn after the others: runs without hits keep their draws
+        hits = rng.random(requests) < hit_share
+        need = np.where(hits, np.maximum(np.round(lognormal(rng, hit_tokens, isl_cv, requests)), 1.0), need)
     first = np.full(requests, np.nan)
     done = np.full(requests, np.nan)
     gaps: list[float] = []

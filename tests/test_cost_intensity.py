@@ -32,6 +32,29 @@ def test_costs_on_a_session_sweep():
         jp.add_costs(ds, input_per_mtok=1.0)
 
 
+@pytest.mark.parametrize("layout", [dict(tp=4), dict(tp=4, pp=2), dict(tp=2, dp_attention=2, model="gpt-oss-120b"),
+                                    dict(tp=4, serving="disaggregated", prefill_tp=4, prefill_workers=2,
+                                         decode_workers=1)])
+def test_a_replicas_every_gpu_is_priced(layout):
+    """A turn costs the replica's GPUs, not its TP group's: TP x stages x attention-DP ranks, or a
+    disaggregated replica's prefill and decode pools (TP alone had priced pp = 2 at half)."""
+    ds = jp.sweep(**{"gpu": "h100-sxm", "model": "llama-3.1-70b", "concurrency": [8, 64], "think_time_s": 2.0,
+                     "context_tokens": 16384, "hit_rate": 0.5, **layout})
+    priced = jp.add_costs(ds, gpu_hour=3.6)
+    replica = layout.get("prefill_workers", 0) * layout.get("prefill_tp", 0) \
+        + layout["tp"] * layout.get("pp", 1) * layout.get("dp_attention", 1) * layout.get("decode_workers", 1)
+    expected = replica * 3.6 / 3600 / ds.turns_per_s
+    ok = ds.feasible.values
+    assert ok.any()
+    np.testing.assert_allclose(priced.gpu_cost_per_turn_usd.values[ok], expected.values[ok], rtol=1e-5)
+    with pytest.raises(jp.JaxparetoError, match="output_tokens_per_s_per_gpu"):
+        jp.add_costs(ds[["turns_per_s", "feasible"]].assign_attrs(ds.attrs), gpu_hour=3.6)
+    ttl = jp.sweep(gpu="h100-sxm", model="llama-3.1-8b", tp=1, concurrency=8, cache_ttl_s=5.0, think_time_s=30.0,
+                   variables=["turns_per_s"])
+    with pytest.raises(jp.JaxparetoError, match="hit_rate_eff"):
+        jp.add_costs(ttl, **PRICES)
+
+
 def test_operational_intensity_and_ridge():
     ds = jp.sweep(gpu=["h100-sxm", "b200"], model="llama-3.1-70b", tp=8, concurrency=32, think_time_s=2.0,
                   context_tokens=[1024, 32768], hit_rate=0.0, osl=128)

@@ -1,6 +1,7 @@
 """Every layer read as it is: hybrid attention, MoE layouts, family defaults, quantised storage and
 the untied input table, each from a fixture config (fields only) against its known right value."""
 
+import json
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -265,3 +266,22 @@ def test_zero_widths_of_an_unused_feature_are_accepted():
     assert jp.Model.from_hf_config(dense).attention == "gqa"
     with pytest.raises(jp.JaxparetoError, match="config.json: qk_rope_head_dim: must be a positive integer"):
         jp.Model.from_hf_config({**dense, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "v_head_dim": 128})
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"num_key_value_heads": 5}, "num_key_value_heads"),  # 64 heads do not group into 5
+    ({"num_key_value_heads": 128}, "num_key_value_heads"),  # more KV heads than heads
+    ({"torch_dtype": "float8_e4m3fn"}, "torch_dtype"),  # had become bf16
+    ({"tie_word_embeddings": "false"}, "tie_word_embeddings"),  # a string had read as tied
+])
+def test_inconsistent_configs_are_named(change, field):
+    config = json.loads((HF / "llama-3.1-70b.json").read_text())
+    with pytest.raises(jp.JaxparetoError, match=field):
+        jp.Model.from_hf_config({**config, **change})
+
+
+def test_a_config_that_is_no_json_object_is_named(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text("[1, 2]")
+    with pytest.raises(jp.JaxparetoError, match="not an object"):
+        jp.Model.from_hf_config(path)

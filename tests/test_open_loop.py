@@ -547,8 +547,25 @@ def test_a_percentile_at_the_hit_share_is_the_same_in_either_precision(arrivals)
     np.testing.assert_allclose(single.p90_ttft_ms.values, double.p90_ttft_ms.values, rtol=2e-3)
     np.testing.assert_array_equal(single.request_goodput.values > 0, double.request_goodput.values > 0)
     p90 = np.atleast_1d(double.p90_ttft_ms.values)
-    assert np.all(p90 < 0.5 * np.atleast_1d(double.p99_ttft_ms.values))  # the hits' end, not the misses'
+    assert np.all(p90 < 0.9 * np.atleast_1d(double.p99_ttft_ms.values))  # the hits' end, not the misses'
     if "request_rate" in arrivals:
         assert np.all(np.diff(p90) > 0)
         served = np.atleast_1d(double.request_goodput.values) > 0
         assert served.any() and not np.any(served[1:] & ~served[:-1])  # no rate served after one that is not
+
+
+def test_prefix_hits_wait_for_the_step_in_progress_as_misses_do():
+    """A prefix-cached agent's turns (90 % of 16K-token contexts hit and prefill 2,128 new tokens,
+    the rest the whole context) against the simulated server at 60 % load: every prompt waits the
+    same step in progress, so the misses' tail is their own steps plus it, not the mean prompt's
+    service scaled by their tokens (P99 TTFT had been 31 % over the simulated server, now within
+    the goal's 20 %)."""
+    context, new_tokens = 16384, 2128
+    ds = jp.sweep(GPU, MODEL, tp=1, request_rate=np.geomspace(0.02, 200.0, 500), arrivals="poisson",
+                  context_tokens=context, osl=OSL, hit_rate=0.9, delta_tokens=new_tokens + OSL, prefill_model="shared",
+                  dtype="float64", variables=["ttft_ms", "p99_ttft_ms", "concurrency_max"]).squeeze()
+    point = at_load(ds, 0.6)
+    sim = simulate(model_step(GPU, MODEL, context), float(point.request_rate), 20_000, context, OSL, 8192.0, seed=1,
+                   slots=int(point.concurrency_max), hit_share=0.9, hit_tokens=new_tokens)
+    assert float(point.ttft_ms) == pytest.approx(sim.ttft_ms.mean(), rel=0.10)
+    assert float(point.p99_ttft_ms) == pytest.approx(np.percentile(sim.ttft_ms, 99), rel=0.20)

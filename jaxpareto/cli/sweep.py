@@ -60,6 +60,7 @@ def _cmd_session(args: argparse.Namespace, spec) -> int:
     ds.attrs["report"] = json.dumps(spec.report.model_dump(mode="json"))
     if out is not None:
         to_zarr(ds, out, overwrite=args.overwrite)
+    axes = list(ds.feasible.dims)  # with a layout's or disaggregated replica's axes where the grid gives them
     points = int(np.prod([ds.sizes[a] for a in axes]))
     print(f"spec: {args.spec}")
     if spec.description:
@@ -76,8 +77,9 @@ def _cmd_session(args: argparse.Namespace, spec) -> int:
     where = {k: v for k, v in selection.items() if k != "turn"}
     top = best_task_configuration(ds.sel(where))
     if top is not None:
+        searched = [d for d in ds.tasks_per_s.dims if d not in where]  # tp, concurrency, a layout's axes
         print(f"most tasks/s at {', '.join(f'{k}={v}' for k, v in where.items())}: "
-              f"tp {int(top.tp)}, concurrency {int(top.concurrency)}: {float(top.tasks_per_s):.3g} tasks/s, "
+              f"{', '.join(f'{d} {top[d].item():g}' for d in searched)}: {float(top.tasks_per_s):.3g} tasks/s, "
               f"task time {float(top.task_time_s):,.1f} s, operational intensity at turn {selection.get('turn')} "
               f"{float(top.operational_intensity.sel(turn=selection['turn'])):,.0f} FLOP/byte "
               f"(ridge {float(top.ridge_point):,.0f})")

@@ -64,8 +64,9 @@ def front_mask(x: np.ndarray, y: np.ndarray, valid: np.ndarray) -> np.ndarray:
 def _validity(ds: xr.Dataset, x: xr.DataArray, y: xr.DataArray) -> xr.DataArray:
     valid = np.isfinite(x) & np.isfinite(y)
     for flag in ("feasible", "converged"):
-        if flag in ds:
-            valid = valid & ds[flag]
+        if flag in ds:  # a session's per-task objectives: every turn of the task feasible
+            status = ds[flag]
+            valid = valid & status.all([d for d in status.dims if d not in x.dims])
     return valid
 
 
@@ -105,7 +106,8 @@ def pareto_front(
     if not isinstance(ds, xr.Dataset):
         raise JaxparetoError("ds", f"expected an xarray.Dataset (a sweep), got {type(ds).__name__}")
     dims = default_dims(ds.dims) if dims is None else dims
-    if len(tuple(maximize)) != 2:
+    if not isinstance(maximize, (tuple, list)) or len(maximize) != 2 or \
+            not all(isinstance(m, (bool, np.bool_)) for m in maximize):
         raise JaxparetoError("maximize", f"expected two booleans (x, y), got {maximize!r}")
     for field, name in (("x", x), ("y", y)):
         if name not in ds.data_vars:
@@ -115,6 +117,10 @@ def pareto_front(
                                  sorted(str(v) for v in ds.data_vars if v not in NOT_OBJECTIVES))
     dims = (dims,) if isinstance(dims, str) else tuple(dims)
     xa, ya = ds[x], ds[y]
+    if set(xa.dims) != set(ya.dims):  # a session's per-turn output against a per-task one
+        extra = sorted(set(xa.dims) ^ set(ya.dims))
+        raise JaxparetoError("x/y", f"{x!r} and {y!r} do not share their dimensions ({', '.join(extra)} in one "
+                                    "only): select it first, e.g. ds.sel(turn=...) for a per-turn output")
     for d in dims:
         if d not in xa.dims:
             raise JaxparetoError("dims", f"unknown dimension {d!r}", [str(n) for n in xa.dims])
@@ -154,7 +160,9 @@ def frontier_table(
             the table short).
         front: a mask from `pareto_front`; computed with ``x, y, dims`` when None.
         x, y, dims: as in `pareto_front`.
-        metrics: further variables to include (those missing from ``ds`` are skipped).
+        metrics: further variables to include (those missing from ``ds``, or on other
+            dimensions than the objectives', a session's per-turn outputs beside per-task
+            objectives, are skipped).
         drop_ties: keep only the first (lowest along ``dims``) of each set of points with
             identical objectives in a group, e.g. concurrencies above what memory admits.
 
@@ -170,7 +178,7 @@ def frontier_table(
     hits = np.nonzero(np.asarray(front.values))
     table = {d: np.asarray(ds[d].values)[i] for d, i in zip(front.dims, hits)}
     for name in (x, y, *metrics):
-        if name in ds.data_vars and name not in table:
+        if name in ds.data_vars and name not in table and set(ds[name].dims) == set(front.dims):
             values = np.asarray(ds[name].transpose(*front.dims).values)[hits]
             if name in FLAG_VARIABLES:
                 labels = FLAG_VARIABLES[name][1]

@@ -299,9 +299,20 @@ def plan_sweep(
                                        "or 'ttl', arrivals not 'synchronised', aggregated serving and "
                                        "roofline='step'); use 'damped'")
     _check_used(options, workload)
+    # the factors given away from their defaults (a spec passes every field, the defaults too)
+    given = {name for name in _SETTINGS[Efficiency]
+             if settings.get(name) is not None and settings[name] != FLAT_KEYWORDS[name]}
+    if efficiency is not None:
+        given |= {f.name for f in dataclasses.fields(Efficiency)
+                  if getattr(efficiency, f.name) != getattr(Efficiency(), f.name)}
     efficiency = _settings(Efficiency, efficiency or Efficiency(), settings)
     if calibration is not None:
-        efficiency = dataclasses.replace(efficiency, **load_calibration(calibration))
+        fitted = load_calibration(calibration)
+        clash = sorted(given & set(fitted))
+        if clash:  # the calibration's value would silently replace the one given
+            raise JaxparetoError(clash[0], "is set by the calibration too: give it there (a mapping may copy the "
+                                           "file's values) or leave the calibration out")
+        efficiency = dataclasses.replace(efficiency, **fitted)
     efficiency = efficiency.validate()
     chunk_points = check_number("chunk_points", chunk_points, low=1, integer=True)
     calibrated_engines = {name: resolve_engine(name).with_efficiency(factors)

@@ -94,9 +94,10 @@ def session_coords(kwargs: Mapping, turns: int, axes: Sequence[str] = AXES) -> d
 
 
 def best_task_configuration(cell: xr.Dataset) -> xr.Dataset | None:
-    """The (tp, concurrency) point of one session-sweep cell with the most tasks/s, among the
+    """The configuration of one session-sweep cell (tp and concurrency, and a layout's or
+    disaggregated replica's axes where the cell has them) with the most tasks/s, among the
     concurrencies the KV memory admits in full for a whole task; None when there is none."""
     best = cell.tasks_per_s.where((cell.task_concurrency_eff >= 1) & (cell.concurrency <= cell.task_concurrency_eff))
     if not bool(best.notnull().any()):
         return None
-    return cell.isel(best.argmax(dim=["tp", "concurrency"]))
+    return cell.isel(best.argmax(dim=list(best.dims)))

@@ -36,7 +36,7 @@ import dataclasses
 import numpy as np
 import xarray as xr
 
-from jaxpareto.dataset.costs import add_costs
+from jaxpareto.dataset.costs import PRICE_KEYWORDS, add_costs
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.dataset.plan import plan_sweep
 from jaxpareto.dataset.sweep import sweep_plan
@@ -114,6 +114,13 @@ def session_sweep(
             if getattr(workload, key) != getattr(Workload, key):
                 raise JaxparetoError(f"workload.{key}", f"{derived}; pass osl= to session_sweep")
     refuse_open_loop(kwargs, "session_sweep")
+    if prices is not None:  # named before the sweep runs, not after
+        if not isinstance(prices, dict):
+            raise JaxparetoError("prices", f"expected a mapping of add_costs keywords, got {type(prices).__name__}",
+                                 PRICE_KEYWORDS)
+        for key in prices:
+            if key not in PRICE_KEYWORDS:
+                raise JaxparetoError("prices", f"unknown price {key!r}", PRICE_KEYWORDS)
     if kv_demand not in KV_DEMANDS:
         raise JaxparetoError("kv_demand", f"unknown {kv_demand!r}", KV_DEMANDS)
     l0 = check_number("initial_context_tokens", initial_context_tokens, low=1, integer=True)

@@ -136,6 +136,9 @@ def _load(path: str | Path | dict) -> tuple[dict, str]:
             cfg = json.loads(path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             raise JaxparetoError("config.json", f"{path} is not valid JSON: {error}") from None
+        if not isinstance(cfg, dict):
+            raise JaxparetoError("config.json", f"{path} holds a JSON {type(cfg).__name__}, not an object of "
+                                                "settings")
         default_name = cfg.get("_name_or_path") or path.resolve().parent.name
     if isinstance(cfg.get("text_config"), dict):
         cfg = {**cfg, **cfg["text_config"]}
@@ -149,6 +152,13 @@ def _load(path: str | Path | dict) -> tuple[dict, str]:
     for key in ("mlp_only_layers", "moe_layers", "no_rope_layers", "layer_types"):
         if cfg.get(key) is not None and not isinstance(cfg[key], list):
             raise JaxparetoError(f"config.json: {key}", f"must be a list, got {cfg[key]!r}")
+    heads, kv_heads = cfg.get("num_attention_heads"), cfg.get("num_key_value_heads")
+    if heads and kv_heads and (kv_heads > heads or heads % kv_heads):  # grouped-query attention shares KV heads
+        raise JaxparetoError("config.json: num_key_value_heads", f"must divide num_attention_heads ({heads}), "
+                                                                 f"got {kv_heads}")
+    tied = cfg.get("tie_word_embeddings")
+    if tied is not None and not isinstance(tied, bool):
+        raise JaxparetoError("config.json: tie_word_embeddings", f"must be true or false, got {tied!r}")
     if cfg.get("no_rope_layers") is not None and len(cfg["no_rope_layers"]) != cfg["num_hidden_layers"]:
         raise JaxparetoError("config.json: no_rope_layers", f"must list {cfg['num_hidden_layers']} layers")
     for key in ("rope_scaling", "rope_parameters", "quantization_config"):
@@ -381,6 +391,10 @@ def _stored_format(cfg: dict) -> tuple[str, float]:
     if torch_dtype == "float32":
         raise JaxparetoError("config.json: torch_dtype", "float32 weights are not a serving format; "
                              "pass weight_dtype= (fp16, bf16, fp8, fp4 or int4)")
+    if torch_dtype not in ("float16", "bfloat16"):  # a quantised checkpoint says so in quantization_config
+        raise JaxparetoError("config.json: torch_dtype", f"{torch_dtype!r} is no 16-bit type jaxpareto reads "
+                                                        "(float16, bfloat16); pass weight_dtype= (fp16, bf16, fp8, "
+                                                        "fp4 or int4)")
     return {"float16": "fp16"}.get(torch_dtype, "bf16"), 0.0
 
 

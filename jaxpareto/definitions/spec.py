@@ -243,6 +243,11 @@ class SweepSpec(_Table):
                 raise JaxparetoError(f"grid.{axis.name}", "is a layout axis of sweeps; [optimize] searches TP and "
                                                           "concurrency per scenario (a GPU budget's layouts: jaxpareto "
                                                           "optimize --gpu-budget)")
+        for axis in DISAGGREGATION_AXES:  # the prefill pool's sizes are a sweep's, not a search's
+            if getattr(self.grid, axis.name) is not None:
+                raise JaxparetoError(f"grid.{axis.name}", "is an axis of disaggregated sweeps; [optimize] searches "
+                                                          "TP and concurrency per scenario (a GPU budget's "
+                                                          "disaggregated layouts: jaxpareto optimize --gpu-budget)")
         tp = opt.tp
         if tp is None:
             tp = self._axis_values("tp") if self.grid.tp is not None else list(TP_CHOICES)
@@ -272,7 +277,9 @@ class SweepSpec(_Table):
             raise JaxparetoError("session", "the spec has no [session] table")
         if self.grid.context_tokens is not None:
             raise JaxparetoError("grid.context_tokens", "a [session] sets the context of every turn; remove it")
-        kwargs = self.sweep_kwargs(axes=[a for a in AXES if a != "context_tokens"])
+        layout = any(getattr(self.grid, a.name) is not None for a in LAYOUT_AXES)  # as `sweep_kwargs` takes them
+        table = axis_table(self.workload.arrivals == "poisson", self.workload.serving != "aggregated", layout)
+        kwargs = self.sweep_kwargs(axes=[a.name for a in table if a.name != "context_tokens"])
         kwargs.pop("delta_tokens")
         if kwargs.pop("kv_context_tokens") is not None:
             raise JaxparetoError("workload.kv_context_tokens", "a [session] sets the KV demand (see session.kv_demand)")

@@ -82,6 +82,8 @@ class EngineTurn(NamedTuple):
         service_scv: the squared coefficient of variation of ``service_ms`` where the steps
             give it (the open loop under one chunk: the step in progress and the step that
             carries the prompt, the prompt lengths included); 0 elsewhere.
+        step_wait_ms: the part of ``service_ms`` that is the wait for the step in progress, the
+            same for a prompt of any length (the open loop; 0 elsewhere) [ms].
     """
 
     ttft_ms: jax.Array
@@ -95,6 +97,7 @@ class EngineTurn(NamedTuple):
     dispersion: jax.Array = 1.0
     load_root: InnerRoot | None = None
     service_scv: jax.Array = 0.0
+    step_wait_ms: jax.Array = 0.0
 
 
 class PrefillExperts(NamedTuple):

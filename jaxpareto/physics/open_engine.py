@@ -367,7 +367,7 @@ def poisson_turn(step: DecodeStep, rate_per_ms: jax.Array, prefill_tokens: jax.A
     ttft, tpot = jnp.where(stable, ttft, jnp.inf), jnp.where(stable, tpot, jnp.inf)
     return EngineTurn(ttft, tpot, share, alone + steps.step_wait_ms, t0, tf,
                       jnp.where(stable, steps.wait_probability, 1.0), mixed, dispersion,
-                      service_scv=steps.service_scv)
+                      service_scv=steps.service_scv, step_wait_ms=steps.step_wait_ms)
 
 
 def saturated_tpot_ms(full: DecodeStep, slots: jax.Array, prefill_tokens: jax.Array, osl: jax.Array,

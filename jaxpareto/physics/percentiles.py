@@ -5,7 +5,8 @@ The means come from the model; the spread around them from three stated approxim
 - **Lengths.** The tokens a turn prefills and its output tokens are lognormal around their means
   with coefficients of variation ``isl_cv`` and ``osl_cv``; prefill turns are a mix of
   prefix-cache hits (only the new tokens) and misses (`jaxpareto.physics.queueing.prefill_mix`).
-  Prefill time is proportional to its tokens (seed eq. 2).
+  Prefill time is proportional to its tokens (seed eq. 2); in the open loop's shared engine
+  the wait for the step in progress is every kind's alike, not scaled with its tokens.
 - **Queueing (open loop).** The wait for prefill capacity is 0 with probability 1 - ρ and
   otherwise exponential with mean W / ρ: exact for M/M/1; for M/G/1 the wait's tail is
   exponential (Cramér-Lundberg) and matching its mean is the usual two-moment approximation
@@ -196,6 +197,10 @@ class TurnSpread(NamedTuple):
             `seen_batch_quantiles` (T(B_p) - T(B), shape (len(TAIL_PERCENTILES),)) [ms]: those
             TPOT quantiles stop at the mean plus it plus the prefill chunks' own deviation (the
             two parts' quantiles summed). None: no bound.
+        step_wait_ms: the part of the service that is the wait for the step in progress (the
+            open loop's shared engine) [ms]: every prompt waits it alike, so it is added to each
+            hit/miss kind's own time rather than scaled with its tokens, and the service's
+            spread beyond the prompt lengths' (``service_scv`` less theirs) is each kind's alike.
     """
 
     ttft_ms: jax.Array
@@ -217,6 +222,7 @@ class TurnSpread(NamedTuple):
     service_scv: jax.Array = 0.0
     prefill_service_ms: jax.Array | None = None
     batch_rise_ms: jax.Array | None = None
+    step_wait_ms: jax.Array = 0.0
 
 
 class LatencyPercentiles(NamedTuple):
@@ -251,16 +257,27 @@ def latency_percentiles(spread: TurnSpread, with_wait: bool = True) -> LatencyPe
     mix = spread.mix
     service = jnp.maximum(spread.ttft_ms - spread.wait_ms - spread.fixed_ms, 1e-9)
     weights = jnp.stack([mix.hit_share, 1.0 - mix.hit_share])
-    prefill_means = service * jnp.stack([mix.hit_scale, mix.miss_scale])
-    # prefill time proportional to the prompt's tokens, or, where the open loop's steps give
-    # the service its spread (prompts under one chunk), theirs: the step in progress and the
-    # step that carries the prompt, the prompts' lengths included
-    given = spread.service_scv > 0.0  # sqrt away from 0: reverse-mode gradients stay finite
-    service_cv = jnp.where(given, jnp.sqrt(jnp.where(given, spread.service_scv, 1.0)), mix.cv)
-    sigma_in = lognormal_sigma(service_cv)
+    # each kind's own steps in proportion to its tokens, and the step in progress alike for all
+    step_wait = jnp.clip(spread.step_wait_ms, 0.0, service)
+    own = service - step_wait
+    scales = jnp.stack([mix.hit_scale, mix.miss_scale])
+    prefill_means = own * scales + step_wait
+    # the prompt lengths spread each kind's own time in proportion (cv), and, where the open
+    # loop's steps give the service its spread (prompts under one chunk: the step in progress
+    # and the step that carries the prompt, the prompts' lengths included), the rest of that
+    # spread is the steps', each kind's alike
+    given = spread.service_scv > 0.0
+    lengths_variance = (mix.cv * own) ** 2  # the mean prompt's, at most the whole spread the steps give
+    lengths_variance = jnp.where(given, jnp.minimum(lengths_variance, spread.service_scv * service ** 2),
+                                 lengths_variance)
+    steps_variance = jnp.where(given, spread.service_scv * service ** 2 - lengths_variance, 0.0)
+    prefill_variance = steps_variance + lengths_variance * scales ** 2
+    spread_on = prefill_variance > 0.0  # sqrt away from 0: reverse-mode gradients stay finite
+    prefill_cv = jnp.where(spread_on, jnp.sqrt(jnp.where(spread_on, prefill_variance, 1.0)), 0.0) \
+        / jnp.maximum(prefill_means, 1e-30)
     busy = jnp.clip(spread.wait_busy, 0.0, 1.0)
     wait = jnp.where(busy > 0, spread.wait_ms / jnp.where(busy > 0, busy, 1.0), 0.0)
-    ttft = Delay(weights, prefill_means, jnp.stack([sigma_in, sigma_in]), busy, wait)
+    ttft = Delay(weights, prefill_means, lognormal_sigma(prefill_cv), busy, wait)
 
     # a request's TPOT: the batch averaged over its turn, and the prefill chunks it decodes through
     step_sd = spread.step_slope_ms * jnp.sqrt(spread.batch_variance)
@@ -311,7 +328,7 @@ def latency_percentiles(spread: TurnSpread, with_wait: bool = True) -> LatencyPe
     tpot_cv = jnp.where(bounded_top < lognormal_top, jnp.sqrt(jnp.expm1(tail_sigma * tail_sigma)), tpot_cv)
     decode_cv2 = (1.0 + spread.osl_cv ** 2) * (1.0 + tpot_cv ** 2) - 1.0
     means = prefill_means + decode_ms
-    variance = (prefill_means * service_cv) ** 2 + decode_ms ** 2 * decode_cv2
+    variance = prefill_variance + decode_ms ** 2 * decode_cv2
     e2el = ttft._replace(means=means, sigmas=lognormal_sigma(jnp.sqrt(variance) / means))
     shifted = lambda quantiles: tuple(q + spread.fixed_ms for q in quantiles)  # noqa: E731
     return LatencyPercentiles(shifted(delay_quantiles(ttft, with_wait)), tpot, itl,

@@ -150,7 +150,8 @@ class TurnState(NamedTuple):
     ``service_scv`` is the squared CV the open loop's steps give the prefill's service, prompt
     lengths included (0 elsewhere); ``prefill_service_ms`` the prefill's own time in its steps
     where TTFT holds more than that and a queueing wait (the closed loop's shared engine: S, of
-    TTFT's S / (1 - ρ')), else None.
+    TTFT's S / (1 - ρ')), else None; ``step_wait_ms`` the part of the service that is the wait
+    for the step in progress, alike for every prompt (the open loop's shared engine; 0 elsewhere).
     """
 
     latency_ms: jax.Array
@@ -173,6 +174,7 @@ class TurnState(NamedTuple):
     inner: tuple = ()
     service_scv: jax.Array = 0.0
     prefill_service_ms: jax.Array | None = None
+    step_wait_ms: jax.Array = 0.0
 
 
 def inner_unknowns(options: ModelOptions) -> tuple[tuple[str, float, float], ...]:
@@ -287,10 +289,11 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         steps = (engine.decode_step_ms, engine.mixed_step_ms, engine.mixed_share, engine.dispersion)
         queue_wait, queue_busy = (engine.ttft_ms - engine.service_ms, engine.seen_load) if open_loop else (zero, zero)
         service_scv = engine.service_scv + zero
+        step_wait = engine.step_wait_ms + zero
     else:
         ttft, tpot, load = isolated_ttft, step.tpot_ms, zero
         steps = (tpot, tpot, zero, zero + 1.0)
-        queue_wait, queue_busy, service_scv = zero, zero, zero
+        queue_wait, queue_busy, service_scv, step_wait = zero, zero, zero, zero
         if open_loop:  # one prefill at a time at the GPUs' full speed: an M/G/1 queue
             queue_wait, queue_busy = mg1_wait_ms(turn.rate_per_ms, isolated_ttft, mix.scv, turn.arrival_scv)
             ttft = ttft + queue_wait
@@ -302,7 +305,7 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         wait = (ttft + tpot * turn.osl) * (jnp.maximum(batch / turn.slots, 1.0) - 1.0)
         ttft = ttft + wait
     return TurnState(ttft + tpot * turn.osl, wait, ttft, tpot, step, batch_run, work, lifetime, load, mix,
-                     queue_wait, queue_busy, *steps, seen, roots, service_scv, own_service)
+                     queue_wait, queue_busy, *steps, seen, roots, service_scv, own_service, step_wait)
 
 
 def scheduler_wait_ms(delay_steps: jax.Array, tpot_ms: jax.Array) -> jax.Array:
@@ -674,7 +677,7 @@ def evaluate_point(
                             state.prefill_dispersion, tpot_cap,
                             0.0 if turn.scheduler_delay_steps is None
                             else scheduler_wait_ms(turn.scheduler_delay_steps, state.tpot_ms), state.service_scv,
-                            state.prefill_service_ms, rise)
+                            state.prefill_service_ms, rise, state.step_wait_ms)
         safe = jax.tree_util.tree_map(lambda v: jnp.where(ok, v, 1.0), spread)  # no NaN into the bisections
         found = latency_percentiles(safe, with_wait=open_loop)
         percentile_outputs = {f"p{p}_{name}": masked(values[i]) for name, values in found._asdict().items()
