@@ -104,6 +104,9 @@ ONE = dict(gpu="h100-sxm", model="llama-3.1-8b", tp=1, concurrency=[4])
     (dict(**ONE, workload=jp.Workload(slo={"bogus": 1})), "slo", "unknown metric 'bogus'"),
     (dict(**ONE, solver="exact", calibration="hopper-measured"), "solver", "(the calibration's)"),
     (dict(**ONE, solver="exact", cache_model="lru"), "solver", "under cache_model='lru' (it needs"),
+    (dict(**ONE, calibration="hopper-measured", eta_decode=0.1), "eta_decode", "set by the calibration too"),
+    (dict(**ONE, calibration="hopper-measured", efficiency=jp.Efficiency(eta_decode=0.1)), "eta_decode",
+     "set by the calibration too"),
 ])
 def test_review_findings_are_named_before_any_compute(kwargs, field, says):
     """Inputs a review found taken without a word or failing late: each is named up front."""
@@ -130,3 +133,11 @@ def test_a_definition_named_like_a_catalog_entry_must_be_that_entry():
             jp.plan_sweep(model="llama-3.1-8b", tp=1, concurrency=1, **kwargs)
     renamed = bigger.model_copy(update={"name": "h100-96gb"})
     assert jp.plan_sweep(gpu=renamed, model="llama-3.1-8b", tp=1, concurrency=1).gpus[0].memory_gb == 96.0
+
+
+def test_a_session_spec_sweeps_its_layout_axes():
+    """A [session] spec's layout axes reach the session sweep (they had been dropped)."""
+    spec = parse_spec({"grid": {"gpu": ["h100-sxm"], "model": ["llama-3.1-70b"], "tp": [4], "pp": [1, 2],
+                                "concurrency": [8]},
+                       "session": {"turns": 2, "initial_context_tokens": 4096, "tool_tokens": 500}})
+    assert spec.session_kwargs()["pp"] == [1, 2]
