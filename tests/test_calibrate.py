@@ -93,6 +93,8 @@ def test_calibrate_cli(tmp_path, capsys):
     assert "--overwrite" in capsys.readouterr().err
     assert main(["calibrate", "--out", str(tmp_path / "x.toml"), "--fit", "eta_decod"]) == 2
     assert "cannot fit 'eta_decod'" in capsys.readouterr().err
+    assert main(["calibrate", "--out", str(tmp_path / "x.toml"), "--fit", " , "]) == 2  # had fitted the default set
+    assert "--fit: names no field" in capsys.readouterr().err
     assert main(["sweep", "--calibration", str(out), "--variables", "tpot_ms"]) == 0
 
 

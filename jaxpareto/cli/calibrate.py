@@ -7,6 +7,7 @@ import argparse
 import pandas as pd
 
 from jaxpareto.cli._common import check_file_out
+from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.options import ARRIVALS, ATTENTION, GEMM_RATES, PREFILL_MODELS, PROFILES, ROOFLINES, \
     ModelOptions
 from jaxpareto.measure.calibrate import at_bounds, calibrate
@@ -14,7 +15,10 @@ from jaxpareto.measure.calibrate import at_bounds, calibrate
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     out = check_file_out(args.out, "--out", args.overwrite)  # checked before the fit, not after it
-    fields = tuple(f for f in args.fit.split(",") if f) if args.fit else None
+    fields = None if args.fit is None else tuple(f.strip() for f in args.fit.split(",") if f.strip())
+    if fields == ():  # an empty list is no choice of fields: the default set would be fitted silently
+        raise JaxparetoError("--fit", "names no field: give comma-separated Efficiency fields, or leave --fit out "
+                                      "for the profile's set")
     options = ModelOptions(prefill_model=args.prefill_model, profile=args.profile, arrivals=args.arrivals,
                            gemm_rate=args.gemm_rate, attention=args.attention, roofline=args.roofline)
     result = calibrate(args.data, fields=fields, test_fraction=args.test_fraction, seed=args.seed, steps=args.steps,
