@@ -7,6 +7,7 @@ import pytest
 import jaxpareto as jp
 from jaxpareto.mapper import evaluate_block
 from jaxpareto.definitions.spec import parse_spec
+from jaxpareto.measure.validation_set import load_validation_set
 
 GOOD = dict(gpu="h100-sxm", model="llama-3.1-70b", tp=8, concurrency=16, think_time_s=1.0,
             context_tokens=8192, hit_rate=0.5)
@@ -107,3 +108,10 @@ def test_spec_custom_definitions_and_ranges():
     ds = jp.sweep(**kwargs)
     assert list(ds.gpu.values) == ["my-gpu", "h100-sxm"] and list(ds.model.values) == ["my-34b"]
     assert ds.feasible.any()
+
+
+def test_an_infeasible_row_says_the_models_reason():
+    """A context beyond the model's maximum is flagged so, not as weights that do not fit."""
+    rows = load_validation_set()
+    row = rows[rows.metric.eq("ttft_ms") & rows.load.eq("concurrency")].head(1).assign(isl=10_000_000.0)
+    assert jp.validate(row).flag.iloc[0] == "infeasible: context beyond model maximum"

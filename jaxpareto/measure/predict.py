@@ -177,6 +177,7 @@ def _predict(inputs: RowInputs, table, solver, *, options, steps):
         "reachable": reachable,
         "max_load_tokens_per_s": x_max * inputs.gpus / (inputs.tp * inputs.dp_attention * inputs.pp),
         "feasible": out.feasible,
+        "infeasible_reason": out.infeasible_reason,
     }
     return prediction, details
 
@@ -308,7 +309,8 @@ class Predictor:
         """Predictions and diagnostics per row as NumPy arrays: ``prediction``, ``concurrency``
         (sessions per group evaluated; server rows: the matched C), ``concurrency_eff``,
         ``concurrency_max``, ``reachable`` (server rows whose load the model can serve),
-        ``max_load_tokens_per_s`` (whole-system throughput at concurrency_max), ``feasible``."""
+        ``max_load_tokens_per_s`` (whole-system throughput at concurrency_max), ``feasible`` and
+        ``infeasible_reason`` (the sweep's codes, `jaxpareto.definitions.schema`)."""
         prediction, details = self._run(efficiency)
         return {"prediction": np.asarray(prediction), **{k: np.asarray(v) for k, v in details.items()}}
 
@@ -392,7 +394,8 @@ def predict(rows=None, efficiency: Efficiency = Efficiency(), solver: Solver = S
 
     Returns:
         float64 NumPy array (rows,) in each row's unit; NaN where the model finds the row
-        infeasible (weights or one session do not fit).
+        infeasible (the weights or one session do not fit, or a context beyond the model's
+        maximum: `Predictor.details`' ``infeasible_reason``).
 
     Raises:
         JaxparetoError: as `prediction_fn`, or a bad ``efficiency`` (see `check_efficiency`).

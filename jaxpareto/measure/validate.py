@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from jaxpareto.definitions.options import ModelOptions
+from jaxpareto.definitions.schema import INFEASIBLE_REASON_LABELS
 from jaxpareto.definitions.settings import Efficiency, Solver
 from jaxpareto.measure.predict import Predictor, check_efficiency, prediction_fn
 
@@ -22,8 +23,10 @@ def _flags(rows: pd.DataFrame, details: dict, capped: bool = True, open_loop: bo
         reason = row.get("unsupported", "")
         if reason:
             flags.append(f"unsupported: {reason}")
-        elif not details["feasible"][i]:
-            flags.append("infeasible: weights or one session do not fit")
+        elif not details["feasible"][i]:  # the model's reason: the weights, one session's KV, the context...
+            code = int(details["infeasible_reason"][i])
+            flags.append("infeasible: " + INFEASIBLE_REASON_LABELS.get(code, "weights or one session do not fit")
+                         .replace("_", " "))
         elif row["load"] == "server" and not details["reachable"][i]:
             # a share of the measured capacity (or the load itself) past the model's, or, in the
             # closed loop's matching, below what one session per replica serves (its least load)
