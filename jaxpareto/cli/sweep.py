@@ -19,7 +19,7 @@ from jaxpareto.dataset.goodput import peak_goodput
 from jaxpareto.dataset.reduce import pareto_sweep
 from jaxpareto.dataset.selection import best_task_configuration, session_axes, session_coords
 from jaxpareto.dataset.session import TASK_VARIABLES, session_sweep
-from jaxpareto.dataset.pareto import DEFAULT_DIMS, default_dims
+from jaxpareto.dataset.pareto import default_dims
 from jaxpareto.dataset.store import sweep_to_zarr, to_zarr
 from jaxpareto.dataset.plan import output_variables, plan_sweep
 from jaxpareto.dataset.sweep import sweep
@@ -44,11 +44,13 @@ def _cmd_session(args: argparse.Namespace, spec) -> int:
     if args.scheduler or args.reduce or args.variables or args.chunk_points or args.progress:
         raise JaxparetoError("--scheduler/--reduce/--variables/--chunk-points/--progress",
                              "apply to grid sweeps, not to [session] specs")
-    axes = session_axes()
+    grid = spec.grid_axes()  # with a layout's or a disaggregated replica's axes where the grid gives them
+    axes = session_axes(grid)
     # the report and the output path are checked before anything runs
-    report = Report(spec.report.x, spec.report.y, spec.report.dims or list(DEFAULT_DIMS), spec.report.minimize,
+    report = Report(spec.report.x, spec.report.y, spec.report.dims or list(default_dims(axes)), spec.report.minimize,
                     [*OUTPUTS, *TASK_VARIABLES], axes)
-    selection = report.cell(session_coords(kwargs, spec.session.turns), spec.report.headline, "report.headline")
+    selection = report.cell(session_coords(kwargs, spec.session.turns, grid), spec.report.headline,
+                            "report.headline")
     out = new_output(args)
     start = time.perf_counter()
     ds = session_sweep(**kwargs)
@@ -60,7 +62,6 @@ def _cmd_session(args: argparse.Namespace, spec) -> int:
     ds.attrs["report"] = json.dumps(spec.report.model_dump(mode="json"))
     if out is not None:
         to_zarr(ds, out, overwrite=args.overwrite)
-    axes = list(ds.feasible.dims)  # with a layout's or disaggregated replica's axes where the grid gives them
     points = int(np.prod([ds.sizes[a] for a in axes]))
     print(f"spec: {args.spec}")
     if spec.description:

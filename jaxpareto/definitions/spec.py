@@ -25,7 +25,7 @@ from jaxpareto.definitions.settings import DEFAULT_CHUNK_POINTS, DTYPES, SOLVERS
 from jaxpareto.definitions.catalog import gpus, models
 from jaxpareto.definitions.hardware import Hardware
 from jaxpareto.definitions.model import Model
-from jaxpareto.definitions.axes import AXES, AXIS_BY_NAME, AXIS_TABLE, CONCURRENCY_RANGE, DISAGGREGATION_AXES, \
+from jaxpareto.definitions.axes import AXIS_BY_NAME, AXIS_TABLE, CONCURRENCY_RANGE, DISAGGREGATION_AXES, \
     LAYOUT_AXES, LOAD_AXES, REQUEST_RATE, SCENARIO_AXES, TP_CHOICES, axis_table
 from jaxpareto.definitions.schema import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y
 
@@ -238,16 +238,13 @@ class SweepSpec(_Table):
         if self.optimize is None:
             raise JaxparetoError("optimize", "the spec has no [optimize] table (objective, constraints, tp, concurrency)")
         opt = self.optimize
-        for axis in LAYOUT_AXES:
-            if getattr(self.grid, axis.name) is not None:
-                raise JaxparetoError(f"grid.{axis.name}", "is a layout axis of sweeps; [optimize] searches TP and "
-                                                          "concurrency per scenario (a GPU budget's layouts: jaxpareto "
-                                                          "optimize --gpu-budget)")
-        for axis in DISAGGREGATION_AXES:  # the prefill pool's sizes are a sweep's, not a search's
-            if getattr(self.grid, axis.name) is not None:
-                raise JaxparetoError(f"grid.{axis.name}", "is an axis of disaggregated sweeps; [optimize] searches "
-                                                          "TP and concurrency per scenario (a GPU budget's "
-                                                          "disaggregated layouts: jaxpareto optimize --gpu-budget)")
+        # a replica's layout and a disaggregated one's pools are a sweep's axes, not a search's
+        for axes, kind in ((LAYOUT_AXES, "a layout axis of"), (DISAGGREGATION_AXES, "an axis of disaggregated")):
+            for axis in axes:
+                if getattr(self.grid, axis.name) is not None:
+                    raise JaxparetoError(f"grid.{axis.name}", f"is {kind} sweeps; [optimize] searches TP and "
+                                                              "concurrency per scenario (a GPU budget's layouts: "
+                                                              "jaxpareto optimize --gpu-budget)")
         tp = opt.tp
         if tp is None:
             tp = self._axis_values("tp") if self.grid.tp is not None else list(TP_CHOICES)
@@ -277,22 +274,26 @@ class SweepSpec(_Table):
             raise JaxparetoError("session", "the spec has no [session] table")
         if self.grid.context_tokens is not None:
             raise JaxparetoError("grid.context_tokens", "a [session] sets the context of every turn; remove it")
-        layout = any(getattr(self.grid, a.name) is not None for a in LAYOUT_AXES)  # as `sweep_kwargs` takes them
-        table = axis_table(self.workload.arrivals == "poisson", self.workload.serving != "aggregated", layout)
-        kwargs = self.sweep_kwargs(axes=[a.name for a in table if a.name != "context_tokens"])
+        kwargs = self.sweep_kwargs(axes=[a for a in self.grid_axes() if a != "context_tokens"])
         kwargs.pop("delta_tokens")
         if kwargs.pop("kv_context_tokens") is not None:
             raise JaxparetoError("workload.kv_context_tokens", "a [session] sets the KV demand (see session.kv_demand)")
         kwargs.update(self.session.model_dump())
         return kwargs
 
+    def grid_axes(self) -> list[str]:
+        """The axes of this spec's sweep: the axis table of its load model and serving, with the
+        layout axes where the grid gives one of them."""
+        layout = any(getattr(self.grid, a.name) is not None for a in LAYOUT_AXES)
+        return [a.name for a in axis_table(self.workload.arrivals == "poisson", self.workload.serving != "aggregated",
+                                           layout)]
+
     def sweep_kwargs(self, axes: Sequence[str] | None = None) -> dict:
         """Keyword arguments of `jaxpareto.sweep` for this spec (``axes``: default the grid's
         for the spec's load model; the other load axis, given, is passed on to be refused)."""
         open_loop = self.workload.arrivals == "poisson"
         if axes is None:  # the layout axes where the grid gives one
-            layout = any(getattr(self.grid, a.name) is not None for a in LAYOUT_AXES)
-            axes = [a.name for a in axis_table(open_loop, self.workload.serving != "aggregated", layout)]
+            axes = self.grid_axes()
         other = LOAD_AXES["closed" if open_loop else "open"]
         # given where they do not belong, the other load and the prefill pool's axes are refused
         grid = {name: self._axis_values(name) for name in (other, *(a.name for a in DISAGGREGATION_AXES))

@@ -24,9 +24,8 @@ def _flags(rows: pd.DataFrame, details: dict, capped: bool = True, open_loop: bo
         if reason:
             flags.append(f"unsupported: {reason}")
         elif not details["feasible"][i]:  # the model's reason: the weights, one session's KV, the context...
-            code = int(details["infeasible_reason"][i])
-            flags.append("infeasible: " + INFEASIBLE_REASON_LABELS.get(code, "weights or one session do not fit")
-                         .replace("_", " "))
+            reason = INFEASIBLE_REASON_LABELS[int(details["infeasible_reason"][i])]
+            flags.append("infeasible: " + reason.replace("_", " "))
         elif row["load"] == "server" and not details["reachable"][i]:
             # a share of the measured capacity (or the load itself) past the model's, or, in the
             # closed loop's matching, below what one session per replica serves (its least load)
