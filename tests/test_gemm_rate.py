@@ -14,7 +14,6 @@ from jaxpareto.definitions import catalog
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.hardware import DEFAULT_GEMM_FRACTION, DEFAULT_GEMM_OFFSET_TOKENS, Hardware, \
     effective_tflops, gemm_offset_tokens
-from jaxpareto.definitions.settings import Efficiency
 from jaxpareto.physics.decode import decode_coefficients, decode_step, tpot_lines
 
 GRID = dict(gpu=["h100-sxm"], model=["llama-3.1-70b"], tp=[4], concurrency=[1, 64], think_time_s=[0.0],

@@ -3,7 +3,6 @@ keep the lockstep groups of its first burst (`jaxpareto.physics.engine.synchroni
 against the simulated benchmark of `tests/simulator.py` (`simulate_closed`, fed the model's own
 step times)."""
 
-import numpy as np
 import pytest
 
 import jaxpareto as jp

@@ -132,7 +132,7 @@ def test_decode_attention_adds_to_the_step_compute():
     workload, efficiency, solver = _shared()
     seed = evaluate_point(_point(concurrency=1), workload, efficiency, solver, ModelOptions())
     measured = evaluate_point(_point(concurrency=1), workload, efficiency, solver, MEASURED)
-    model, gpu = catalog.models()["llama-3.1-70b"], catalog.gpus()["h100-sxm"]
+    gpu = catalog.gpus()["h100-sxm"]
     context = 8192 + 256 / 2  # the turn's mean context
     attention_ms = context * 4 * 64 * 128 * 80 / (4 * gpu.tflops_fp16 * 1e12) * 1e3
     batch = float(measured.batch_eff)

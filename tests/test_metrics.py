@@ -176,6 +176,11 @@ def test_every_variable_has_units_and_long_name():
     (lambda d: d.assign(start=[10.0, np.nan, 11.0, 11.5]), "start", "start is empty"),
     (lambda d: d.assign(token_times=["[1, 2", None, None, None]), "token_times", "list of finite numbers"),
     (lambda d: d.assign(token_times=[[10.3, 10.2], None, None, None]), "token_times", "must rise"),
+    # five token times for a request of four output tokens (a chunk carries one token at least)
+    (lambda d: d.assign(token_times=[[10.2, 10.3, 10.4, 10.5, 10.6], None, None, None]), "token_times",
+     "more token_times than output_tokens"),
+    (lambda d: d.drop(columns="token_times").assign(itl=[[0.1] * 4, [0.1], [], [0.1]]), "itl",
+     "more itl gaps than output_tokens - 1"),
     (lambda d: d.assign(timeout=[True, False, True, False]), "timeout", "cannot have success true"),
     (lambda d: d.assign(cached_tokens=[500, 0, 0, 0]), "cached_tokens", "exceed input_tokens"),
     (lambda d: d.assign(itl=[[0.1]] * 4), "itl", "not both"),
@@ -405,6 +410,8 @@ def _vllm_file(tmp_path, name="r.json", **changes):
     ({"latencies": [0.35, 0.1, 0.4, 0.0]}, "vllm.latencies", "row 1: the latency is shorter"),
     ({"input_lens": [10, True, 30, 40]}, "vllm.input_lens", "row 1: True is not a finite number"),
     ({"duration": "0.8"}, "vllm.duration", "not a positive number"),
+    ({"completed": "3"}, "vllm.completed", "'3' is not a count of requests"),
+    ({"completed": 2.5}, "vllm.completed", "not a count"),
 ])
 def test_malformed_vllm_arrays_name_their_field(tmp_path, changes, field, message):
     path = _vllm_file(tmp_path, **changes)

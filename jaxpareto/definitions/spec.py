@@ -27,7 +27,7 @@ from jaxpareto.definitions.hardware import Hardware
 from jaxpareto.definitions.model import Model
 from jaxpareto.definitions.axes import AXIS_BY_NAME, AXIS_TABLE, CONCURRENCY_RANGE, DISAGGREGATION_AXES, \
     LAYOUT_AXES, LOAD_AXES, REQUEST_RATE, SCENARIO_AXES, TP_CHOICES, axis_table
-from jaxpareto.definitions.schema import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y
+from jaxpareto.definitions.schema import DEFAULT_X, DEFAULT_Y
 
 DEFAULT_SPEC = "code_agent.toml"
 

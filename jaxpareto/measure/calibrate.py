@@ -280,8 +280,8 @@ def calibrate(rows=None, *, fields=None, start: Efficiency = Efficiency(), test_
         per_engine = len(informed) > 1
     # what cannot be fitted is refused before the fit, not found after it or written as factors
     if not fitted.any():
-        raise JaxparetoError("train", f"no training row of a fitted metric the model expresses: nothing to fit "
-                                      f"(a KV-capacity row informs no factor)", FITTED_METRICS)
+        raise JaxparetoError("train", "no training row of a fitted metric the model expresses: nothing to fit "
+                                      "(a KV-capacity row informs no factor)", FITTED_METRICS)
     groups = engines if per_engine else ("all",)
     if per_engine:  # an engine's factors need a training row the model expresses, of a fitted metric
         held_out = rows[test & (rows["unsupported"].eq("") if "unsupported" in rows else True)]

@@ -89,7 +89,10 @@ def read_vllm(data: dict) -> pd.DataFrame:
     fail("vllm.errors", np.array([e is not None and not isinstance(e, str) for e in errors], dtype=bool),
           "not an error message (text, empty for none)")
     ok = np.array([not e for e in errors], dtype=bool) & ~((ttft == 0) & (output_lens == 0))
-    if "completed" in data and int(ok.sum()) != data["completed"]:
+    completed = real_number(data.get("completed", 0))
+    if completed is None or not (math.isfinite(completed) and completed >= 0 and completed == round(completed)):
+        raise JaxparetoError("vllm.completed", f"{data['completed']!r} is not a count of requests (a whole number >= 0)")
+    if "completed" in data and int(ok.sum()) != completed:
         raise JaxparetoError("vllm.errors", f"{int(ok.sum())} requests succeeded (no error, and a TTFT or output "
                                             f"tokens) but completed = {data['completed']}")
     itls = number_lists(data["itls"], "vllm.itls")

@@ -6,8 +6,9 @@ UTF-8 text, a leading byte-order mark allowed; another encoding is refused, nami
 
 * ``csv`` / ``jsonl`` / a pandas DataFrame: one request per row. Required: ``start``,
   ``first_token``, ``end`` (s, float64, one clock), ``output_tokens``, ``success`` (true/false,
-  1/0). Optional: ``last_token`` (s), ``token_times`` (s, absolute; a JSON list in CSV) or ``itl``
-  (s, gaps), ``input_tokens``, ``cached_tokens``, ``timeout`` (true/false; gives ``timeout_rate``,
+  1/0). Optional: ``last_token`` (s), ``token_times`` (s, absolute; a JSON list in CSV; at most
+  ``output_tokens`` of them, one per streamed chunk) or ``itl`` (s, gaps; at most one fewer),
+  ``input_tokens``, ``cached_tokens``, ``timeout`` (true/false; gives ``timeout_rate``,
   else NaN; a timed-out request must have ``success`` false). A failed request may leave
   ``first_token`` and ``output_tokens`` empty. Other columns are ignored.
 * ``vllm`` (``vllm bench serve --save-result --save-detailed``) and ``guidellm`` (a GuideLLM
@@ -35,8 +36,13 @@ _TOKENS = ("output_tokens", "input_tokens", "cached_tokens")
 _ORDER = "start <= first_token <= last_token <= end"
 
 
-def _validated(df: pd.DataFrame) -> pd.DataFrame:
+def _validated(df: pd.DataFrame, counts_streamed: bool = True) -> pd.DataFrame:
     """Check every record and return the canonical frame (float64 times and token counts).
+
+    ``counts_streamed``: ``output_tokens`` counts the tokens streamed, so a successful request has
+    at most that many ``token_times`` (at most one less ``itl`` gaps; a chunk may carry several
+    tokens). False for vLLM's and GuideLLM's files, whose counts may come from tokenising the
+    text again and can fall a token short of the chunks.
 
     Raises:
         JaxparetoError: a required column missing, no rows, both ``token_times`` and ``itl``, or
@@ -78,10 +84,15 @@ def _validated(df: pd.DataFrame) -> pd.DataFrame:
         outside = row[(flat < col["start"][row]) | (flat > col["end"][row])]
         fail("token_times", row_mask(n, falls) | row_mask(n, outside),
              "token_times must rise and lie within [start, end]")
+        # a streamed chunk may carry several tokens (fewer times than tokens), never the reverse
+        fail("token_times", counts_streamed & ok & (np.bincount(row, minlength=n) > col["output_tokens"]),
+             "more token_times than output_tokens (one time per streamed chunk of tokens at most)")
     if "itl" in df.columns:
         col["itl"] = lists = number_lists(df["itl"], "itl")
         flat, row = flatten(lists)
         fail("itl", row_mask(n, row[flat < 0]), "itl gaps must be >= 0 s")
+        fail("itl", counts_streamed & ok & (np.bincount(row, minlength=n) > col["output_tokens"] - 1),
+             "more itl gaps than output_tokens - 1 (one gap per streamed chunk after the first at most)")
         # the gaps follow the first token: together they fit between it and the request's end
         span = np.bincount(row, weights=flat, minlength=n)
         room = col["end"] - col["first_token"]  # NaN (a failure without a first token) passes
@@ -154,6 +165,6 @@ def read_records(source: str | Path | pd.DataFrame, format: str | None = None, *
             raise JaxparetoError("file", f"{path} is not a JSON object, as a {fmt} result is")
         frame = {"csv": lambda: read_csv(path), "jsonl": lambda: read_jsonl(path),
                  "vllm": lambda: read_vllm(data), "guidellm": lambda: read_guidellm(data, benchmark)}[fmt]()
-    frame = _validated(frame)
+    frame = _validated(frame, counts_streamed=fmt not in ("vllm", "guidellm"))
     frame.attrs.update(format=fmt, source=origin)
     return frame
