@@ -16,15 +16,17 @@ The means come from the model; the spread around them from three stated approxim
   mean TTFT (with whatever waits it holds) is spread by the lengths only.
 - **The batch a request sees.** Requests in their turn have mean B and variance F B under
   Poisson arrivals (the M/G/∞ occupancy of Takács 1962, F = 1, over-dispersed by the engine's
-  feedbacks: `jaxpareto.physics.queueing.batch_fano_factor`) and are binomial(C, ρ) in the
-  closed loop; a decode step's time moves with the batch along eq. 3's secant over the batch's
-  own spread (`jaxpareto.physics.point.evaluate_point`). A request's
+  feedbacks: `jaxpareto.physics.queueing.batch_fano_factor`) and, in the closed loop, a session
+  sees itself and binomial(C - 1, ρ) others (the arrival theorem: Lavenberg and Reiser 1980);
+  a decode step's time moves with the batch along eq. 3's secant over the batch's own spread,
+  held to the most a step decodes (`jaxpareto.physics.point.evaluate_point`). A request's
   TPOT averages the batch over its turn (variance x 2/3, the mean of the triangular
   autocovariance over one service time), and, under the shared engine, over the prefill chunks
   that land in its decode steps (a compound Poisson count: each other turn's prefill adds
   S (T_f - T_0) / T_f to its decode time; in the open loop clustered, and correlated with the
   batch, as `TurnSpread` says). An ITL is one step: a decode step T_0 or, for the share of
-  steps that carry a prefill chunk, a mixed step T_f, each spread by the batch.
+  steps that carry a prefill chunk, a mixed step T_f, each spread by the batch, at most the
+  longer kind at the most a step decodes. No TPOT or ITL quantile lies below one request's step.
 - **The tail's bound.** A step's time is an increasing function of the batch, so the batch's
   part of a TPOT quantile is the step at the batch's quantile (`seen_batch_quantiles`); P90 and
   P99 stop at the mean plus that rise plus the prefill chunks' own deviation, where T(B) levels
@@ -175,7 +177,8 @@ class TurnSpread(NamedTuple):
         batch: B. batch_variance: the variance of the batch a step sees.
         step_slope_ms: a decode step's added time per extra request in the batch over the
             batch's spread [ms].
-        turn_rate_per_ms: turns starting per ms.
+        turn_rate_per_ms: the other requests' turns starting per ms (whose prefills land in a
+            request's decode steps).
         tpot_cap_ms: the longest TPOT the server allows (the open loop's KV slots all busy:
             `jaxpareto.physics.open_engine.saturated_tpot_ms`); the quantiles stop there.
         prefill_dispersion: F_c, the index of dispersion of the prefills landing in a request's
@@ -197,6 +200,11 @@ class TurnSpread(NamedTuple):
             `seen_batch_quantiles` (T(B_p) - T(B), shape (len(TAIL_PERCENTILES),)) [ms]: those
             TPOT quantiles stop at the mean plus it plus the prefill chunks' own deviation (the
             two parts' quantiles summed). None: no bound.
+        fastest_step_ms: a decode step of one request alone [ms]: no TPOT or ITL quantile lies
+            below it (the lognormal and the normals would put some of their mass there).
+        longest_rise_ms: the decode step's rise from B to the most requests a step decodes (the
+            slots, or the decoders the shared engine's prefill budget feeds) [ms]: no ITL
+            quantile lies above the longer step kind plus it.
         step_wait_ms: the part of the service that is the wait for the step in progress (the
             open loop's shared engine) [ms]: every prompt waits it alike, so it is added to each
             hit/miss kind's own time rather than scaled with its tokens, and the service's
@@ -223,6 +231,8 @@ class TurnSpread(NamedTuple):
     prefill_service_ms: jax.Array | None = None
     batch_rise_ms: jax.Array | None = None
     step_wait_ms: jax.Array = 0.0
+    fastest_step_ms: jax.Array = 0.0
+    longest_rise_ms: jax.Array = float("inf")
 
 
 class LatencyPercentiles(NamedTuple):
@@ -312,12 +322,16 @@ def latency_percentiles(spread: TurnSpread, with_wait: bool = True) -> LatencyPe
         tpot = [jnp.minimum(q, bound[p] + lognormal_quantile(spread.tpot_ms, chunk_cv, p)) if p in bound else q
                 for p, q in zip(PERCENTILES, tpot)]
     bounded_top = tpot[-1]
-    tpot = tuple(jnp.minimum(q, jnp.maximum(spread.tpot_cap_ms, spread.tpot_ms)) for q in tpot)
+    tpot = tuple(jnp.maximum(jnp.minimum(q, jnp.maximum(spread.tpot_cap_ms, spread.tpot_ms)), spread.fastest_step_ms)
+                 for q in tpot)
 
     # an ITL is one step: the share of steps with a prefill chunk is time share / T_f over the mean
     itl_w = jnp.stack([1.0 - share_f, share_f])
     itl_m = jnp.stack([spread.decode_step_ms, spread.mixed_step_ms])
     itl = normal_mix_quantiles(itl_w, itl_m, jnp.stack([step_sd, step_sd]))
+    # one step: at most the longer kind's at the most a step decodes, at least one request's alone
+    itl = tuple(jnp.maximum(jnp.minimum(q, jnp.max(itl_m) + spread.longest_rise_ms), spread.fastest_step_ms)
+                for q in itl)
 
     # E2E: each prefill kind plus the decode time as one lognormal of matched moments
     # where the batch bounds TPOT's tail, the decode time takes the spread that bound implies: the

@@ -647,7 +647,9 @@ def evaluate_point(
         turns_per_s = concurrency_eff / ((latency + think_ms) / MS_PER_S)
         sessions = admitted
         busy = active_ratio(latency, think_ms)
-        batch_variance = concurrency_eff * busy * (1.0 - busy)  # binomial(C, rho)
+        # a session in its turn sees itself and binomial(C - 1, ρ) others (the arrival theorem of
+        # closed networks, Lavenberg and Reiser 1980): one session alone decodes alone
+        batch_variance = jnp.maximum(concurrency_eff - 1.0, 0.0) * busy * (1.0 - busy)
     # share of the GPU's achievable compute (at η_d, η_p) that decode and prefill use
     utilization = turns_per_s / MS_PER_S * (workload.osl * coefficients.compute_ms / efficiency.eta_decode
                                             + state.prefill.tokens * rate_ms)
@@ -661,23 +663,35 @@ def evaluate_point(
         # B + 1, which a MoE step makes steep while experts wake and flat once all run (the
         # tangent's spread collapsed there and P99 TPOT fell as the rate rose)
         reach = jnp.maximum(2.0 * jnp.sqrt(jnp.maximum(batch_variance, 0.0)), 1.0)
-        spread_slope = (decode_step(coefficients, state.seen_batch + reach, options.expert_routing).tpot_ms
-                        - state.step.tpot_ms) / reach
-        # past the decoders its prefill keeps fed (closed loop), one session more does not decode
-        fed = state.seen_batch < state.batch_run
-        spread_slope = jnp.where(fed, 0.0, spread_slope)
+        # no step decodes more than the slots hold, nor, in the closed loop's shared engine, more
+        # than the decoders its prefill budget keeps fed (one session more waits for its prefill):
+        # the batch's spread stops there, and vanishes once the batch is there
+        most = batch_cap if open_loop else turn.slots
+        if options.prefill_model == "shared" and options.arrivals == "staggered":
+            most = jnp.minimum(most, fed_decode_batch(turn.chunk_tokens, state.prefill.tokens, turn.osl,
+                                                      turn.decode_in_budget))
+        most = jnp.maximum(most, state.seen_batch)
+
+        def step_rise(batch):  # T(B') - T(B), B' at most the most a step decodes
+            return decode_step(coefficients, jnp.minimum(batch, most), options.expert_routing).tpot_ms \
+                - state.step.tpot_ms
+
+        spread_slope = step_rise(state.seen_batch + reach) / reach
         # the tail's bound: the step at the batch's own upper quantiles (T(B) increases, so its
         # quantile is the step at the batch's; `TurnSpread.batch_rise_ms`)
-        rise = jnp.stack([decode_step(coefficients, quantile, options.expert_routing).tpot_ms - state.step.tpot_ms
-                          for quantile in seen_batch_quantiles(state.seen_batch, batch_variance)])
-        rise = jnp.where(fed, 0.0, rise)
+        rise = jnp.stack([step_rise(quantile) for quantile in seen_batch_quantiles(state.seen_batch, batch_variance)])
+        # the prefills landing in a request's decode steps are the others': in the closed loop
+        # (C - 1) / C of the turns (the arrival theorem, as above), in the open loop all of them
+        others_per_s = turns_per_s if open_loop else turns_per_s * (1.0 - 1.0 / jnp.maximum(concurrency_eff, 1.0))
+        # nor does a step take less than one request's alone: the quantiles' floor
+        fastest = decode_step(coefficients, 1.0 + 0.0 * state.seen_batch, options.expert_routing).tpot_ms
         spread = TurnSpread(state.ttft_ms, state.queue_wait_ms, state.queue_busy, state.mix, state.tpot_ms,
                             workload.osl, workload.osl_cv, state.decode_step_ms, state.mixed_step_ms,
-                            state.mixed_share, batch_variance, spread_slope, turns_per_s / MS_PER_S,
+                            state.mixed_share, batch_variance, spread_slope, others_per_s / MS_PER_S,
                             state.prefill_dispersion, tpot_cap,
                             0.0 if turn.scheduler_delay_steps is None
                             else scheduler_wait_ms(turn.scheduler_delay_steps, state.tpot_ms), state.service_scv,
-                            state.prefill_service_ms, rise, state.step_wait_ms)
+                            state.prefill_service_ms, rise, state.step_wait_ms, fastest, step_rise(most))
         safe = jax.tree_util.tree_map(lambda v: jnp.where(ok, v, 1.0), spread)  # no NaN into the bisections
         found = latency_percentiles(safe, with_wait=open_loop)
         percentile_outputs = {f"p{p}_{name}": masked(values[i]) for name, values in found._asdict().items()
