@@ -387,3 +387,17 @@ def test_cli_refuses_to_replace_plots_without_overwrite(grid, tmp_path, capsys):
     assert (out / f"frontier_{GPU}_{MODEL}.png").read_bytes() == before  # nothing drawn
     assert main(["plot", str(path), "--out", str(out), "--dpi", "30", "--overwrite"]) == 0
     assert (out / f"frontier_{GPU}_{MODEL}.png").read_bytes() != before
+
+
+def test_names_alike_as_file_names_write_files_of_their_own(grid, tmp_path):
+    """Two GPUs whose names a file name makes alike (a/b and a_b) had written the same PNGs, the
+    second over the first; each takes a short hash of its own name, and unique names stay plain."""
+    relabelled = grid.assign_coords(gpu=["a/b", "a_b"])
+    written, _ = jp.save_plots(relabelled, tmp_path / "p", size=SIZE, dpi=DPI)
+    names = [p.name for p in written]
+    assert len(names) == len(set(names)) == 7  # three plots per GPU, and the wall by GPU
+    assert all(p.is_file() for p in written)
+    assert f"memory_wall_{MODEL}_by_gpu.png" in names
+    assert {n.split("_", 2)[0] for n in names} <= {"frontier", "cache", "memory"}
+    plain = jp.save_plots(grid.assign_coords(gpu=["a/b", "c"]), tmp_path / "q", size=SIZE, dpi=DPI)[0]
+    assert {p.name for p in plain} >= {f"frontier_a_b_{MODEL}.png", f"frontier_c_{MODEL}.png"}

@@ -144,3 +144,36 @@ def test_ctrl_c_inside_a_garbage_collector_callback_is_marked_not_printed(capsys
     finally:
         signal.signal(signal.SIGINT, previous)
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_whole_store_interrupted_while_written_leaves_nothing(tmp_path, monkeypatch):
+    """A session or reduced sweep's store is written whole at the end (`to_zarr`): into a hidden
+    folder renamed once complete, so that a write cut short leaves no store (it had left a
+    half-written one that `pareto` read, printing NaN where the complete store holds numbers),
+    nor the hidden folder, and a store it was to replace stays as it was."""
+    import xarray as xr
+
+    ds = jp.sweep(gpu="h100-sxm", model="llama-3.1-8b", tp=1, concurrency=[1, 8])
+    path = jp.to_zarr(ds, tmp_path / "s.zarr")
+    written = xr.Dataset.to_zarr
+
+    def cut_short(self, store, *args, **kwargs):  # the metadata and some arrays, then Ctrl-C
+        written(self[["ttft_ms"]], store, *args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(xr.Dataset, "to_zarr", cut_short)
+    with pytest.raises(KeyboardInterrupt):
+        jp.to_zarr(ds, tmp_path / "new.zarr")
+    with pytest.raises(KeyboardInterrupt):
+        jp.to_zarr(ds.assign(ttft_ms=ds.ttft_ms * 2), path, overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"]
+    assert open_sweep(path).ttft_ms.equals(ds.ttft_ms)
+
+
+def test_a_store_with_unreadable_metadata_is_refused_by_name(tmp_path, capsys):
+    path = jp.to_zarr(jp.sweep(gpu="h100-sxm", model="llama-3.1-8b", tp=1, concurrency=1), tmp_path / "s.zarr")
+    (path / "zarr.json").write_text("{garbage")
+    with pytest.raises(jp.JaxparetoError, match="not a readable zarr store"):
+        open_sweep(path)
+    assert main(["pareto", str(path)]) == 2
+    assert "not a readable zarr store" in capsys.readouterr().err

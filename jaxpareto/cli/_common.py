@@ -110,6 +110,8 @@ def add_scenario_options(p: argparse.ArgumentParser, *, required: bool) -> None:
                                                         "(docs/model.md; the library's ModelOptions)")
     for name, choices, what in MODEL_FLAGS:
         equations.add_argument("--" + name.replace("_", "-"), choices=choices, help=what)
+    equations.add_argument("--cache-ttl-s", type=float, metavar="SECONDS",
+                           help="how long --cache-model ttl keeps a session's prefix [s]")
 
 
 # the closed-loop `ModelOptions` a scenario's flags choose (`add_scenario_options`)
@@ -138,6 +140,10 @@ def scenario_kwargs(args: argparse.Namespace) -> dict:
                   engine=args.engine)
     if args.calibration:
         kwargs["calibration"] = args.calibration
+    if args.cache_ttl_s is not None:
+        if args.cache_model != "ttl":
+            raise JaxparetoError("--cache-ttl-s", "only --cache-model ttl keeps prefixes for a time", ("ttl",))
+        kwargs["cache_ttl_s"] = args.cache_ttl_s
     kwargs.update(_given_equations(args))
     return kwargs
 
@@ -151,6 +157,8 @@ def describe_scenario(args: argparse.Namespace) -> str:
     """The scenario's settings as one line, defaults included (what an answer assumed)."""
     slos = ", ".join(f"{n} {op} {v:g}" for n, (op, v) in parse_slos(args.slo).items()) or "none (memory only)"
     equations = "".join(f", {name.replace('_', ' ')} {value}" for name, value in _given_equations(args).items())
+    if args.cache_ttl_s is not None:
+        equations += f", cache TTL {args.cache_ttl_s:g} s"
     return (f"scenario: think time {args.think_time_s:g} s, context {args.context_tokens:,} tokens, hit rate "
             f"{args.hit_rate:g}, OSL {args.osl:g}, {args.delta_tokens:,.0f} tokens prefilled on a hit, engine "
             f"{args.engine}{f', calibration {args.calibration}' if args.calibration else ''}{equations}; SLOs: {slos}")

@@ -31,6 +31,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = None
     try:
         args = build_parser().parse_args(argv)  # a renamed option raises JaxparetoError here
+        for name in ("out", "csv"):  # an empty path would read as none given, and write nothing
+            if getattr(args, name, None) == "":
+                raise JaxparetoError(f"--{name}", "is empty: give a path")
         return args.func(args)
     except JaxparetoError as error:  # the library's hints name its keywords; here, the option
         print(f"jaxpareto: error: {str(error).replace('overwrite=True (CLI: --overwrite)', '--overwrite')}",
@@ -42,7 +45,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   "written with --out (finished blocks are kept; with --overwrite it starts over)", file=sys.stderr)
         else:
             print("jaxpareto: interrupted; run the same command again to resume a sweep written with --out "
-                  "(finished blocks are kept)", file=sys.stderr)
+                  "(finished blocks are kept; a session or reduced sweep's store is written whole at the end, "
+                  "and was not written)", file=sys.stderr)
         return 130
     except OSError as error:  # unreadable or unwritable files: one line, not a traceback
         if isinstance(error, BrokenPipeError):  # output piped into `head` and closed early

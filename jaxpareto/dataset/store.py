@@ -390,8 +390,12 @@ def open_sweep(path: str | Path, *, incomplete: str = "refuse") -> xr.Dataset:
     path = Path(path)
     if not (path / "zarr.json").is_file():
         raise JaxparetoError("store", f"{path} is not a zarr store (written by `jaxpareto sweep --out`)")
-    with _quiet():
-        ds = xr.open_zarr(path)
+    try:
+        with _quiet():
+            ds = xr.open_zarr(path)
+    except (ValueError, KeyError, TypeError) as error:  # unreadable metadata (JSONDecodeError is a ValueError)
+        raise JaxparetoError("store", f"{path} is not a readable zarr store ({type(error).__name__}: {error})") \
+            from error
     if ds.attrs.get("jaxpareto_complete", True):
         return ds
     done = np.asarray(zarr.open_group(path, mode="r", zarr_format=3)[DONE_GROUP]["done"][:], dtype=bool)
@@ -413,12 +417,24 @@ def open_sweep(path: str | Path, *, incomplete: str = "refuse") -> xr.Dataset:
 def to_zarr(ds: xr.Dataset, path: str | Path, *, overwrite: bool = False) -> Path:
     """Write an in-memory sweep to a zarr v3 store with consolidated metadata.
 
+    The store is written whole into a hidden folder beside ``path`` and renamed to it once
+    complete, so that an interrupted write leaves no store that reads as a result (the hidden
+    folder is removed; an existing store being replaced is kept until then).
+
     Raises:
         JaxparetoError: ``path`` exists (an existing zarr store is replaced only with
             ``overwrite``; anything else is never replaced), or its folder is missing.
     """
     path = Path(path)
     check_new_output(path, overwrite)
-    with _quiet():
-        ds.to_zarr(path, mode="w", zarr_format=3, consolidated=True)
+    partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    try:
+        with _quiet():
+            ds.to_zarr(partial, mode="w", zarr_format=3, consolidated=True)
+        if path.exists():  # a store `check_new_output` lets ``overwrite`` replace
+            shutil.rmtree(path)
+        partial.rename(path)
+    finally:
+        if partial.exists():
+            shutil.rmtree(partial, ignore_errors=True)
     return path

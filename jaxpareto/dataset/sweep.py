@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import inspect
+import math
+import os
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -10,6 +12,7 @@ import xarray as xr
 
 from jaxpareto.dataset.plan import SweepPlan, as_plan, plan_sweep
 from jaxpareto.definitions.axes import AXIS_BY_NAME, coordinate_attrs
+from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.schema import FLAG_VARIABLES, OUTPUTS
 from jaxpareto.physics.intensity import ridge_point
 
@@ -36,8 +39,30 @@ def sweep(*args, **kwargs) -> xr.Dataset:
 
 
 def sweep_plan(plan: SweepPlan) -> xr.Dataset:
-    """`sweep` of an existing `SweepPlan` (nothing is validated again)."""
+    """`sweep` of an existing `SweepPlan` (nothing is validated again but whether its outputs
+    fit in this machine's memory at all)."""
+    check_fits_in_memory(plan)
     return with_ridge_points(build_dataset(plan.coords, plan.problem().run(), plan.attrs()), plan)
+
+
+def check_fits_in_memory(plan: SweepPlan) -> None:
+    """Refuse, before anything is compiled, an in-memory sweep whose outputs alone (4 or 8 bytes
+    a point and variable) pass the machine's physical memory: it would run, then fail to allocate.
+
+    Raises:
+        JaxparetoError: naming the grid, its size and what to do instead.
+    """
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows): the allocation will tell
+        return
+    points = math.prod(plan.shape)
+    need = points * len(plan.variables) * np.dtype(plan.dtype).itemsize
+    if need > memory:
+        raise JaxparetoError("grid", f"{points:,} points x {len(plan.variables)} variables need about "
+                                     f"{need / 1e9:,.1f} GB in memory, more than this machine's {memory / 1e9:,.1f} GB: "
+                                     "write the sweep to a store (jp.sweep_to_zarr; CLI: --out), or keep fewer "
+                                     "variables or points")
 
 
 sweep.__signature__ = inspect.signature(plan_sweep).replace(return_annotation=xr.Dataset)

@@ -41,7 +41,7 @@ class AxisRange(_Table):
 
     start: float
     stop: float
-    num: int = pydantic.Field(ge=1)
+    num: int = pydantic.Field(ge=1, le=10**7)  # one axis of ten million values, far past any grid
     scale: Literal["linear", "log"] = "linear"
 
     @pydantic.model_validator(mode="after")

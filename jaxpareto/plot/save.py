@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -22,6 +24,16 @@ from jaxpareto.plot.support import PLOTS, unsupported, xvar
 def _safe(name) -> str:
     """``name`` usable in a file name: runs of other characters become one underscore."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).strip("_") or "x"
+
+
+def _file_tags(names) -> dict[str, str]:
+    """Each name's part of a file name (`_safe`), where names that `_safe` makes alike (``a/b``
+    and ``a_b``; any two of other scripts) take a short hash of their own, so no file is written
+    twice."""
+    safe = {name: _safe(name) for name in names}
+    counts = Counter(safe.values())
+    return {name: tag if counts[tag] == 1 else f"{tag}_{hashlib.sha1(str(name).encode()).hexdigest()[:8]}"
+            for name, tag in safe.items()}
 
 
 def _out_folder(out: str | Path) -> Path:
@@ -57,7 +69,8 @@ def save_plots(
 ) -> tuple[list[Path], list[str]]:
     """Write every plot ``ds`` supports into the folder ``out`` as PNG files.
 
-    Per GPU x model: ``frontier_<gpu>_<model>.png`` (`plot_frontier`),
+    Per GPU x model: ``frontier_<gpu>_<model>.png`` (`plot_frontier`; names as file names allow,
+    with a short hash where two would be alike),
     ``cache_<gpu>_<model>.png`` (`plot_cache_comparison`, from the dataset's own cells) and
     ``memory_wall_<gpu>_<model>.png`` (`plot_memory_wall`, one line per TP); with several GPUs also
     ``memory_wall_<model>_by_gpu.png`` (one line per GPU at the largest TP). Only draws: no sweep
@@ -98,10 +111,11 @@ def save_plots(
     out = _out_folder(out)
     gpus = [sel["gpu"]] if "gpu" in sel else grid_values(ds, "gpu")
     models = [sel["model"]] if "model" in sel else grid_values(ds, "model")
+    gpu_tag, model_tag = _file_tags(grid_values(ds, "gpu")), _file_tags(grid_values(ds, "model"))
     cell = {k: v for k, v in sel.items() if k not in ("gpu", "model")}
     if not overwrite:
-        names = {f"{kind}_{_safe(g)}_{_safe(m)}.png" for kind in ("frontier", "cache", "memory_wall")
-                 for g in gpus for m in models} | {f"memory_wall_{_safe(m)}_by_gpu.png" for m in models}
+        names = {f"{kind}_{gpu_tag[g]}_{model_tag[m]}.png" for kind in ("frontier", "cache", "memory_wall")
+                 for g in gpus for m in models} | {f"memory_wall_{model_tag[m]}_by_gpu.png" for m in models}
         present = sorted(name for name in names if (out / name).exists())
         if present:
             raise JaxparetoError("out", f"{out} already holds {len(present)} of these plots ({', '.join(present[:3])}"
@@ -132,7 +146,7 @@ def save_plots(
     wall_cell = {k: v for k, v in cell.items() if k in wall_dims}
     for g in gpus:
         for m in models:
-            tag = f"{_safe(g)}_{_safe(m)}"
+            tag = f"{gpu_tag[g]}_{model_tag[m]}"
             empty = _no_feasible_point(ds, g, m)
             if empty:  # an empty figure says nothing: skip the pair, saying why
                 skipped.append(f"{tag}: {empty}")
@@ -148,5 +162,5 @@ def save_plots(
     if not reasons["memory_wall"] and len(gpus) > 1:
         for m in models:
             save(plot_memory_wall(ds, None, m, by="gpu", size=size, dpi=dpi, **wall_cell),
-                 f"memory_wall_{_safe(m)}_by_gpu")
+                 f"memory_wall_{model_tag[m]}_by_gpu")
     return written, skipped
