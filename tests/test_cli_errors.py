@@ -123,6 +123,13 @@ def test_pareto_errors_and_selection(capsys, spec, tmp_path):
         (("pareto", store, "--sel", "foo=1"), "unknown axis 'foo' in 'foo=1'"),
         (("pareto", store, "--sel", "hit_rate"), "expected AXIS=VALUE, got 'hit_rate'"),
         (("pareto", store, "--csv", tmp_path / "nodir" / "f.csv"), "does not exist"),
+        # what had been accepted silently: the last --sel winning, one objective against itself
+        (("pareto", store, "--sel", "hit_rate=0.3", "--sel", "hit_rate=0.0"), "--sel hit_rate: selected twice"),
+        (("pareto", store, "--x", "ttft_ms", "--y", "ttft_ms"), "report y: is x too"),
+        (("pareto", store, "--x", "ttft_ms", "--minimize", "ttft_ms", "--minimize", "ttft_ms"), "names an objective twice"),
+        (("sweep", spec(SMALL), "--max-front-points", "3"), "--max-front-points: applies with --reduce only"),
+        (("calibrate", "--train", "gpu=h100-sxm", "--test-fraction", "0.5", "--out", tmp_path / "c.toml"),
+         "--test-fraction: applies without --train only"),
     ]:
         code, _, err = run(capsys, *argv)
         assert code == 2 and message in err and "Traceback" not in err, (argv, err)

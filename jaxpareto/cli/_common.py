@@ -193,6 +193,8 @@ class Report:
         for field, name in (("x", x), ("y", y)):
             if name not in available:
                 raise JaxparetoError(f"report {field}", f"unknown or unselected variable {name!r}", available)
+        if x == y:
+            raise JaxparetoError("report y", f"is x too ({x!r}): a front of one objective against itself is its best")
         dims = tuple(dims)
         self.axes = tuple(axes)
         for d in dims:
@@ -200,6 +202,8 @@ class Report:
                 raise JaxparetoError("report dims", f"unknown dimension {d!r}", self.axes)
         if len(set(dims)) != len(dims) or not dims:
             raise JaxparetoError("report dims", f"need one or more distinct dimensions, got {list(dims)}")
+        if len(set(minimize)) != len(minimize):
+            raise JaxparetoError("minimize", f"names an objective twice: {list(minimize)}")
         for name in minimize:
             if name not in (x, y):
                 raise JaxparetoError("minimize", f"{name!r} is neither objective", (x, y))

@@ -19,9 +19,12 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     if fields == ():  # an empty list is no choice of fields: the default set would be fitted silently
         raise JaxparetoError("--fit", "names no field: give comma-separated Efficiency fields, or leave --fit out "
                                       "for the profile's set")
+    if args.train and args.test_fraction is not None:  # --train chooses the rows itself
+        raise JaxparetoError("--test-fraction", "applies without --train only: --train holds out every other row")
     options = ModelOptions(prefill_model=args.prefill_model, profile=args.profile, arrivals=args.arrivals,
                            gemm_rate=args.gemm_rate, attention=args.attention, roofline=args.roofline)
-    result = calibrate(args.data, fields=fields, test_fraction=args.test_fraction, seed=args.seed, steps=args.steps,
+    held_out = 0.3 if args.test_fraction is None else args.test_fraction
+    result = calibrate(args.data, fields=fields, test_fraction=held_out, seed=args.seed, steps=args.steps,
                        options=options, train=args.train)
     out.write_text(result.to_toml())
     split = f"train rows where {args.train}" if args.train else "a random split"
@@ -57,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         "read by the fit (default: a random --test-fraction split)")
     p.add_argument("--fit", help="comma-separated Efficiency fields to fit (default: the profile's set)")
     p.add_argument("--steps", type=int, default=400, help="Adam steps (default 400)")
-    p.add_argument("--test-fraction", type=float, default=0.3,
+    p.add_argument("--test-fraction", type=float,
                    help="without --train: held-out share of each source x metric group (0.3; at least one row of a "
                         "group of two or more unless 0; 0 fits on every row)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random split")

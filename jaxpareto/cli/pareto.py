@@ -40,6 +40,8 @@ def _parse_selection(items: Sequence[str], ds: xr.Dataset) -> dict:
             raise JaxparetoError("--sel", f"expected AXIS=VALUE, got {item!r}", [str(d) for d in ds.dims])
         if key not in ds.dims:
             raise JaxparetoError("--sel", f"unknown axis {key!r} in {item!r}", [str(d) for d in ds.dims])
+        if key in selection:  # the last had silently won
+            raise JaxparetoError(f"--sel {key}", "selected twice")
         if ds[key].dtype.kind in "US":
             selection[key] = raw
             continue

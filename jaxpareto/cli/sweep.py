@@ -110,6 +110,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     report = Report(spec.report.x, spec.report.y, spec.report.dims or list(default_dims(plan.dims)),
                     spec.report.minimize, plan.variables, plan.dims)
     selection = report.cell(plan.coords, spec.report.headline, "report.headline")
+    if args.max_front_points is not None and not args.reduce:  # the reduced store keeps the front's points
+        raise JaxparetoError("--max-front-points", "applies with --reduce only")
     if args.reduce:
         if args.scheduler:
             raise JaxparetoError("--reduce", "runs locally; it cannot be combined with --scheduler")
@@ -188,7 +190,7 @@ def _reasons(reason) -> str:
 def _reduced_sweep(args, plan, report: Report, selection: dict, out: Path | None, start: float) -> int:
     """--reduce: keep each cell's front and best configurations, not every point."""
     reduced = pareto_sweep(plan, x=report.x, y=report.y, dims=report.dims, maximize=report.maximize,
-                           max_front_points=args.max_front_points)
+                           max_front_points=64 if args.max_front_points is None else args.max_front_points)
     elapsed = time.perf_counter() - start
     if out is not None:
         to_zarr(reduced, out, overwrite=args.overwrite)
@@ -242,6 +244,6 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--scheduler", metavar="ADDRESS", help="run the blocks on a dask.distributed scheduler (needs --out)")
     p.add_argument("--reduce", action="store_true",
                    help="keep only each cell's Pareto front and best configurations (for grids too large to store)")
-    p.add_argument("--max-front-points", type=int, default=64, help="with --reduce: front points kept per cell")
+    p.add_argument("--max-front-points", type=int, help="with --reduce: front points kept per cell (default 64)")
     p.set_defaults(func=_cmd_sweep)
     return p
