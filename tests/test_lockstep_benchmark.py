@@ -53,3 +53,16 @@ def test_spread_outputs_break_the_groups_up():
     staggered = float(_model(512, 512, 8192, False, [16], arrivals="staggered").ttft_ms[0])
     assert fixed.ttft_ms.mean() > 6 * spread.ttft_ms.mean()
     assert spread.ttft_ms.mean() == pytest.approx(staggered, rel=0.15)
+
+
+def test_one_output_token_has_a_decode_steps_tpot():
+    """With OSL 1 a request decodes no step after its first token: TPOT is then a decode step's, as
+    the other engines give it (it had been 0, an infinite rate per user and NaN percentiles)."""
+    kwargs = dict(gpu="h100-sxm", model="llama-3.1-8b", tp=1, concurrency=[1, 16], think_time_s=5.0,
+                  context_tokens=8192, osl=1, prefill_model="shared", percentiles=True)
+    lockstep = jp.sweep(**kwargs, arrivals="synchronised").squeeze()
+    alone = jp.sweep(**{**kwargs, "concurrency": 1}).squeeze()  # one session: a step of one request
+    assert lockstep.tpot_ms.values == pytest.approx(float(alone.tpot_ms), rel=1e-6)
+    for name in ("output_tokens_per_s_per_user", "p50_tpot_ms", "p99_tpot_ms", "p99_e2el_ms"):
+        assert (lockstep[name] > 0).all() and bool(lockstep[name].notnull().all()), name
+        assert bool(((lockstep[name] < float("inf"))).all()), name

@@ -396,9 +396,10 @@ def synchronised_turn(step: DecodeStep, batch: jax.Array, prefill_tokens: jax.Ar
     free = jnp.maximum(decode_steps - others, 0.0)  # D
     decode = t(0.0)
     ttft = own_ttft + waiting * mean_step
-    # (OSL = 1: no decode steps, the other groups' steps all wait; 0, not rounding's -0, for TPOT)
+    # (OSL = 1: no decode steps, the other groups' steps all wait; TPOT, of no step, is then a decode
+    # step's, as the other engines give it, not 0 and an infinite rate per user)
     decode_time = block - own_in_block - waiting * mean_step + free * decode
-    tpot = jnp.maximum(decode_time / jnp.maximum(decode_steps, 1.0), 0.0)
+    tpot = jnp.where(decode_steps > 0, jnp.maximum(decode_time / jnp.maximum(decode_steps, 1.0), 0.0), decode)
     share = block / (block + free * decode)  # the share of a turn's cycle in steps that carry prefill
     # every request of a group sees the same steps: no chunks land at random in its decode steps
     # (the percentiles' spread of the staggered engine: none here, the steps given as decode steps)
