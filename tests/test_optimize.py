@@ -465,3 +465,12 @@ def test_searches_take_an_slo_as_upper_limits_and_read_percentiles_wherever_aske
     loose = jp.size_deployment("h100-sxm", "llama-3.1-70b", 2.0, 16384, 0.5, sessions=500,
                                constraints={"ttft_ms": ("<=", 2000.0)})
     assert sized.gpus >= loose.gpus  # a P99 target is at least as strict as the mean's
+
+
+def test_size_shows_a_dash_where_no_replica_applies(capsys):
+    """A TP whose weights do not fit has no replicas or GPUs: '-' as elsewhere (it printed None)."""
+    from jaxpareto.cli import main
+
+    assert main(["size", "--gpu", "h100-sxm", "--model", "llama-3.1-405b", "--sessions", "500", "--tp", "1,2"]) == 1
+    out = capsys.readouterr().out
+    assert "weights exceed memory" in out and "None" not in out

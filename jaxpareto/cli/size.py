@@ -29,7 +29,10 @@ def _cmd_size(args: argparse.Namespace) -> int:
         print(textwrap.fill(f"{target} of {args.model} on {args.gpu}: not possible ({result.reason})", width=100,
                             subsequent_indent="  "))
     with pd.option_context("display.width", 250, "display.float_format", FLOAT_FORMAT):
-        print("\n" + result.options.to_string(index=False, na_rep="-"))  # as `optimize` shows what does not apply
+        # as `optimize` shows what does not apply: NaN and the None of a column of counts alike
+        shown = result.options.apply(lambda column: column.where(column.notna(), "-") if column.dtype == object
+                                     else column)
+        print("\n" + shown.to_string(index=False, na_rep="-"))
     if result.feasible:
         chosen = result.options[result.options["tp"].eq(result.tp)].iloc[0]
         note = prefill_overcommit_note(float(chosen["gpu_utilization"]), prefill_model_of(args))
