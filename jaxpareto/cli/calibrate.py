@@ -23,9 +23,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         raise JaxparetoError("--test-fraction", "applies without --train only: --train holds out every other row")
     options = ModelOptions(prefill_model=args.prefill_model, profile=args.profile, arrivals=args.arrivals,
                            gemm_rate=args.gemm_rate, attention=args.attention, roofline=args.roofline)
-    held_out = 0.3 if args.test_fraction is None else args.test_fraction
-    result = calibrate(args.data, fields=fields, test_fraction=held_out, seed=args.seed, steps=args.steps,
-                       options=options, train=args.train)
+    held_out = {} if args.test_fraction is None else {"test_fraction": args.test_fraction}  # else the library's
+    result = calibrate(args.data, fields=fields, seed=args.seed, steps=args.steps, options=options, train=args.train,
+                       **held_out)
     out.write_text(result.to_toml())
     split = f"train rows where {args.train}" if args.train else "a random split"
     print(f"fitted {', '.join(result.fields)} on {int((~result.test).sum())} rows ({split}), "

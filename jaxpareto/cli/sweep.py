@@ -189,8 +189,8 @@ def _reasons(reason) -> str:
 
 def _reduced_sweep(args, plan, report: Report, selection: dict, out: Path | None, start: float) -> int:
     """--reduce: keep each cell's front and best configurations, not every point."""
-    reduced = pareto_sweep(plan, x=report.x, y=report.y, dims=report.dims, maximize=report.maximize,
-                           max_front_points=64 if args.max_front_points is None else args.max_front_points)
+    limit = {} if args.max_front_points is None else {"max_front_points": args.max_front_points}  # else the library's
+    reduced = pareto_sweep(plan, x=report.x, y=report.y, dims=report.dims, maximize=report.maximize, **limit)
     elapsed = time.perf_counter() - start
     if out is not None:
         to_zarr(reduced, out, overwrite=args.overwrite)
