@@ -18,7 +18,7 @@ from jaxpareto.dataset.store import check_new_output
 from jaxpareto.definitions.calibration_file import calibration_options
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.options import ATTENTION, CACHE_MODELS, GEMM_RATES, PAUSE_DISTRIBUTIONS, PREFILL_MODELS, \
-    PROFILES, ROOFLINES, SEARCH_METHODS
+    PROFILES, ROOFLINES, SEARCH_METHODS, SEEN_BATCHES
 from jaxpareto.definitions.settings import SOLVERS
 from jaxpareto.definitions.axes import AXES
 
@@ -125,6 +125,8 @@ MODEL_FLAGS = (
     ("gemm_rate", GEMM_RATES, "matmuls at the datasheet peak (the seed's) or at the rate GEMMs measurably reach"),
     ("attention", ATTENTION, "attention as the profile counts it, or its FLOPs too"),
     ("roofline", ROOFLINES, "one roofline per decode step (the seed's) or one per operator"),
+    ("seen_batch", SEEN_BATCHES, "decode steps at the mean batch (the seed's) or a MoE step's experts averaged "
+                                 "over the batch a session sees"),
 )
 
 

@@ -296,8 +296,8 @@ def plan_sweep(
                         for choice in options.nonlinear_choices)
         raise JaxparetoError("solver", f"'exact' needs a piecewise-linear R(B), which it is not under {why} (it "
                                        "needs expert_routing='seed', prefill_model='isolated', cache_model 'given' "
-                                       "or 'ttl', arrivals not 'synchronised', aggregated serving and "
-                                       "roofline='step'); use 'damped'")
+                                       "or 'ttl', arrivals not 'synchronised', aggregated serving, "
+                                       "roofline='step' and seen_batch='mean'); use 'damped'")
     _check_used(options, workload)
     # the factors given away from their defaults (a spec passes every field, the defaults too)
     given = {name for name in _SETTINGS[Efficiency]

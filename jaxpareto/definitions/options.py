@@ -12,6 +12,7 @@ from typing import NamedTuple
 from jaxpareto.definitions.errors import JaxparetoError
 
 EXPERT_ROUTINGS = ("seed", "uniform")
+SEEN_BATCHES = ("mean", "distribution")
 PREFILL_MODELS = ("isolated", "shared")
 CACHE_MODELS = ("given", "ttl", "lru")
 PAUSE_DISTRIBUTIONS = ("deterministic", "exponential", "lognormal")
@@ -48,6 +49,15 @@ class ModelOptions(NamedTuple):
     Attributes:
         expert_routing: distinct routed experts per decode step (`jaxpareto.physics.decode.experts_touched`):
             "seed" (min(B K, E)) or "uniform".
+        seen_batch: the batch a request's decode steps run at (`jaxpareto.physics.point.seen_batch`):
+            "mean" (the seed's: the mean batch B in the closed loop, B + 1 under Poisson
+            arrivals) or "distribution" (the batch a request sees, which varies from step to
+            step: itself and binomial(C - 1, ρ) others in the closed loop of staggered turns,
+            a Poisson number of others under Poisson arrivals, with the routed experts a step
+            loads averaged over that law, `jaxpareto.physics.decode.expected_experts_touched`;
+            docs/model.md, "The batch a request sees"). A MoE step's experts level off once all
+            are awake, so near that batch the mean step lies below the step at the mean batch.
+            Aggregated serving only; R(B) is then no longer the exact solver's pieces.
         prefill_model: "isolated" (seed eq. 2: every turn prefills alone at the GPU's full speed)
             or "shared" (chunked prefill shares engine steps with decode; `jaxpareto.physics.engine`).
         cache_model: where the prefix-cache hit rate comes from (`jaxpareto.physics.cache`): "given" (the
@@ -115,10 +125,12 @@ class ModelOptions(NamedTuple):
     gemm_rate: str = "peak"
     attention: str = "profile"
     roofline: str = "step"
+    seen_batch: str = "mean"
 
     def validate(self) -> "ModelOptions":
         """Self, checked; raises JaxparetoError naming the bad field and the allowed values."""
-        for field, allowed in (("expert_routing", EXPERT_ROUTINGS), ("prefill_model", PREFILL_MODELS),
+        for field, allowed in (("expert_routing", EXPERT_ROUTINGS), ("seen_batch", SEEN_BATCHES),
+                               ("prefill_model", PREFILL_MODELS),
                                ("cache_model", CACHE_MODELS), ("pause_distribution", PAUSE_DISTRIBUTIONS),
                                ("profile", PROFILES), ("arrivals", ARRIVALS), ("serving", SERVING_MODES),
                                ("dp_prefill", DP_PREFILLS), ("gemm_rate", GEMM_RATES), ("attention", ATTENTION),
@@ -130,7 +142,8 @@ class ModelOptions(NamedTuple):
             raise JaxparetoError("arrivals", "'synchronised' needs prefill_model='shared' (the engine that shares "
                                              "steps between prefill and decode)", ARRIVALS)
         if self.disaggregated:
-            for field, refused in (("arrivals", ("poisson", "synchronised")), ("cache_model", ("lru",))):
+            for field, refused in (("arrivals", ("poisson", "synchronised")), ("cache_model", ("lru",)),
+                                   ("seen_batch", ("distribution",))):
                 if getattr(self, field) in refused:
                     raise JaxparetoError("serving", f"{self.serving!r} is modelled for the closed loop's staggered "
                                                     f"turns without the LRU cache model, not {field}="
@@ -161,7 +174,8 @@ class ModelOptions(NamedTuple):
     def nonlinear_choices(self) -> tuple[str, ...]:
         """The options that make R(B) other than piecewise linear, as ``field='value'`` (empty: it
         is piecewise linear, what the exact solver needs)."""
-        linear = {"expert_routing": self.expert_routing == "seed", "prefill_model": self.prefill_model == "isolated",
+        linear = {"expert_routing": self.expert_routing == "seed", "seen_batch": self.seen_batch == "mean",
+                  "prefill_model": self.prefill_model == "isolated",
                   "cache_model": self.cache_model != "lru", "arrivals": self.arrivals != "synchronised",
                   "serving": not self.disaggregated, "roofline": self.roofline == "step"}
         return tuple(f"{field}={getattr(self, field)!r}" for field, ok in linear.items() if not ok)

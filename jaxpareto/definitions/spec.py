@@ -18,8 +18,8 @@ import numpy as np
 import pydantic
 
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.definitions.options import CACHE_MODELS, EXPERT_ROUTINGS, KV_DEMANDS, PAUSE_DISTRIBUTIONS, \
-    ARRIVALS, PREFILL_MODELS, PROFILES, SEARCH_METHODS, SERVING_MODES, DP_PREFILLS, GEMM_RATES, ATTENTION, ROOFLINES, \
+from jaxpareto.definitions.options import CACHE_MODELS, SEEN_BATCHES, EXPERT_ROUTINGS, KV_DEMANDS, \
+    PAUSE_DISTRIBUTIONS, ARRIVALS, PREFILL_MODELS, PROFILES, SEARCH_METHODS, SERVING_MODES, DP_PREFILLS, GEMM_RATES, ATTENTION, ROOFLINES, \
     ModelOptions
 from jaxpareto.definitions.settings import DEFAULT_CHUNK_POINTS, DTYPES, SOLVERS, Efficiency, Solver, Workload, numeric_fields
 from jaxpareto.definitions.catalog import gpus, models
@@ -142,6 +142,7 @@ def _table_of(name: str, doc: str, settings_cls, extra: dict) -> type[_Table]:
 
 
 _OPTION_KEYS = {"expert_routing": (Literal[EXPERT_ROUTINGS], ModelOptions().expert_routing),
+                "seen_batch": (Literal[SEEN_BATCHES], ModelOptions().seen_batch),
                 "pause_distribution": (Literal[PAUSE_DISTRIBUTIONS], ModelOptions().pause_distribution),
                 # None: a calibration's, else ModelOptions' default (as gemm_rate and cache_model)
                 "prefill_model": (Literal[PREFILL_MODELS] | None, None),

@@ -12,6 +12,8 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.scipy.special import ndtr
+from jax.scipy.stats import norm
 
 from jaxpareto.definitions.hardware import HardwareParams
 from jaxpareto.definitions.options import ROOFLINES
@@ -262,12 +264,47 @@ def experts_touched(batch: jax.Array, experts: jax.Array, experts_per_token: jax
     return jnp.where(experts > 0, safe_e * (1.0 - missed), 0.0)
 
 
-def decode_step(c: DecodeCoefficients, batch: jax.Array, routing: str = "seed") -> DecodeStep:
+def expected_experts_touched(batch: jax.Array, batch_variance: jax.Array, experts: jax.Array,
+                             experts_per_token: jax.Array, routing: str = "seed") -> jax.Array:
+    """Mean distinct routed experts a decode step loads when its batch varies from step to step:
+    E[`experts_touched`(X)] over a batch X of mean ``batch`` and variance ``batch_variance``,
+    taken normal (scalars; variance 0: `experts_touched` at the mean).
+
+    The count is concave in X (it levels off once every expert is awake), so its mean lies
+    below the count at the mean batch (Jensen's inequality); a fixed point through TPOT
+    amplifies the gap (docs/model.md, "The batch's distribution and the experts").
+
+    "seed": K E[min(X, c)] with c = E / K, in closed form for the normal law,
+    E[min(X, c)] = μ - σ φ(z) - (μ - c) Φ(z), z = (μ - c) / σ (the normal's partial
+    expectation; e.g. Winkler, Roodman and Britney, Management Science 18(5), 1972);
+    "uniform": E (1 - E[q^X]), q = 1 - K / E, with E[q^X] = exp(μ ln q + σ² (ln q)² / 2) the
+    normal law's moment-generating function at ln q (at most 1). Dense models (E = 0) touch none.
+    """
+    safe_e = jnp.where(experts > 0, experts, 1.0)  # double where: no NaN from 0/0 in gradients
+    spread = batch_variance > 0.0
+    variance = jnp.where(spread, batch_variance, 1.0)  # sqrt away from 0: finite gradients
+    if routing == "seed":
+        cap = safe_e / jnp.where(experts_per_token > 0, experts_per_token, 1.0)
+        sigma = jnp.sqrt(variance)
+        z = (batch - cap) / sigma
+        law = jnp.minimum(experts_per_token * (batch - sigma * norm.pdf(z) - (batch - cap) * ndtr(z)), safe_e)
+    else:
+        log_q = jnp.log1p(-experts_per_token / safe_e)
+        law = safe_e * (1.0 - jnp.exp(jnp.minimum(batch * log_q + 0.5 * variance * log_q * log_q, 0.0)))
+    at_mean = experts_touched(batch, experts, experts_per_token, routing)
+    return jnp.where(spread & (experts > 0), law, at_mean)
+
+
+def decode_step(c: DecodeCoefficients, batch: jax.Array, routing: str = "seed",
+                batch_variance: jax.Array | None = None) -> DecodeStep:
     """Seed eq. 3 at effective batch B (continuous, >= 0); ``routing`` as in `experts_touched`.
     A pipeline's step costs at least its ``batch_floor`` (B >= 0 is unchanged by a floor of 0).
     With ``c.graph_step`` given, the requests that pad the step to its CUDA graph's batch add
     their matmuls and all-reduces (`jaxpareto.physics.cuda_graphs.padded_batch`): TPOT is then
     no longer piecewise linear in B, and `tpot_lines`, which leaves them out, does not apply.
+    With ``batch_variance`` given (``seen_batch="distribution"``) the routed experts are their
+    mean over a batch of that variance around B (`expected_experts_touched`); every other term
+    stays the step's at B.
 
     With ``c.attention_ms`` given (``roofline="operator"``; docs/model.md, "Per-operator
     roofline") every layer runs its projections and then its attention as separate kernels, so
@@ -279,7 +316,10 @@ def decode_step(c: DecodeCoefficients, batch: jax.Array, routing: str = "seed") 
     projections' matmuls.
     """
     batch = jnp.maximum(batch, c.batch_floor)
-    touched = experts_touched(batch, c.experts, c.experts_per_token, routing)
+    if batch_variance is None:
+        touched = experts_touched(batch, c.experts, c.experts_per_token, routing)
+    else:
+        touched = expected_experts_touched(batch, batch_variance, c.experts, c.experts_per_token, routing)
     t_weight_ms = c.nonmoe_ms + touched * c.expert_ms
     t_kv_ms = batch * c.kv_ms
     t_compute_ms = batch * c.compute_ms + (c.compute_floor_ms + touched * c.expert_floor_ms)

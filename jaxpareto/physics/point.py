@@ -151,7 +151,9 @@ class TurnState(NamedTuple):
     lengths included (0 elsewhere); ``prefill_service_ms`` the prefill's own time in its steps
     where TTFT holds more than that and a queueing wait (the closed loop's shared engine: S, of
     TTFT's S / (1 - ρ')), else None; ``step_wait_ms`` the part of the service that is the wait
-    for the step in progress, alike for every prompt (the open loop's shared engine; 0 elsewhere).
+    for the step in progress, alike for every prompt (the open loop's shared engine; 0 elsewhere);
+    ``seen_variance`` the variance of ``seen_batch`` the routed experts of ``step`` are counted
+    over (`seen_batch`; None: at the mean, the seed's).
     """
 
     latency_ms: jax.Array
@@ -175,6 +177,7 @@ class TurnState(NamedTuple):
     service_scv: jax.Array = 0.0
     prefill_service_ms: jax.Array | None = None
     step_wait_ms: jax.Array = 0.0
+    seen_variance: jax.Array | None = None
 
 
 def inner_unknowns(options: ModelOptions) -> tuple[tuple[str, float, float], ...]:
@@ -250,15 +253,11 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         isolated_ttft = turn.ttft_ms
         rate_ms = turn.prefill_ms_per_token
         roots = ()
-    # under Poisson arrivals a request decodes beside the B others a random time sees, B + 1 in
-    # all (docs/model.md, "Open-loop load"); in the closed loop, beside the mean batch B, but in a
-    # step of at least itself: B < 1 (sessions pausing most of the time) is no batch a step runs,
-    # and a MoE step at B < 1 read fewer experts than one token routes to
-    seen = batch_run + 1.0 if open_loop else jnp.maximum(batch_run, 1.0)
+    seen, variance = seen_batch(batch_run, concurrency, options)
     if options.prefill_model == "shared" and options.arrivals == "staggered":
         # the closed loop's sessions beyond what the step budget keeps fed wait for their prefill
         seen = jnp.minimum(seen, fed_decode_batch(turn.chunk_tokens, work.tokens, turn.osl, turn.decode_in_budget))
-    step = decode_step(turn.decode, seen, options.expert_routing)
+    step = decode_step(turn.decode, seen, options.expert_routing, variance)
     mix = prefill_mix(work.tokens, turn.hit_tokens, work.hit_rate_eff, turn.isl_cv)
     zero = 0.0 * batch
     if options.prefill_model == "shared":
@@ -305,7 +304,34 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         wait = (ttft + tpot * turn.osl) * (jnp.maximum(batch / turn.slots, 1.0) - 1.0)
         ttft = ttft + wait
     return TurnState(ttft + tpot * turn.osl, wait, ttft, tpot, step, batch_run, work, lifetime, load, mix,
-                     queue_wait, queue_busy, *steps, seen, roots, service_scv, own_service, step_wait)
+                     queue_wait, queue_busy, *steps, seen, roots, service_scv, own_service, step_wait, variance)
+
+
+def seen_batch(batch_run: jax.Array, concurrency: jax.Array, options: ModelOptions) -> tuple[jax.Array, jax.Array | None]:
+    """The batch a request's decode steps run at: its mean, and its variance where the routed
+    experts are counted over its distribution (``seen_batch="distribution"``,
+    `jaxpareto.physics.decode.expected_experts_touched`; None under the seed's ``"mean"``).
+
+    Under Poisson arrivals a request decodes beside the B others a random time sees, B + 1 in
+    all (docs/model.md, "Open-loop load"), a Poisson count of them (the M/G/∞ occupancy, Takács
+    1962): variance B. In the closed loop of staggered turns the seed's steps run at the mean
+    batch B, but at least the request itself (B < 1, sessions pausing most of the time, is no
+    batch a step runs, and a MoE step at B < 1 read fewer experts than one token routes to);
+    under ``"distribution"`` a session sees itself and binomial(C - 1, ρ) others, ρ = B_run / C
+    the share of sessions running (the arrival theorem of closed networks: Lavenberg and Reiser
+    1980): mean 1 + (C - 1) ρ, variance (C - 1) ρ (1 - ρ), the law the percentiles take too.
+    Synchronised turns step in lockstep groups of a fixed size: the seed's mean, variance 0.
+    (docs/model.md, "The batch a request sees".)
+    """
+    if options.open_loop:
+        return batch_run + 1.0, (None if options.seen_batch == "mean" else batch_run)
+    if options.seen_batch == "mean":
+        return jnp.maximum(batch_run, 1.0), None
+    if options.arrivals == "synchronised":
+        return jnp.maximum(batch_run, 1.0), 0.0 * batch_run
+    others = jnp.maximum(concurrency - 1.0, 0.0)
+    share = jnp.clip(batch_run / jnp.maximum(concurrency, 1.0), 0.0, 1.0)
+    return 1.0 + others * share, others * share * (1.0 - share)
 
 
 def scheduler_wait_ms(delay_steps: jax.Array, tpot_ms: jax.Array) -> jax.Array:
@@ -614,8 +640,8 @@ def evaluate_point(
     else:  # the inner roots the joint solve found (none from the other solvers), polished
         state = turn_state(turn, solution.batch, options, inner if inner.shape[0] else None, polish=True)
     if open_loop:  # a step's added time per request more in the batch
-        step_slope = decode_step(coefficients, state.seen_batch + 1.0, options.expert_routing).tpot_ms - \
-            state.step.tpot_ms
+        step_slope = decode_step(coefficients, state.seen_batch + 1.0, options.expert_routing,
+                                 state.seen_variance).tpot_ms - state.step.tpot_ms
     saturated_tpot = jnp.inf  # the open loop's TPOT with every KV slot busy (the slot wait's)
     tpot_cap = jnp.inf  # the longest TPOT the quantiles reach
     rate_ms = prefill_rate(turn, state.prefill, options)  # c_p of the solved turn's prefill mix
