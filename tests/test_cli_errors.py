@@ -74,6 +74,7 @@ def test_the_other_loops_load_is_named_with_the_fix(capsys, spec, load, workload
 @pytest.mark.parametrize(("value", "message"), [
     ('{ start = 1, stop = 100, num = 1 }', "num = 1 gives start alone"),  # had dropped stop silently
     ('{ start = 2, stop = 2, num = 4 }', "start equals stop"),  # had named a duplicate no one typed
+    ('{ start = 1, stop = 1, num = 1 }', "num = 1 gives start alone"),  # had been accepted, against the README
 ])
 def test_a_range_of_one_value_is_refused_with_the_fix(capsys, spec, value, message):
     code, _, err = run(capsys, "sweep", spec(SMALL.replace("concurrency = [1, 8, 64]", f"concurrency = {value}")))
@@ -100,6 +101,11 @@ def test_output_paths(capsys, spec, tmp_path):
     afile.write_text("x")
     code, _, err = run(capsys, "sweep", s, "--out", afile, "--overwrite")
     assert code == 2 and "not a zarr store" in err
+    # a path under a file: the file is named (it had said its folder does not exist)
+    for argv in (("--out", afile / "x.zarr"), ("--out", afile / "deeper" / "x.zarr"),
+                 ("--out", tmp_path / "y.zarr", "--csv", afile / "t.csv")):
+        code, _, err = run(capsys, "sweep", s, *argv)
+        assert code == 2 and f"{afile} is a file, not a folder" in err, err
 
 
 def test_pareto_errors_and_selection(capsys, spec, tmp_path):

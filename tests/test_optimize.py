@@ -273,6 +273,10 @@ def test_cli_optimize_and_size(tmp_path, capsys):
     assert int(best.tp.sel(gpu="h100-sxm").squeeze()) == 8
     assert int(best.concurrency.sel(gpu="h100-sxm").squeeze()) == 42
     assert not bool(best.feasible.sel(gpu="l40s").squeeze())
+    capsys.readouterr()
+    for argv in (["pareto", str(out)], ["plot", str(out), "--out", str(tmp_path / "plots")]):
+        assert main(argv) == 2  # the optimum per scenario is no sweep: refused by name
+        assert "holds `jaxpareto optimize` results" in capsys.readouterr().err
     code = main(["size", "--gpu", "h100-sxm", "--model", "llama-3.1-70b", "--sessions", "500",
                  "--slo", "ttft_ms<=2000", "--slo", "output_tokens_per_s_per_user>=20"])
     assert code == 0 and "96 GPUs = 12 replicas x TP 8" in capsys.readouterr().out

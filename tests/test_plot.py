@@ -289,6 +289,9 @@ def test_cli_bad_arguments_exit_2_before_plotting(store, tmp_path, capsys, args,
     err = capsys.readouterr().err
     assert err.startswith("jaxpareto: error: ") and message in err, err
     assert not out.exists()
+    if "(allowed: " in err and args[0] == "--sel" and "not on the grid" not in err:  # the axes it may fix, only
+        allowed = err.split("(allowed: ")[1].split(")")[0].split(", ")
+        assert "tp" not in allowed and "concurrency" not in allowed and "hit_rate" in allowed, err
 
 
 def test_cli_refuses_a_path_that_is_not_a_store(tmp_path, capsys):

@@ -15,53 +15,80 @@ from scipy import integrate, stats
 import jaxpareto as jp
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.spec import parse_spec
-from jaxpareto.physics.decode import expected_experts_touched, experts_touched
+from jaxpareto.physics.decode import BatchLaw, expected_experts_touched, experts_touched
 from simulator import model_step
 
 GPU, MODEL, TP, OSL = "h200-sxm", "mixtral-8x7b", 2, 256  # 8 experts, 2 a token: all awake at B = 4
 
 
-def _normal_mean(f, mean, variance):
-    """E[f(X)], X ~ N(mean, variance), by adaptive quadrature in float64."""
-    sd = np.sqrt(variance)
-    value, _ = integrate.quad(lambda x: f(x) * stats.norm.pdf(x, mean, sd), mean - 12 * sd, mean + 12 * sd,
-                              points=[4.0], limit=200)
+def _gamma_mean(f, mean, variance):
+    """E[f(Y)], Y ~ gamma of that mean and variance, by adaptive quadrature in float64."""
+    law = stats.gamma(mean * mean / variance, scale=variance / mean)
+    value, _ = integrate.quad(lambda y: f(y) * law.pdf(y), 0.0, law.ppf(1.0 - 1e-13), points=[3.0, 7.0], limit=400)
     return value
 
 
 @pytest.mark.parametrize("routing", ["seed", "uniform"])
-@pytest.mark.parametrize("mean,variance", [(0.7, 0.3), (3.0, 2.0), (4.0, 1.0), (6.5, 9.0), (40.0, 30.0)])
-def test_expected_experts_are_the_normal_laws_mean(routing, mean, variance):
-    experts, per_token = 8.0, 2.0
+@pytest.mark.parametrize("ranks", [1.0, 4.0])
+@pytest.mark.parametrize("seen,variance", [(1.3, 0.3), (3.0, 2.0), (4.0, 1.0), (6.5, 9.0), (2.2, 0.3)])
+def test_expected_experts_are_the_laws_mean(routing, ranks, seen, variance):
+    """The request itself (1 / D of a rank's batch) and gamma-distributed others (their mean
+    seen - 1, their variance over D)."""
+    experts, per_token = 8.0 / ranks, 2.0  # a rank's share of Mixtral's experts under the seed's routing
     with jax.enable_x64(True):
-        got = float(expected_experts_touched(jnp.float64(mean), jnp.float64(variance), jnp.float64(experts),
-                                             jnp.float64(per_token), routing))
-    if routing == "seed":
-        want = _normal_mean(lambda x: min(per_token * x, experts), mean, variance)
-    else:  # E (1 - q^x) over the whole real line, as the moment-generating function takes it
-        want = _normal_mean(lambda x: experts * (1.0 - (1.0 - per_token / experts) ** x), mean, variance)
-        want = max(want, 0.0)
-    assert got == pytest.approx(want, rel=1e-9, abs=1e-12)
-    # Jensen: never above the count at the mean batch, which variance 0 gives to the last bit
+        own = 1.0 / ranks
+        law = BatchLaw(own, jnp.float64(seen - 1.0), jnp.float64(variance / ranks))
+        got = float(expected_experts_touched(law, jnp.float64(experts), jnp.float64(per_token), routing))
+        touched = np.vectorize(lambda x: float(experts_touched(jnp.float64(x), experts, per_token, routing)))
+        want = _gamma_mean(lambda y: touched(own + y), seen - 1.0, variance / ranks)
+        assert got == pytest.approx(want, rel=1e-7)
+        # Jensen, and a request sees itself at least
+        assert float(touched(own)) - 1e-12 <= got <= float(touched(own + seen - 1.0)) + 1e-12
+        at_mean = float(experts_touched(jnp.float64(seen), experts, per_token, routing))
+        if ranks == 1.0:  # variance 0: the count at the mean
+            at_zero = expected_experts_touched(law._replace(variance=0.0), experts, per_token, routing)
+            assert float(at_zero) == pytest.approx(at_mean, rel=1e-15)
+
+
+def test_many_others_take_the_normal_law():
+    """Past a gamma shape of 50 the normal law's partial expectation stands in (float32 keeps its
+    precision there); it agrees with the gamma law's quadrature."""
     with jax.enable_x64(True):
-        at_mean = float(experts_touched(jnp.float64(mean), 8.0, 2.0, routing))
-        assert got <= at_mean + 1e-12
-        assert float(expected_experts_touched(jnp.float64(mean), 0.0, 8.0, 2.0, routing)) == at_mean
+        for seen, variance in [(40.0, 30.0), (120.0, 100.0)]:
+            law = BatchLaw(1.0, jnp.float64(seen - 1.0), jnp.float64(variance))
+            got = float(expected_experts_touched(law, 256.0, 8.0, "seed"))
+            want = _gamma_mean(lambda y: min(8.0 * (1.0 + y), 256.0), seen - 1.0, variance)
+            assert got == pytest.approx(want, rel=2e-3)
+
+
+def test_a_request_always_sees_itself():
+    """One rank's share of the experts is K (E / (D K) = 1): a request alone already wakes them all,
+    whatever the others do (the normal law over the whole batch had put 1.92 of 2)."""
+    assert float(expected_experts_touched(BatchLaw(1.0, jnp.float32(0.5), 0.25), 2.0, 2.0, "seed")) \
+        == pytest.approx(2.0)
+    for ranks in (1.0, 4.0):
+        law = BatchLaw(1.0 / ranks, jnp.float32(0.2), 0.2 / ranks)
+        assert float(expected_experts_touched(law, 8.0 / ranks, 2.0, "seed")) >= 2.0 / ranks - 1e-6
 
 
 def test_expected_experts_gradients_match_finite_differences():
-    def f(mean, variance):
-        return expected_experts_touched(mean, variance, jnp.float64(8.0), jnp.float64(2.0), "seed")
-
     with jax.enable_x64(True):
-        for mean, variance in [(3.0, 2.0), (4.5, 0.5), (1.2, 4.0)]:
+        for mean, variance, experts, routing in [(3.0, 2.0, 8.0, "seed"), (4.5, 0.5, 8.0, "seed"),
+                                                  (1.2, 4.0, 8.0, "seed"), (3.0, 2.0, 8.0, "uniform"),
+                                                  (33.0, 10.0, 256.0, "seed")]:  # the last one: normal
+            def f(mean, variance):
+                per_token = 8.0 if experts == 256.0 else 2.0  # DeepSeek-V3's 8 of 256: all awake at 32
+                return expected_experts_touched(BatchLaw(1.0, mean - 1.0, variance), jnp.float64(experts),
+                                                jnp.float64(per_token), routing)
+
             grad = jax.grad(f, argnums=(0, 1))(jnp.float64(mean), jnp.float64(variance))
             h = 1e-6
             fd_mean = (f(mean + h, variance) - f(mean - h, variance)) / (2 * h)
             fd_variance = (f(mean, variance + h) - f(mean, variance - h)) / (2 * h)
             np.testing.assert_allclose([float(g) for g in grad], [float(fd_mean), float(fd_variance)], rtol=1e-6)
+            assert abs(float(grad[0])) > 1e-3  # on the kink's slope, not a flat stretch
         # dense models touch no expert, with finite gradients
-        dense = jax.grad(lambda m: expected_experts_touched(m, 2.0, 0.0, 0.0, "seed"))(jnp.float64(3.0))
+        dense = jax.grad(lambda m: expected_experts_touched(BatchLaw(1.0, m, 2.0), 0.0, 0.0, "seed"))(jnp.float64(3.0))
         assert float(dense) == 0.0
 
 
@@ -78,18 +105,22 @@ def _chain_law(log_ratio: np.ndarray) -> np.ndarray:
     return weights / weights.sum()
 
 
+def _closed_chain_tpot_ms(steps: np.ndarray, sessions: int, away_ms: float) -> float:
+    """C sessions away (pausing, prefilling) ``away_ms`` on average, each decoding OSL tokens, one
+    per step of T(n) for the n decoding: π(n) / π(n - 1) = (C - n + 1) / away x OSL T(n) / n (the
+    away time's distribution does not matter: an infinite-server station), TPOT = E[n] / (token
+    rate)."""
+    n = np.arange(1, sessions + 1)
+    law = _chain_law(np.log((sessions - n + 1) / away_ms * OSL * steps[:sessions] / n))
+    busy = (law * np.arange(sessions + 1)).sum()
+    return busy / ((sessions - busy) / away_ms * OSL)
+
+
 def test_closed_loop_tpot_follows_the_exact_engine_occupancy():
-    """C sessions pausing Z (exponential), each decoding OSL tokens, one per step of T(n) for the n
-    decoding: π(n) / π(n - 1) = (C - n + 1) / Z x OSL T(n) / n, and TPOT = E[n] / (token rate)."""
     think_s, context = 5.0, 256
     steps = _decode_steps(context, 64)
     sessions = np.array([2, 4, 6, 8, 12])
-    exact = []
-    for c in sessions:
-        n = np.arange(1, c + 1)
-        law = _chain_law(np.log((c - n + 1) / (think_s * 1000.0) * OSL * steps[:c] / n))
-        busy = (law * np.arange(c + 1)).sum()
-        exact.append(busy / ((c - busy) / (think_s * 1000.0) * OSL))
+    exact = [_closed_chain_tpot_ms(steps, c, think_s * 1000.0) for c in sessions]
     settings = dict(tp=TP, concurrency=sessions, context_tokens=context, osl=OSL, think_time_s=think_s,
                     dtype="float64")
     seed = jp.sweep(GPU, MODEL, **settings).tpot_ms.squeeze().values
@@ -122,6 +153,24 @@ def test_open_loop_tpot_follows_the_exact_engine_occupancy():
     assert (np.abs(law_error) <= np.abs(seed_error) + 0.01).all()
 
 
+def test_disaggregated_decode_workers_follow_the_exact_occupancy():
+    """A decode worker only decodes: the chain above, its sessions away for the pause and TTFT
+    (their prefill on the prefill pool and the KV's transfer)."""
+    think_s, context = 5.0, 2048
+    steps = _decode_steps(context, 64)
+    sessions = np.array([2, 4, 6, 8, 12])
+    settings = dict(tp=TP, concurrency=sessions, context_tokens=context, osl=OSL, think_time_s=think_s,
+                    serving="disaggregated", prefill_tp=[TP], prefill_workers=[1], decode_workers=[1],
+                    dtype="float64")
+    seed = jp.sweep(GPU, MODEL, **settings).squeeze()
+    law = jp.sweep(GPU, MODEL, seen_batch="distribution", **settings).squeeze()
+    exact = np.array([_closed_chain_tpot_ms(steps, c, think_s * 1000.0 + ttft)
+                      for c, ttft in zip(sessions, law.ttft_ms.values)])
+    seed_error, law_error = seed.tpot_ms.values / exact - 1.0, law.tpot_ms.values / exact - 1.0
+    assert np.abs(seed_error).max() > 0.3 and np.abs(law_error).max() < 0.12
+    assert bool(law.converged.all())
+
+
 def test_dense_models_hardly_move():
     """A dense step is linear in B: only the closed loop's mean (itself and the others' share)
     moves it, by a step's slope per session."""
@@ -135,8 +184,6 @@ def test_dense_models_hardly_move():
 def test_option_is_checked_and_reaches_specs():
     with pytest.raises(JaxparetoError, match="seen_batch.*mean, distribution"):
         jp.ModelOptions(seen_batch="median").validate()
-    with pytest.raises(JaxparetoError, match="seen_batch='distribution'"):
-        jp.ModelOptions(seen_batch="distribution", serving="disaggregated").validate()
     with pytest.raises(JaxparetoError, match="seen_batch='distribution'"):
         jp.sweep("h100-sxm", "mixtral-8x7b", tp=2, concurrency=[4], seen_batch="distribution", solver="exact")
     assert "seen_batch='distribution'" in jp.ModelOptions(seen_batch="distribution").nonlinear_choices

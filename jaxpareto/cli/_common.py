@@ -14,13 +14,15 @@ import xarray as xr
 from jaxpareto.dataset.costs import COST_VARIABLES, add_costs
 from jaxpareto.dataset.pareto import TABLE_METRICS, frontier_table, pareto_front
 from jaxpareto.dataset.selection import headline_cell
-from jaxpareto.dataset.store import check_new_output
+from jaxpareto.dataset.store import check_new_output, open_sweep
 from jaxpareto.definitions.calibration_file import calibration_options
+from jaxpareto.definitions.checks import check_output_folder
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.options import ATTENTION, CACHE_MODELS, GEMM_RATES, PAUSE_DISTRIBUTIONS, PREFILL_MODELS, \
     PROFILES, ROOFLINES, SEARCH_METHODS, SEEN_BATCHES
 from jaxpareto.definitions.settings import SOLVERS
 from jaxpareto.definitions.axes import AXES
+from jaxpareto.search.problem import OPTIMUM_TITLE
 
 FLOAT_FORMAT = "{:,.4g}".format
 
@@ -33,8 +35,7 @@ def check_file_out(path: str | Path, option: str, overwrite: bool) -> Path:
         JaxparetoError: naming ``option``.
     """
     path = Path(path)
-    if not path.resolve().parent.is_dir():
-        raise JaxparetoError(option, f"the folder {path.resolve().parent} does not exist")
+    check_output_folder(path, option)
     if path.exists() and not (overwrite and path.is_file()):
         raise JaxparetoError(option, f"{path} already exists; pass --overwrite to replace it"
                              if path.is_file() else f"{path} exists and is not a file; refusing to replace it")
@@ -125,8 +126,8 @@ MODEL_FLAGS = (
     ("gemm_rate", GEMM_RATES, "matmuls at the datasheet peak (the seed's) or at the rate GEMMs measurably reach"),
     ("attention", ATTENTION, "attention as the profile counts it, or its FLOPs too"),
     ("roofline", ROOFLINES, "one roofline per decode step (the seed's) or one per operator"),
-    ("seen_batch", SEEN_BATCHES, "decode steps at the mean batch (the seed's) or a MoE step's experts averaged "
-                                 "over the batch a session sees"),
+    ("seen_batch", SEEN_BATCHES, "decode steps at the mean batch (the seed's) or at the batch a session sees: "
+                                 "itself and the others' binomial count, a MoE step's experts averaged over it"),
 )
 
 
@@ -288,3 +289,19 @@ class Renamed(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         raise JaxparetoError(option_string or self.option_strings[0], f"renamed: {self.renamed_to}")
+
+
+def open_sweep_store(path: str | Path) -> xr.Dataset:
+    """A stored sweep for ``pareto`` and ``plot`` (`jaxpareto.open_sweep`), refusing by name a
+    store of ``jaxpareto optimize`` results, the optimum per scenario, which has no TP or
+    concurrency dimension to take a front over or to plot.
+
+    Raises:
+        JaxparetoError: on ``store``.
+    """
+    ds = open_sweep(Path(path))  # an interrupted store is refused, never read as a result
+    if ds.attrs.get("title") == OPTIMUM_TITLE:
+        raise JaxparetoError("store", f"{path} holds `jaxpareto optimize` results (the optimum per scenario), not a "
+                                      "sweep: read them with xarray.open_zarr; pareto and plot read the stores of "
+                                      "`jaxpareto sweep --out`")
+    return ds

@@ -11,16 +11,15 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from jaxpareto.cli._common import Report, check_file_out
+from jaxpareto.cli._common import Report, check_file_out, open_sweep_store
 from jaxpareto.dataset.pareto import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y, default_dims, frontier_table, pareto_front
-from jaxpareto.dataset.store import open_sweep
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.axes import dataset_table
 
 
 def _open_sweep(path: Path) -> tuple[xr.Dataset, list[str]]:
     """A stored sweep or session sweep, and its axes (``turn`` in place of ``context_tokens``)."""
-    ds = open_sweep(path)  # an interrupted store is refused, never read as a result
+    ds = open_sweep_store(path)
     if ds.attrs.get("reduction") == "pareto":
         raise JaxparetoError("store", f"{path} holds reduced fronts already (`sweep --reduce`): read its front_* "
                                       "and best_* variables")

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from pathlib import Path
 
 import xarray as xr
 
-from jaxpareto.dataset.store import open_sweep
+from jaxpareto.cli._common import open_sweep_store
 from jaxpareto.definitions.errors import JaxparetoError
-from jaxpareto.plot import DEFAULT_DPI, DEFAULT_SIZE, save_plots, selection_value
+from jaxpareto.plot import DEFAULT_DPI, DEFAULT_SIZE, save_plots, selectable_axes, selection_value
 
 _DESCRIPTION = (
     "Write the plots a stored sweep supports into a folder, one file per plot and GPU x model, printing each path "
@@ -42,7 +41,7 @@ def _parse_sel(items: Sequence[str], ds: xr.Dataset) -> dict:
         key, sep, raw = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise JaxparetoError("--sel", f"expected AXIS=VALUE, got {item!r}", [str(d) for d in ds.dims])
+            raise JaxparetoError("--sel", f"expected AXIS=VALUE, got {item!r}", selectable_axes(ds))
         if key in selection:
             raise JaxparetoError(f"--sel {key}", "selected twice")
         selection[key] = selection_value(ds, key, raw.strip(), f"--sel {key}")
@@ -51,8 +50,8 @@ def _parse_sel(items: Sequence[str], ds: xr.Dataset) -> dict:
 
 def _cmd_plot(args: argparse.Namespace) -> int:
     size = _parse_size(args.size)
-    ds = open_sweep(Path(args.store))  # a reduced store too (save_plots skips what it cannot draw); never an
-    # interrupted one
+    ds = open_sweep_store(args.store)  # a reduced store too (save_plots skips what it cannot draw); never an
+    # interrupted one, nor an optimisation's
     sel = _parse_sel(args.sel or [], ds)
     written, _ = save_plots(ds, args.out, size=size, dpi=args.dpi, sel=sel, echo=print, overwrite=args.overwrite)
     if not written:

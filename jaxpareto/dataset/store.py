@@ -31,6 +31,7 @@ import zarr
 from tqdm.auto import tqdm
 from zarr.codecs import BloscCodec
 
+from jaxpareto.definitions.checks import check_output_folder
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.mapper import GridProblem, block_origins, block_region
 from jaxpareto.definitions.axes import AXIS_BY_NAME, coordinate_attrs, dataset_table
@@ -122,9 +123,7 @@ def check_output_path(path: Path, overwrite: bool) -> None:
     ``overwrite``: any other existing file or directory is refused, so a typo cannot delete
     user data.
     """
-    parent = path.resolve().parent
-    if not parent.is_dir():
-        raise JaxparetoError("out", f"the folder {parent} does not exist")
+    parent = check_output_folder(path, "out")
     if not os.access(parent, os.W_OK):
         raise JaxparetoError("out", f"the folder {parent} is not writable")
     if path.exists() and not (path / "zarr.json").is_file():

@@ -1,9 +1,11 @@
-"""Checks of user-supplied numbers, shared by the settings and the grid axes."""
+"""Checks of user-supplied numbers, shared by the settings and the grid axes, and of the folder an
+output path is written to."""
 
 from __future__ import annotations
 
 import math
 import numbers
+from pathlib import Path
 
 import numpy as np
 
@@ -51,3 +53,18 @@ def check_number(
             allowed = f"{'[' if low_inclusive else '('}{_fmt(low)}, {_fmt(high)}{']' if high_inclusive else ')'}"
         raise JaxparetoError(field, f"out of range: {value!r}", allowed)
     return int(number) if integer else number
+
+
+def check_output_folder(path: str | Path, field: str) -> Path:
+    """The folder an output ``path`` goes into, resolved; it must exist as a folder.
+
+    Raises:
+        JaxparetoError: on ``field``: the folder is missing, or a part of the path is a file.
+    """
+    parent = Path(path).resolve().parent
+    if parent.is_dir():
+        return parent
+    blocking = next((p for p in (parent, *parent.parents) if p.exists()), None)
+    if blocking is not None and not blocking.is_dir():
+        raise JaxparetoError(field, f"{blocking} is a file, not a folder; the output cannot go under it")
+    raise JaxparetoError(field, f"the folder {parent} does not exist")

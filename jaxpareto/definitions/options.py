@@ -49,15 +49,16 @@ class ModelOptions(NamedTuple):
     Attributes:
         expert_routing: distinct routed experts per decode step (`jaxpareto.physics.decode.experts_touched`):
             "seed" (min(B K, E)) or "uniform".
-        seen_batch: the batch a request's decode steps run at (`jaxpareto.physics.point.seen_batch`):
+        seen_batch: the batch a request's decode steps run at (`jaxpareto.physics.decode.seen_batch`):
             "mean" (the seed's: the mean batch B in the closed loop, B + 1 under Poisson
             arrivals) or "distribution" (the batch a request sees, which varies from step to
             step: itself and binomial(C - 1, ρ) others in the closed loop of staggered turns,
-            a Poisson number of others under Poisson arrivals, with the routed experts a step
-            loads averaged over that law, `jaxpareto.physics.decode.expected_experts_touched`;
+            mean 1 + (C - 1) ρ, a Poisson count of others under Poisson arrivals, with the routed
+            experts a step loads averaged over that law, counted over the replica's
+            attention-DP ranks, `jaxpareto.physics.decode.expected_experts_touched`;
             docs/model.md, "The batch a request sees"). A MoE step's experts level off once all
             are awake, so near that batch the mean step lies below the step at the mean batch.
-            Aggregated serving only; R(B) is then no longer the exact solver's pieces.
+            R(B) is then no longer the exact solver's pieces.
         prefill_model: "isolated" (seed eq. 2: every turn prefills alone at the GPU's full speed)
             or "shared" (chunked prefill shares engine steps with decode; `jaxpareto.physics.engine`).
         cache_model: where the prefix-cache hit rate comes from (`jaxpareto.physics.cache`): "given" (the
@@ -142,8 +143,7 @@ class ModelOptions(NamedTuple):
             raise JaxparetoError("arrivals", "'synchronised' needs prefill_model='shared' (the engine that shares "
                                              "steps between prefill and decode)", ARRIVALS)
         if self.disaggregated:
-            for field, refused in (("arrivals", ("poisson", "synchronised")), ("cache_model", ("lru",)),
-                                   ("seen_batch", ("distribution",))):
+            for field, refused in (("arrivals", ("poisson", "synchronised")), ("cache_model", ("lru",))):
                 if getattr(self, field) in refused:
                     raise JaxparetoError("serving", f"{self.serving!r} is modelled for the closed loop's staggered "
                                                     f"turns without the LRU cache model, not {field}="

@@ -48,9 +48,9 @@ class AxisRange(_Table):
     def _a_range_of_several_values(self) -> "AxisRange":
         if self.scale == "log" and (self.start <= 0 or self.stop <= 0):
             raise ValueError("scale 'log' needs start > 0 and stop > 0")
-        if self.num == 1 and self.start != self.stop:
+        if self.num == 1:
             raise ValueError("num = 1 gives start alone; give num >= 2, or a list of one value")
-        if self.num > 1 and self.start == self.stop:
+        if self.start == self.stop:
             raise ValueError("start equals stop, one value; give it as a list of one value")
         return self
 

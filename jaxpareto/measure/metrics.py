@@ -39,6 +39,7 @@ import pandas as pd
 import xarray as xr
 
 from jaxpareto.dataset.store import to_zarr
+from jaxpareto.definitions.checks import check_output_folder
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.units import MS_PER_S
 from jaxpareto.measure.records import read_records
@@ -253,8 +254,7 @@ def check_summary_path(path: Path, field: str = "path", overwrite: bool = False)
     """
     if path.suffix.lower() not in SUMMARY_SUFFIXES:
         raise JaxparetoError(field, f"unknown output type {path.suffix or path.name!r}", SUMMARY_SUFFIXES)
-    if not path.resolve().parent.is_dir():
-        raise JaxparetoError(field, f"the folder {path.resolve().parent} does not exist")
+    check_output_folder(path, field)
     if path.exists() and not overwrite:
         raise JaxparetoError(field, f"{path} already exists; pass overwrite=True (CLI: --overwrite) to replace it")
     if path.is_dir() and not (path / "zarr.json").is_file():

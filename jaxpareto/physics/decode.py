@@ -12,11 +12,11 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax.scipy.special import ndtr
+from jax.scipy.special import gammainc, ndtr
 from jax.scipy.stats import norm
 
 from jaxpareto.definitions.hardware import HardwareParams
-from jaxpareto.definitions.options import ROOFLINES
+from jaxpareto.definitions.options import ROOFLINES, ModelOptions
 from jaxpareto.physics.attention import decode_pairs
 from jaxpareto.physics.cuda_graphs import padded_batch
 from jaxpareto.physics.memory import session_gb
@@ -264,47 +264,105 @@ def experts_touched(batch: jax.Array, experts: jax.Array, experts_per_token: jax
     return jnp.where(experts > 0, safe_e * (1.0 - missed), 0.0)
 
 
-def expected_experts_touched(batch: jax.Array, batch_variance: jax.Array, experts: jax.Array,
-                             experts_per_token: jax.Array, routing: str = "seed") -> jax.Array:
-    """Mean distinct routed experts a decode step loads when its batch varies from step to step:
-    E[`experts_touched`(X)] over a batch X of mean ``batch`` and variance ``batch_variance``,
-    taken normal (scalars; variance 0: `experts_touched` at the mean).
+class BatchLaw(NamedTuple):
+    """The batch a request's decode step sees, as the replica's routed experts count it, in an
+    attention-DP rank's terms (scalars; `seen_batch`): the request itself, 1 / D, and the
+    others, their mean and variance over D, D² (the replica's count over its D ranks: its
+    experts are read for every rank's tokens, `jaxpareto.physics.layout.rank_model`)."""
+
+    own: jax.Array | float
+    others: jax.Array
+    variance: jax.Array
+
+    def shifted(self, requests: jax.Array) -> "BatchLaw":
+        """The law with ``requests`` more (fewer, if negative) of a rank's others, none below 0,
+        and no spread: a step at a given batch."""
+        return BatchLaw(self.own, jnp.maximum(self.others + requests * self.own, 0.0), 0.0 * self.variance)
+
+
+def expected_experts_touched(law: BatchLaw, experts: jax.Array, experts_per_token: jax.Array,
+                             routing: str = "seed") -> jax.Array:
+    """Mean distinct routed experts a decode step loads when its batch varies from step to step
+    (scalars): E[`experts_touched`(X)] over the batch X = own + Y a request sees (`BatchLaw`), the
+    others Y >= 0 taken gamma of their mean and variance (Poisson others: shape B, scale 1).
+    Variance 0 gives `experts_touched` at own + Y.
 
     The count is concave in X (it levels off once every expert is awake), so its mean lies
     below the count at the mean batch (Jensen's inequality); a fixed point through TPOT
-    amplifies the gap (docs/model.md, "The batch's distribution and the experts").
+    amplifies the gap (docs/model.md, "The batch a request sees").
 
-    "seed": K E[min(X, c)] with c = E / K, in closed form for the normal law,
-    E[min(X, c)] = μ - σ φ(z) - (μ - c) Φ(z), z = (μ - c) / σ (the normal's partial
-    expectation; e.g. Winkler, Roodman and Britney, Management Science 18(5), 1972);
-    "uniform": E (1 - E[q^X]), q = 1 - K / E, with E[q^X] = exp(μ ln q + σ² (ln q)² / 2) the
-    normal law's moment-generating function at ln q (at most 1). Dense models (E = 0) touch none.
+    "seed": K E[min(X, c)] with c = E / K, E[min(Y, b)] = k θ P(k + 1, b / θ) + b (1 - P(k, b / θ))
+    for Y ~ gamma(k, θ) (P the regularised incomplete gamma function), by the normal law's
+    partial expectation past k = 50; "uniform": E (1 - E[q^X]), q = 1 - K / E, with
+    E[q^Y] = (1 - θ ln q)^(-k) the gamma law's moment-generating function at ln q. Dense models
+    (E = 0) touch none.
     """
-    safe_e = jnp.where(experts > 0, experts, 1.0)  # double where: no NaN from 0/0 in gradients
-    spread = batch_variance > 0.0
-    variance = jnp.where(spread, batch_variance, 1.0)  # sqrt away from 0: finite gradients
+    own, others = law.own, law.others
+    spread = (law.variance > 0.0) & (others > 0.0) & (experts > 0.0)
+    safe_mean = jnp.where(spread, others, 1.0)  # double where: finite gradients off the spread
+    safe_variance = jnp.where(spread, law.variance, 1.0)
+    shape, scale = safe_mean * safe_mean / safe_variance, safe_variance / safe_mean
+    safe_e = jnp.where(experts > 0, experts, 1.0)
     if routing == "seed":
-        cap = safe_e / jnp.where(experts_per_token > 0, experts_per_token, 1.0)
-        sigma = jnp.sqrt(variance)
-        z = (batch - cap) / sigma
-        law = jnp.minimum(experts_per_token * (batch - sigma * norm.pdf(z) - (batch - cap) * ndtr(z)), safe_e)
+        room = jnp.maximum(safe_e / jnp.where(experts_per_token > 0, experts_per_token, 1.0) - own, 0.0)
+        # many others: the gamma law is all but normal, and the incomplete gamma function of a
+        # large shape loses float32's precision
+        narrow = shape > 50.0
+        x = jnp.where(narrow, 1.0, room / scale)
+        gamma_part = safe_mean * gammainc(jnp.where(narrow, 1.0, shape) + 1.0, x) \
+            + room * (1.0 - gammainc(jnp.where(narrow, 1.0, shape), x))
+        sd = jnp.sqrt(safe_variance)
+        z = (safe_mean - room) / sd
+        normal_part = safe_mean - sd * norm.pdf(z) - (safe_mean - room) * ndtr(z)
+        spread_count = jnp.minimum(experts_per_token * (own + jnp.where(narrow, normal_part, gamma_part)), safe_e)
     else:
         log_q = jnp.log1p(-experts_per_token / safe_e)
-        law = safe_e * (1.0 - jnp.exp(jnp.minimum(batch * log_q + 0.5 * variance * log_q * log_q, 0.0)))
-    at_mean = experts_touched(batch, experts, experts_per_token, routing)
-    return jnp.where(spread & (experts > 0), law, at_mean)
+        spread_count = safe_e * (1.0 - jnp.exp(own * log_q - shape * jnp.log1p(-scale * log_q)))
+    return jnp.where(spread, spread_count, experts_touched(own + others, experts, experts_per_token, routing))
+
+
+def seen_batch(batch_run: jax.Array, concurrency: jax.Array, options: ModelOptions,
+               ranks: jax.Array | float = 1.0) -> tuple[jax.Array, BatchLaw | None]:
+    """The batch a request's decode steps run at (its mean, a rank's), and where the routed
+    experts are counted over its distribution (``seen_batch="distribution"``) its law as they
+    count it (`BatchLaw`; None under the seed's ``"mean"``). ``concurrency`` and ``batch_run``
+    are a rank's; ``ranks`` D, the attention-DP ranks sharing the replica's experts.
+
+    Under Poisson arrivals a request decodes beside the B others a random time sees, B + 1 in
+    all (docs/model.md, "Open-loop load"), a Poisson count of them (the M/G/∞ occupancy, Takács
+    1962): the replica's D B others, variance D B. In the closed loop of staggered turns the
+    seed's steps run at the mean batch B, but at least the request itself (B < 1, sessions
+    pausing most of the time, is no batch a step runs, and a MoE step at B < 1 read fewer
+    experts than one token routes to); under ``"distribution"`` a session sees itself and
+    binomial(C - 1, ρ) others on its rank, ρ = B_run / C the share of sessions running (the
+    arrival theorem of closed networks: Lavenberg and Reiser 1980), mean 1 + (C - 1) ρ, and
+    binomial(D C - 1, ρ) in the replica, the law the percentiles take too. Synchronised turns
+    step in lockstep groups of a fixed size: the seed's mean, no spread. (docs/model.md, "The
+    batch a request sees".)
+    """
+    if options.seen_batch == "mean":
+        return (batch_run + 1.0 if options.open_loop else jnp.maximum(batch_run, 1.0)), None
+    own = 1.0 / ranks
+    if options.open_loop:
+        return batch_run + 1.0, BatchLaw(own, batch_run, batch_run * own)
+    if options.arrivals == "synchronised":
+        seen = jnp.maximum(batch_run, 1.0)
+        return seen, BatchLaw(own, seen - 1.0, 0.0 * seen)
+    share = jnp.clip(batch_run / jnp.maximum(concurrency, 1.0), 0.0, 1.0)
+    replica_others = jnp.maximum(concurrency / own - 1.0, 0.0)
+    return 1.0 + jnp.maximum(concurrency - 1.0, 0.0) * share, \
+        BatchLaw(own, replica_others * share * own, replica_others * share * (1.0 - share) * own * own)
 
 
 def decode_step(c: DecodeCoefficients, batch: jax.Array, routing: str = "seed",
-                batch_variance: jax.Array | None = None) -> DecodeStep:
+                law: BatchLaw | None = None) -> DecodeStep:
     """Seed eq. 3 at effective batch B (continuous, >= 0); ``routing`` as in `experts_touched`.
     A pipeline's step costs at least its ``batch_floor`` (B >= 0 is unchanged by a floor of 0).
     With ``c.graph_step`` given, the requests that pad the step to its CUDA graph's batch add
     their matmuls and all-reduces (`jaxpareto.physics.cuda_graphs.padded_batch`): TPOT is then
     no longer piecewise linear in B, and `tpot_lines`, which leaves them out, does not apply.
-    With ``batch_variance`` given (``seen_batch="distribution"``) the routed experts are their
-    mean over a batch of that variance around B (`expected_experts_touched`); every other term
-    stays the step's at B.
+    With ``law`` given (``seen_batch="distribution"``) the routed experts are their mean over the
+    batch's law (`expected_experts_touched`); every other term stays the step's at B.
 
     With ``c.attention_ms`` given (``roofline="operator"``; docs/model.md, "Per-operator
     roofline") every layer runs its projections and then its attention as separate kernels, so
@@ -316,10 +374,10 @@ def decode_step(c: DecodeCoefficients, batch: jax.Array, routing: str = "seed",
     projections' matmuls.
     """
     batch = jnp.maximum(batch, c.batch_floor)
-    if batch_variance is None:
+    if law is None:
         touched = experts_touched(batch, c.experts, c.experts_per_token, routing)
     else:
-        touched = expected_experts_touched(batch, batch_variance, c.experts, c.experts_per_token, routing)
+        touched = expected_experts_touched(law, c.experts, c.experts_per_token, routing)
     t_weight_ms = c.nonmoe_ms + touched * c.expert_ms
     t_kv_ms = batch * c.kv_ms
     t_compute_ms = batch * c.compute_ms + (c.compute_floor_ms + touched * c.expert_floor_ms)

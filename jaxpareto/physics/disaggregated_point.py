@@ -115,7 +115,7 @@ def evaluate_disaggregated(point: GridPoint, workload: Workload, efficiency: Eff
     pools = Pools(decode_costs.decode, workload.osl, sessions, think_ms, decode_workers, prefill_workers,
                   local_share, local_ms, local_scv, remote_ms, remote_scv, transfer_ms, overhead_ms + 0.0 * tokens)
     tol = jnp.maximum(solver.tol, INNER_ROOT_EPS * jnp.finfo(think_ms.dtype).eps)
-    batch, converged, turn = solve_decode_batch(pools, tol, options.expert_routing)
+    batch, converged, turn = solve_decode_batch(pools, tol, options)
     step, latency = turn.step, turn.latency_ms
     turns_per_s = decode_workers * sessions / ((latency + think_ms) / MS_PER_S)
     local_tokens, _ = _mix(local_weights, kinds, 0.0)

@@ -49,9 +49,10 @@ import jax.numpy as jnp
 
 from jaxpareto.definitions.hardware import HardwareParams
 from jaxpareto.definitions.model import ModelParams
+from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.definitions.units import MS_PER_S
 from jaxpareto.physics.communication import link_gbs
-from jaxpareto.physics.decode import DecodeCoefficients, DecodeStep, decode_step
+from jaxpareto.physics.decode import DecodeCoefficients, DecodeStep, decode_step, seen_batch
 from jaxpareto.physics.memory import session_gb
 from jaxpareto.physics.queueing import mgc_wait_ms
 from jaxpareto.physics.roots import increasing_root
@@ -134,7 +135,7 @@ class DisaggregatedTurn(NamedTuple):
     local_busy: jax.Array
 
 
-def disaggregated_turn(pools: Pools, batch: jax.Array, expert_routing: str = "seed") -> DisaggregatedTurn:
+def disaggregated_turn(pools: Pools, batch: jax.Array, options: ModelOptions = ModelOptions()) -> DisaggregatedTurn:
     """The turn at decode batch ``batch`` per decode worker (module docstring).
 
     X = b / (OSL TPOT_0(b) + b q S_l) per decode worker (Little's law with the local prefills'
@@ -143,9 +144,12 @@ def disaggregated_turn(pools: Pools, batch: jax.Array, expert_routing: str = "se
     λ = D X (1 - q) and wait W_P for a worker (M/G/P, `jaxpareto.physics.queueing.mgc_wait_ms`), seeing the other sessions'
     share (C - 1) / C of the load (the arrival theorem; the local wait likewise); TTFT =
     q (W_l + S_l) + (1 - q) (W_P + S_r + t_KV) + the request overhead. A saturated pool gives W_P = inf, hence
-    R = inf.
+    R = inf. The decode step runs at the batch a session sees (`jaxpareto.physics.decode.seen_batch`
+    over the worker's c sessions; the seed's: max(b, 1), a step runs one request at least), under
+    ``options`` (static: their ``expert_routing`` and ``seen_batch``).
     """
-    step = decode_step(pools.decode, jnp.maximum(batch, 1.0), expert_routing)  # a step runs one request at least
+    seen, law = seen_batch(batch, pools.sessions, options)
+    step = decode_step(pools.decode, seen, options.expert_routing, law)
     q = pools.local_share
     turns_per_ms = batch / (pools.osl * step.tpot_ms + batch * q * pools.local_ms)
     local_busy = turns_per_ms * q * pools.local_ms
@@ -167,9 +171,9 @@ def disaggregated_turn(pools: Pools, batch: jax.Array, expert_routing: str = "se
                              local_busy)
 
 
-def _decoding(pools: Pools, batch: jax.Array, expert_routing: str) -> jax.Array:
+def _decoding(pools: Pools, batch: jax.Array, options: ModelOptions) -> jax.Array:
     """c OSL TPOT(b) / (R(b) + Z): the decode batch the sessions make at decode batch b."""
-    turn = disaggregated_turn(pools, batch, expert_routing)
+    turn = disaggregated_turn(pools, batch, options)
     return pools.sessions * pools.osl * turn.tpot_ms / (turn.latency_ms + pools.think_ms)
 
 
@@ -193,15 +197,16 @@ class DecodeBatch(NamedTuple):
     turn: "DisaggregatedTurn"
 
 
-def solve_decode_batch(pools: Pools, tol: jax.Array, expert_routing: str = "seed") -> DecodeBatch:
-    """The closed loop's decode batch per decode worker (module docstring; `DecodeBatch`)."""
+def solve_decode_batch(pools: Pools, tol: jax.Array, options: ModelOptions = ModelOptions()) -> DecodeBatch:
+    """The closed loop's decode batch per decode worker (module docstring; `DecodeBatch`), under
+    ``options`` (static)."""
     def excess(b):
-        return b - _decoding(pools, b, expert_routing)
+        return b - _decoding(pools, b, options)
 
     batch = increasing_root(excess, 0.0 * pools.sessions, pools.sessions, BISECTIONS, NEWTON_STEPS)
     small = jnp.abs(excess(batch)) <= tol * batch
     bracketed = (excess(batch * (1.0 - tol)) <= 0.0) & (excess(batch * (1.0 + tol)) >= 0.0)
-    turn = disaggregated_turn(pools, batch, expert_routing)
+    turn = disaggregated_turn(pools, batch, options)
     little = pools.sessions * pools.osl * turn.tpot_ms / batch - pools.think_ms
     latency = jnp.where(small, turn.latency_ms, little)
     turn = turn._replace(ttft_ms=latency - pools.osl * turn.tpot_ms, latency_ms=latency)

@@ -25,7 +25,7 @@ from jaxpareto.physics.cache import LOG_BRACKET, lru_survival
 from jaxpareto.physics.closed_loop import LoopInputs, active_ratio, solve_closed_loop
 from jaxpareto.physics.costs import PrefillAttention, engine_efficiency, lone_prefill_ms, prefill_alone_ms, \
     prefill_expert_costs, prefill_rate_ms, tp_costs, turn_tokens
-from jaxpareto.physics.decode import DecodeCoefficients, DecodeStep, decode_step, tpot_lines
+from jaxpareto.physics.decode import BatchLaw, DecodeCoefficients, DecodeStep, decode_step, seen_batch, tpot_lines
 from jaxpareto.physics.disaggregated_point import evaluate_disaggregated
 from jaxpareto.physics.engine import LOAD_BRACKET, fed_decode_batch, prefill_budget_tokens, shared_turn, \
     synchronised_turn
@@ -77,6 +77,8 @@ class TurnLatency(NamedTuple):
             dispersed by c_a².
         lockstep_ranks: D, attention-DP ranks stepping together (`jaxpareto.physics.engine`);
             None: one TP group (static: the default path carries no lockstep term).
+        expert_ranks: D, attention-DP ranks whose tokens share the replica's routed experts,
+            for the batch's law (`jaxpareto.physics.decode.seen_batch`); None: one TP group.
         scheduler_delay_steps: d, engine steps the first token waits for the scheduler
             (`jaxpareto.definitions.engine.Engine`): TTFT gains d x TPOT (the mean step); None:
             no engine, no term (static).
@@ -111,6 +113,7 @@ class TurnLatency(NamedTuple):
     isl_cv: jax.Array = 0.0
     arrival_scv: jax.Array = 1.0
     lockstep_ranks: jax.Array | None = None
+    expert_ranks: jax.Array | None = None
     scheduler_delay_steps: jax.Array | None = None
     decode_in_budget: jax.Array | None = None
     attention: PrefillAttention | None = None
@@ -152,8 +155,8 @@ class TurnState(NamedTuple):
     where TTFT holds more than that and a queueing wait (the closed loop's shared engine: S, of
     TTFT's S / (1 - ρ')), else None; ``step_wait_ms`` the part of the service that is the wait
     for the step in progress, alike for every prompt (the open loop's shared engine; 0 elsewhere);
-    ``seen_variance`` the variance of ``seen_batch`` the routed experts of ``step`` are counted
-    over (`seen_batch`; None: at the mean, the seed's).
+    ``seen_law`` the law of the batch the routed experts of ``step`` are counted over
+    (`jaxpareto.physics.decode.seen_batch`; None: at the mean, the seed's).
     """
 
     latency_ms: jax.Array
@@ -177,7 +180,7 @@ class TurnState(NamedTuple):
     service_scv: jax.Array = 0.0
     prefill_service_ms: jax.Array | None = None
     step_wait_ms: jax.Array = 0.0
-    seen_variance: jax.Array | None = None
+    seen_law: BatchLaw | None = None
 
 
 def inner_unknowns(options: ModelOptions) -> tuple[tuple[str, float, float], ...]:
@@ -253,11 +256,13 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         isolated_ttft = turn.ttft_ms
         rate_ms = turn.prefill_ms_per_token
         roots = ()
-    seen, variance = seen_batch(batch_run, concurrency, options)
+    # a session sees at most the others the slots let run beside it (the rest wait for memory)
+    seen, law = seen_batch(batch_run, jnp.minimum(concurrency, turn.slots), options,
+                           1.0 if turn.expert_ranks is None else turn.expert_ranks)
     if options.prefill_model == "shared" and options.arrivals == "staggered":
         # the closed loop's sessions beyond what the step budget keeps fed wait for their prefill
         seen = jnp.minimum(seen, fed_decode_batch(turn.chunk_tokens, work.tokens, turn.osl, turn.decode_in_budget))
-    step = decode_step(turn.decode, seen, options.expert_routing, variance)
+    step = decode_step(turn.decode, seen, options.expert_routing, law)
     mix = prefill_mix(work.tokens, turn.hit_tokens, work.hit_rate_eff, turn.isl_cv)
     zero = 0.0 * batch
     if options.prefill_model == "shared":
@@ -304,34 +309,7 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         wait = (ttft + tpot * turn.osl) * (jnp.maximum(batch / turn.slots, 1.0) - 1.0)
         ttft = ttft + wait
     return TurnState(ttft + tpot * turn.osl, wait, ttft, tpot, step, batch_run, work, lifetime, load, mix,
-                     queue_wait, queue_busy, *steps, seen, roots, service_scv, own_service, step_wait, variance)
-
-
-def seen_batch(batch_run: jax.Array, concurrency: jax.Array, options: ModelOptions) -> tuple[jax.Array, jax.Array | None]:
-    """The batch a request's decode steps run at: its mean, and its variance where the routed
-    experts are counted over its distribution (``seen_batch="distribution"``,
-    `jaxpareto.physics.decode.expected_experts_touched`; None under the seed's ``"mean"``).
-
-    Under Poisson arrivals a request decodes beside the B others a random time sees, B + 1 in
-    all (docs/model.md, "Open-loop load"), a Poisson count of them (the M/G/∞ occupancy, Takács
-    1962): variance B. In the closed loop of staggered turns the seed's steps run at the mean
-    batch B, but at least the request itself (B < 1, sessions pausing most of the time, is no
-    batch a step runs, and a MoE step at B < 1 read fewer experts than one token routes to);
-    under ``"distribution"`` a session sees itself and binomial(C - 1, ρ) others, ρ = B_run / C
-    the share of sessions running (the arrival theorem of closed networks: Lavenberg and Reiser
-    1980): mean 1 + (C - 1) ρ, variance (C - 1) ρ (1 - ρ), the law the percentiles take too.
-    Synchronised turns step in lockstep groups of a fixed size: the seed's mean, variance 0.
-    (docs/model.md, "The batch a request sees".)
-    """
-    if options.open_loop:
-        return batch_run + 1.0, (None if options.seen_batch == "mean" else batch_run)
-    if options.seen_batch == "mean":
-        return jnp.maximum(batch_run, 1.0), None
-    if options.arrivals == "synchronised":
-        return jnp.maximum(batch_run, 1.0), 0.0 * batch_run
-    others = jnp.maximum(concurrency - 1.0, 0.0)
-    share = jnp.clip(batch_run / jnp.maximum(concurrency, 1.0), 0.0, 1.0)
-    return 1.0 + others * share, others * share * (1.0 - share)
+                     queue_wait, queue_busy, *steps, seen, roots, service_scv, own_service, step_wait, law)
 
 
 def scheduler_wait_ms(delay_steps: jax.Array, tpot_ms: jax.Array) -> jax.Array:
@@ -613,6 +591,7 @@ def evaluate_point(
         rate_per_ms=rate_per_ms + zero, paused_sessions=paused + zero, isl_cv=workload.isl_cv + zero,
         arrival_scv=workload.arrival_cv ** 2 + zero,
         lockstep_ranks=None if ranks is None or options.dp_prefill == "aligned" else ranks + zero,
+        expert_ranks=None if ranks is None else ranks + zero,
         scheduler_delay_steps=None if delay_steps is None else delay_steps + zero,
         decode_in_budget=None if in_budget is None else in_budget + zero,
         attention=costs.attention,
@@ -641,7 +620,8 @@ def evaluate_point(
         state = turn_state(turn, solution.batch, options, inner if inner.shape[0] else None, polish=True)
     if open_loop:  # a step's added time per request more in the batch
         step_slope = decode_step(coefficients, state.seen_batch + 1.0, options.expert_routing,
-                                 state.seen_variance).tpot_ms - state.step.tpot_ms
+                                 None if state.seen_law is None else state.seen_law._replace(
+                                     others=state.seen_law.others + state.seen_law.own)).tpot_ms - state.step.tpot_ms
     saturated_tpot = jnp.inf  # the open loop's TPOT with every KV slot busy (the slot wait's)
     tpot_cap = jnp.inf  # the longest TPOT the quantiles reach
     rate_ms = prefill_rate(turn, state.prefill, options)  # c_p of the solved turn's prefill mix
@@ -698,9 +678,13 @@ def evaluate_point(
                                                       turn.decode_in_budget))
         most = jnp.maximum(most, state.seen_batch)
 
+        def at_batch(batch):  # a step at a given batch; under seen_batch="distribution" its experts
+            # as the law counts them, shifted to that batch without spread (the request itself 1 / D)
+            law = None if state.seen_law is None else state.seen_law.shifted(batch - state.seen_batch)
+            return decode_step(coefficients, batch, options.expert_routing, law).tpot_ms
+
         def step_rise(batch):  # T(B') - T(B), B' at most the most a step decodes
-            return decode_step(coefficients, jnp.minimum(batch, most), options.expert_routing).tpot_ms \
-                - state.step.tpot_ms
+            return at_batch(jnp.minimum(batch, most)) - state.step.tpot_ms
 
         spread_slope = step_rise(state.seen_batch + reach) / reach
         # the tail's bound: the step at the batch's own upper quantiles (T(B) increases, so its
@@ -710,7 +694,9 @@ def evaluate_point(
         # (C - 1) / C of the turns (the arrival theorem, as above), in the open loop all of them
         others_per_s = turns_per_s if open_loop else turns_per_s * (1.0 - 1.0 / jnp.maximum(concurrency_eff, 1.0))
         # nor does a step take less than one request's alone: the quantiles' floor
-        fastest = decode_step(coefficients, 1.0 + 0.0 * state.seen_batch, options.expert_routing).tpot_ms
+        fastest = decode_step(coefficients, 1.0 + 0.0 * state.seen_batch, options.expert_routing,
+                              None if state.seen_law is None else BatchLaw(state.seen_law.own, 0.0 * state.seen_batch,
+                                                                           0.0 * state.seen_batch)).tpot_ms
         spread = TurnSpread(state.ttft_ms, state.queue_wait_ms, state.queue_busy, state.mix, state.tpot_ms,
                             workload.osl, workload.osl_cv, state.decode_step_ms, state.mixed_step_ms,
                             state.mixed_share, batch_variance, spread_slope, others_per_s / MS_PER_S,

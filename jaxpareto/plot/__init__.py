@@ -25,7 +25,7 @@ legend then says how many points are drawn). The memory wall needs the full swee
 """
 
 from jaxpareto.plot._figure import DEFAULT_DPI, DEFAULT_SIZE
-from jaxpareto.plot._select import selection_value
+from jaxpareto.plot._select import selectable_axes, selection_value
 from jaxpareto.plot.cache import plot_cache_comparison
 from jaxpareto.plot.frontier import plot_frontier
 from jaxpareto.plot.memory import plot_memory_wall
@@ -34,5 +34,6 @@ from jaxpareto.plot.support import PLOTS, unsupported
 
 __all__ = [
     "DEFAULT_DPI", "DEFAULT_SIZE", "PLOTS",
-    "plot_cache_comparison", "plot_frontier", "plot_memory_wall", "save_plots", "selection_value", "unsupported",
+    "plot_cache_comparison", "plot_frontier", "plot_memory_wall", "save_plots", "selectable_axes", "selection_value",
+    "unsupported",
 ]

@@ -98,8 +98,12 @@ def selection_value(ds: xr.Dataset, key: str, value, field: str):
     """
     if key in SPANNED:
         raise JaxparetoError(field, "the plots span every tp and load (concurrency, request_rate); select another "
-                                    "axis",
-                             [str(d) for d in ds.dims if d not in SPANNED])
+                                    "axis", selectable_axes(ds))
     if key not in ds.dims:
-        raise JaxparetoError(field, "unknown axis", [str(d) for d in ds.dims])
+        raise JaxparetoError(field, "unknown axis", selectable_axes(ds))
     return match(ds, key, value, field)
+
+
+def selectable_axes(ds: xr.Dataset) -> list[str]:
+    """The axes of ``ds`` a plot's selection may fix: all but tp and the load, which it spans."""
+    return [str(d) for d in ds.dims if d not in SPANNED]

@@ -33,6 +33,9 @@ from jaxpareto.search.bracket import bracket_search
 from jaxpareto.search.constraints import REPORTED, Constraint, OptimizeResult
 from jaxpareto.search.penalty import evaluate_with_memory, penalised_descent, relative_violations, squared_excess
 
+# the title of an optimisation's dataset (`jaxpareto optimize --out`): the optimum per scenario, not a sweep
+OPTIMUM_TITLE = "jaxpareto optimum per scenario"
+
 # the gradient search's exact candidates: the integer neighbours floor(C*) + these, and the bounds
 NEIGHBOURS = np.arange(-3, 4)
 
@@ -268,7 +271,8 @@ class Problem:
         data["reason"] = (np.asarray([self.reason(found, i) for i in range(len(ok))], dtype=str).reshape(shape),
                           {"units": "1", "long_name": "why no configuration is feasible"})
         dataset = xr.Dataset({k: (SCENARIO_AXES, v, a) for k, (v, a) in data.items()}, coords=coords)
-        dataset.attrs = {**self.plan.attrs(), "objective": self.objective, "sense": "max" if self.sign > 0 else "min",
+        dataset.attrs = {**self.plan.attrs(), "title": OPTIMUM_TITLE, "objective": self.objective,
+                         "sense": "max" if self.sign > 0 else "min",
                          "constraints": "; ".join(c.describe() for c in self.constraints), "method": method,
                          "tp_choices": self.tp_choices.tolist(), "concurrency_range": [self.lo, self.hi]}
         return dataset
