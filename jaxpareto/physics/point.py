@@ -261,7 +261,10 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
                            1.0 if turn.expert_ranks is None else turn.expert_ranks)
     if options.prefill_model == "shared" and options.arrivals == "staggered":
         # the closed loop's sessions beyond what the step budget keeps fed wait for their prefill
-        seen = jnp.minimum(seen, fed_decode_batch(turn.chunk_tokens, work.tokens, turn.osl, turn.decode_in_budget))
+        fed = jnp.minimum(seen, fed_decode_batch(turn.chunk_tokens, work.tokens, turn.osl, turn.decode_in_budget))
+        if law is not None:  # the law's others likewise (the fed are the ones decoding)
+            law = law._replace(others=jnp.maximum(law.others + (fed - seen) * law.own, 0.0))
+        seen = fed
     step = decode_step(turn.decode, seen, options.expert_routing, law)
     mix = prefill_mix(work.tokens, turn.hit_tokens, work.hit_rate_eff, turn.isl_cv)
     zero = 0.0 * batch
