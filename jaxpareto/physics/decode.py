@@ -376,7 +376,8 @@ def decode_step(c: DecodeCoefficients, batch: jax.Array, routing: str = "seed",
     batch = jnp.maximum(batch, c.batch_floor)
     if law is None:
         touched = experts_touched(batch, c.experts, c.experts_per_token, routing)
-    else:
+    else:  # the floor holds for the law's batch too (a pipeline stage's experts: K / S a token)
+        law = law._replace(others=jnp.maximum(law.others, c.batch_floor - law.own))
         touched = expected_experts_touched(law, c.experts, c.experts_per_token, routing)
     t_weight_ms = c.nonmoe_ms + touched * c.expert_ms
     t_kv_ms = batch * c.kv_ms

@@ -262,8 +262,8 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
     if options.prefill_model == "shared" and options.arrivals == "staggered":
         # the closed loop's sessions beyond what the step budget keeps fed wait for their prefill
         fed = jnp.minimum(seen, fed_decode_batch(turn.chunk_tokens, work.tokens, turn.osl, turn.decode_in_budget))
-        if law is not None:  # the law's others likewise (the fed are the ones decoding)
-            law = law._replace(others=jnp.maximum(law.others + (fed - seen) * law.own, 0.0))
+        if law is not None:  # the law's others likewise (the fed decode; every rank is held alike)
+            law = law._replace(others=jnp.maximum(law.others + (fed - seen), 0.0))
         seen = fed
     step = decode_step(turn.decode, seen, options.expert_routing, law)
     mix = prefill_mix(work.tokens, turn.hit_tokens, work.hit_rate_eff, turn.isl_cv)
