@@ -175,7 +175,7 @@ def test_a_lone_session_reads_what_its_token_routes_to():
     """C = 1: a pipeline stage reads K / S experts of each of its S requests' worth (the seed's
     floor, both modes alike); attention-DP ranks share the replica's experts, so a lone token on
     one of four ranks reads its 2 experts, not all 8 as four ranks of one request each would, and
-    TPOT rises to the seed's as the sessions fill the ranks."""
+    TPOT rises to the seed's as the sessions fill the ranks; with eight ranks, still 2."""
     settings = dict(tp=[1], concurrency=[1, 2, 4, 8, 12], think_time_s=5.0, context_tokens=2048, osl=OSL)
     for stages in (2, 4):
         seed = jp.sweep(GPU, MODEL, pp=[stages], **settings).tpot_ms.values.ravel()
@@ -185,6 +185,11 @@ def test_a_lone_session_reads_what_its_token_routes_to():
     law = jp.sweep(GPU, MODEL, dp_attention=[4], seen_batch="distribution", **settings).tpot_ms.values.ravel()
     assert law[0] < 0.4 * seed[0]  # 2 of 8 experts: 5.2 ms against 14.9
     assert (np.diff(law) > 0).all() and law[-1] == pytest.approx(seed[-1], rel=0.02)
+    # eight ranks hold one expert each, fewer than a token's 2: the lone token still reads 2, as
+    # uniform routing counts them too (a rank's K had been held to its one expert: 2.66 ms)
+    lone = {routing: jp.sweep(GPU, MODEL, dp_attention=[8], seen_batch="distribution", expert_routing=routing,
+                              **{**settings, "concurrency": [1]}).tpot_ms.item() for routing in ("seed", "uniform")}
+    assert lone["seed"] == pytest.approx(lone["uniform"], rel=1e-4)
 
 
 def test_dense_models_hardly_move():

@@ -213,18 +213,22 @@ def expert_exchange(hw: HardwareParams, model: ModelParams, tp: jax.Array, layou
     return ExchangeCosts(jnp.where(exchanging, per_token, 0.0), fixed, extra_compute, f)
 
 
-def layout_costs(costs: TpCosts, exchange: ExchangeCosts, eta_prefill: jax.Array) -> TpCosts:
+def layout_costs(costs: TpCosts, exchange: ExchangeCosts, eta_prefill: jax.Array, routing: str = "seed") -> TpCosts:
     """A rank's TP-group costs (`jaxpareto.physics.costs.tp_costs` on `rank_model`) with the
     exchange and the busiest GPU's expert work added: per token to the prefill and to the decode
     step (like the all-reduce's), per pass to the fixed terms, and K f routed experts read per
-    token (at most E)."""
+    token. Under uniform routing K f is held to E, the rank's experts (its count's 1 - K / E
+    must not turn negative); the seed's min(b K f, E) holds the count to E itself, and a batch
+    under one request, a rank's share of a lone token under ``seen_batch="distribution"``,
+    reads its K f experts whole (`jaxpareto.physics.decode.expected_experts_touched`)."""
     decode = costs.decode
+    per_token = decode.experts_per_token * exchange.imbalance
     decode = decode._replace(
         allreduce_ms=decode.allreduce_ms + exchange.per_token_ms,
         fixed_ms=decode.fixed_ms + exchange.fixed_ms,
         compute_ms=decode.compute_ms + exchange.imbalance_compute_ms,
         padding_compute_ms=decode.padding_compute_ms + exchange.imbalance_compute_ms,
-        experts_per_token=jnp.minimum(decode.experts_per_token * exchange.imbalance, decode.experts),
+        experts_per_token=per_token if routing == "seed" else jnp.minimum(per_token, decode.experts),
     )
     added = exchange.per_token_ms + exchange.imbalance_compute_ms / eta_prefill
     attention = None if costs.attention is None else \

@@ -561,7 +561,7 @@ def evaluate_point(
                                    efficiency.allreduce_latency_us,
                                    expert_tflops(hw, model.compute_bits, options.gemm_rate),
                                    options.expert_routing)
-        costs = layout_costs(costs, exchange, efficiency.eta_prefill)
+        costs = layout_costs(costs, exchange, efficiency.eta_prefill, options.expert_routing)
         pipeline = pipeline_costs(costs, hw, model, tp, layout, efficiency.allreduce_latency_us,
                                   efficiency.decode_overhead_ms, chunk_tokens, tokens, options.expert_routing)
         costs, chunk_tokens, fill_ms = pipeline.costs, pipeline.chunk_tokens, pipeline.fill_ms
