@@ -310,12 +310,14 @@ def test_cli_scenarios_take_the_model_equations_and_say_where_the_seeds_prefill_
     assert "asks for" in capsys.readouterr().out
     assert main(["size", *args, "--sessions", "200", "--prefill-model", "shared", "--cache-model", "lru"]) == 0
     assert "cache model lru" in capsys.readouterr().out
-    # the TTL model's time is a flag of its own (the model could not be chosen without it), and
-    # only that model takes one
+    # the TTL model's time is a flag of its own (the model could not be chosen without it); it
+    # implies that model, and only that model takes one (the library's check, as in a sweep)
     assert main(["size", *args, "--sessions", "200", "--cache-model", "ttl", "--cache-ttl-s", "60"]) == 0
     assert "cache model ttl, cache TTL 60 s" in capsys.readouterr().out
-    assert main(["size", *args, "--sessions", "200", "--cache-ttl-s", "60"]) == 2
-    assert "--cache-ttl-s: only --cache-model ttl" in capsys.readouterr().err
+    assert main(["size", *args, "--sessions", "200", "--cache-ttl-s", "60"]) == 0
+    assert "cache TTL 60 s" in capsys.readouterr().out
+    assert main(["size", *args, "--sessions", "200", "--cache-model", "lru", "--cache-ttl-s", "60"]) == 2
+    assert "cache_ttl_s: the TTL model needs cache_ttl_s and only it takes one" in capsys.readouterr().err
     with pytest.raises(SystemExit) as refused:
         main(["size", *args, "--sessions", "200", "--prefill-model", "chunked"])
     assert refused.value.code == 2 and "invalid choice: 'chunked'" in capsys.readouterr().err

@@ -143,9 +143,7 @@ def scenario_kwargs(args: argparse.Namespace) -> dict:
                   engine=args.engine)
     if args.calibration:
         kwargs["calibration"] = args.calibration
-    if args.cache_ttl_s is not None:
-        if args.cache_model != "ttl":
-            raise JaxparetoError("--cache-ttl-s", "only --cache-model ttl keeps prefixes for a time", ("ttl",))
+    if args.cache_ttl_s is not None:  # it implies the TTL model, which alone takes it (the library refuses others)
         kwargs["cache_ttl_s"] = args.cache_ttl_s
     kwargs.update(_given_equations(args))
     return kwargs

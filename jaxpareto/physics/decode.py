@@ -274,10 +274,14 @@ class BatchLaw(NamedTuple):
     others: jax.Array
     variance: jax.Array
 
+    def moved(self, others: jax.Array) -> "BatchLaw":
+        """The law with its others' mean moved by ``others`` (in its own terms), none below 0."""
+        return self._replace(others=jnp.maximum(self.others + others, 0.0))
+
     def shifted(self, requests: jax.Array) -> "BatchLaw":
-        """The law with ``requests`` more (fewer, if negative) of a rank's others, none below 0,
-        and no spread: a step at a given batch."""
-        return BatchLaw(self.own, jnp.maximum(self.others + requests * self.own, 0.0), 0.0 * self.variance)
+        """The law with ``requests`` more (fewer, if negative) on the request's own rank (1 / D each
+        in the replica's count) and no spread: a step at a given batch."""
+        return self.moved(requests * self.own)._replace(variance=0.0 * self.variance)
 
 
 def expected_experts_touched(law: BatchLaw, experts: jax.Array, experts_per_token: jax.Array,
@@ -377,7 +381,7 @@ def decode_step(c: DecodeCoefficients, batch: jax.Array, routing: str = "seed",
     if law is None:
         touched = experts_touched(batch, c.experts, c.experts_per_token, routing)
     else:  # the floor holds for the law's batch too (a pipeline stage's experts: K / S a token)
-        law = law._replace(others=jnp.maximum(law.others, c.batch_floor - law.own))
+        law = law.moved(jnp.maximum(c.batch_floor - law.own - law.others, 0.0))
         touched = expected_experts_touched(law, c.experts, c.experts_per_token, routing)
     t_weight_ms = c.nonmoe_ms + touched * c.expert_ms
     t_kv_ms = batch * c.kv_ms

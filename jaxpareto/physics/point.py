@@ -263,7 +263,7 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         # the closed loop's sessions beyond what the step budget keeps fed wait for their prefill
         fed = jnp.minimum(seen, fed_decode_batch(turn.chunk_tokens, work.tokens, turn.osl, turn.decode_in_budget))
         if law is not None:  # the law's others likewise (the fed decode; every rank is held alike)
-            law = law._replace(others=jnp.maximum(law.others + (fed - seen), 0.0))
+            law = law.moved(fed - seen)
         seen = fed
     step = decode_step(turn.decode, seen, options.expert_routing, law)
     mix = prefill_mix(work.tokens, turn.hit_tokens, work.hit_rate_eff, turn.isl_cv)
@@ -623,8 +623,8 @@ def evaluate_point(
         state = turn_state(turn, solution.batch, options, inner if inner.shape[0] else None, polish=True)
     if open_loop:  # a step's added time per request more in the batch
         step_slope = decode_step(coefficients, state.seen_batch + 1.0, options.expert_routing,
-                                 None if state.seen_law is None else state.seen_law._replace(
-                                     others=state.seen_law.others + state.seen_law.own)).tpot_ms - state.step.tpot_ms
+                                 None if state.seen_law is None else state.seen_law.moved(state.seen_law.own)).tpot_ms \
+            - state.step.tpot_ms
     saturated_tpot = jnp.inf  # the open loop's TPOT with every KV slot busy (the slot wait's)
     tpot_cap = jnp.inf  # the longest TPOT the quantiles reach
     rate_ms = prefill_rate(turn, state.prefill, options)  # c_p of the solved turn's prefill mix
