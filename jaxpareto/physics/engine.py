@@ -56,6 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxpareto.physics.decode import DecodeStep
+from jaxpareto.physics.numerics import sqrt_or_zero
 from jaxpareto.physics.roots import InnerRoot, inner_root
 
 
@@ -180,8 +181,7 @@ def whole_steps_ms(t, tokens: jax.Array, chunk_tokens: jax.Array, prompt_scv: ja
     """
     dtype = jnp.result_type(tokens, float)  # the quadrature in the point's precision
     nodes, weights = jnp.asarray(np.sqrt(2.0) * _HERMITE_X, dtype), jnp.asarray(_HERMITE_W / np.sqrt(np.pi), dtype)
-    spread = prompt_scv > 0.0  # sqrt away from 0: its derivative there is infinite
-    sigma = jnp.where(spread, jnp.sqrt(jnp.where(spread, jnp.log1p(prompt_scv), 1.0)), 0.0)
+    sigma = sqrt_or_zero(jnp.log1p(prompt_scv))
     lengths = tokens * jnp.exp(sigma * nodes - 0.5 * sigma * sigma)  # (16,)
     full = jnp.floor(lengths / chunk_tokens)
     rest = lengths - full * chunk_tokens

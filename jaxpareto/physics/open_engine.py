@@ -81,6 +81,7 @@ from jax.scipy.special import gammainc, gammaln, ndtr
 
 from jaxpareto.physics.decode import DecodeStep
 from jaxpareto.physics.engine import EngineTurn, lockstep_share, step_time, whole_steps_ms
+from jaxpareto.physics.numerics import sqrt_or_zero
 from jaxpareto.physics.queueing import pollaczek_khinchine_ms, renewal_wait_factor
 
 _CHAIN_STATES = 16  # prompts waiting at a step: 0 .. 15 (the last: 15 or more)
@@ -200,7 +201,7 @@ def _chain_waits(law, durations, relief, spread, arrivals, chain_time, counts, s
     ahead = (counts - served)[:, None] * tokens + counts[None, :] * tokens
     full = jnp.floor(ahead / chunk_tokens)
     rest = ahead - full * chunk_tokens
-    sigma = jnp.sqrt(jnp.log1p(prompt_scv))
+    sigma = sqrt_or_zero(jnp.log1p(prompt_scv))
 
     def longer(x):  # P(L_own > x)
         z = (jnp.log(jnp.maximum(x, 1e-30) / tokens) + 0.5 * sigma ** 2) / jnp.maximum(sigma, 1e-30)
@@ -253,8 +254,7 @@ def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: ja
     # standard deviation of its tokens, σ = sqrt(served x Var(L)), squared (a secant: T(p) has
     # kinks where the step turns compute-bound, and a tangent would jump there with B)
     variance = served * prompt_scv
-    spread_on = variance > 0.0  # sqrt away from 0: its derivative there is infinite
-    sigma = jnp.where(spread_on, jnp.sqrt(jnp.where(spread_on, variance, 1.0)), 0.0) * tokens
+    sigma = sqrt_or_zero(variance) * tokens
     spread = (0.5 * (steps_of(step_tokens + sigma) - steps_of(jnp.maximum(step_tokens - sigma, 0.0)))) ** 2
     # what taking a chunk's tokens out of a step saves it (the carried prompt's own tokens)
     relief = durations - steps_of(jnp.maximum(step_tokens - chunk_tokens, 0.0))

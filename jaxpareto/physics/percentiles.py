@@ -37,7 +37,8 @@ The means come from the model; the spread around them from three stated approxim
 TPOT is taken lognormal with the mean and spread above; E2E latency = TTFT + decode time, each
 hit/miss kind's prefill plus the decode time summed as one lognormal of matched moments
 (Fenton, IRE Trans. Commun. Syst. 1960), then the wait added as for TTFT. Quantiles of the
-mixtures are found by bisection of their CDF (a fixed number of halvings: branch-free), at the
+mixtures are found by bisection of their CDF (a fixed number of halvings: branch-free; their
+derivatives the implicit function's, `jaxpareto.physics.numerics.increasing_quantile`), at the
 level q less 1e-5: a mixture of fixed-length hits and misses whose hit share is exactly q (hit
 rate 0.9 and P90) has its CDF within rounding of q between the two, and its quantile there is
 the hits' upper end in either precision, where rounding would otherwise pick any point between.
@@ -53,6 +54,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import ndtr
 
+from jaxpareto.physics.numerics import increasing_quantile, sqrt_or_zero
 from jaxpareto.physics.queueing import PrefillMix
 
 #: The percentiles reported, and their names in the dataset (vLLM's).
@@ -75,7 +77,7 @@ _AVERAGED_BATCH_VARIANCE = 2.0 / 3.0
 
 def lognormal_sigma(cv: jax.Array) -> jax.Array:
     """σ of a lognormal of coefficient of variation ``cv``: sqrt(ln(1 + cv²)), floored."""
-    return jnp.maximum(jnp.sqrt(jnp.log1p(cv * cv)), _SIGMA_FLOOR)
+    return jnp.maximum(sqrt_or_zero(jnp.log1p(cv * cv)), _SIGMA_FLOOR)
 
 
 def lognormal_quantile(mean: jax.Array, cv: jax.Array, percentile: int) -> jax.Array:
@@ -127,18 +129,6 @@ _ZQ = tuple(_Z[p] for p in PERCENTILES)
 _ZH = tuple(_Z_UPPER[p] for p in PERCENTILES)
 
 
-def _bisect(under, lo, hi):
-    """The point where ``under`` (elementwise, True below the answer) turns False, in [lo, hi]."""
-    def halve(_, bracket):
-        a, b = bracket
-        mid = 0.5 * (a + b)
-        below = under(mid)
-        return jnp.where(below, mid, a), jnp.where(below, b, mid)
-
-    a, b = jax.lax.fori_loop(0, _BISECTIONS, halve, (lo, hi))
-    return 0.5 * (a + b)
-
-
 def delay_quantiles(delay: Delay, with_wait: bool = True) -> tuple[jax.Array, ...]:
     """The `PERCENTILES` of S + W, each by bisection in log t between bounds that always hold:
     no kind's own quantile is below it, and the sum of the kinds' and the wait's
@@ -148,8 +138,8 @@ def delay_quantiles(delay: Delay, with_wait: bool = True) -> tuple[jax.Array, ..
         lo = jnp.min(delay.means * jnp.exp(delay.sigmas * zq - 0.5 * delay.sigmas ** 2))
         upper_kind = jnp.max(delay.means * jnp.exp(delay.sigmas * zh - 0.5 * delay.sigmas ** 2))
         upper_wait = delay.wait_ms * jnp.log(jnp.maximum(2.0 * delay.busy / (1.0 - q), 1.0))
-        log_t = _bisect(lambda x, q=q: delay_cdf(delay, jnp.exp(x), with_wait) < q - _LEVEL_TOLERANCE,
-                        jnp.log(lo), jnp.log(upper_kind + upper_wait))
+        log_t = increasing_quantile(lambda x: delay_cdf(delay, jnp.exp(x), with_wait), q - _LEVEL_TOLERANCE,
+                                    jnp.log(lo), jnp.log(upper_kind + upper_wait), _BISECTIONS)
         out.append(jnp.exp(log_t))
     return tuple(out)
 
@@ -158,8 +148,8 @@ def normal_mix_quantiles(weights, means, sds) -> tuple[jax.Array, ...]:
     """The `PERCENTILES` of a mix of normals (shape (k,) each), by bisection."""
     sds = jnp.maximum(sds, 1e-9 * jnp.abs(means) + 1e-30)
     lo, hi = jnp.min(means - 9.0 * sds), jnp.max(means + 9.0 * sds)
-    return tuple(jnp.maximum(_bisect(lambda t, q=q: jnp.sum(weights * ndtr((t - means) / sds)) < q - _LEVEL_TOLERANCE,
-                                     lo, hi), 0.0)
+    return tuple(jnp.maximum(increasing_quantile(lambda t: jnp.sum(weights * ndtr((t - means) / sds)),
+                                                 q - _LEVEL_TOLERANCE, lo, hi, _BISECTIONS), 0.0)
                  for q in _LEVELS)
 
 
@@ -252,7 +242,7 @@ def seen_batch_quantiles(batch: jax.Array, batch_variance: jax.Array) -> list[ja
     time is an increasing function of the batch, so its quantiles are the step's at these
     batches (a monotone map keeps quantiles).
     """
-    sd = jnp.sqrt(_AVERAGED_BATCH_VARIANCE * jnp.maximum(batch_variance, 0.0))
+    sd = sqrt_or_zero(_AVERAGED_BATCH_VARIANCE * batch_variance)
     mean = jnp.maximum(batch, 1e-9)
     return [lognormal_quantile(mean, sd / mean, p) for p in TAIL_PERCENTILES]
 
@@ -282,15 +272,13 @@ def latency_percentiles(spread: TurnSpread, with_wait: bool = True) -> LatencyPe
                                  lengths_variance)
     steps_variance = jnp.where(given, spread.service_scv * service ** 2 - lengths_variance, 0.0)
     prefill_variance = steps_variance + lengths_variance * scales ** 2
-    spread_on = prefill_variance > 0.0  # sqrt away from 0: reverse-mode gradients stay finite
-    prefill_cv = jnp.where(spread_on, jnp.sqrt(jnp.where(spread_on, prefill_variance, 1.0)), 0.0) \
-        / jnp.maximum(prefill_means, 1e-30)
+    prefill_cv = sqrt_or_zero(prefill_variance) / jnp.maximum(prefill_means, 1e-30)
     busy = jnp.clip(spread.wait_busy, 0.0, 1.0)
     wait = jnp.where(busy > 0, spread.wait_ms / jnp.where(busy > 0, busy, 1.0), 0.0)
     ttft = Delay(weights, prefill_means, lognormal_sigma(prefill_cv), busy, wait)
 
     # a request's TPOT: the batch averaged over its turn, and the prefill chunks it decodes through
-    step_sd = spread.step_slope_ms * jnp.sqrt(spread.batch_variance)
+    step_sd = spread.step_slope_ms * sqrt_or_zero(spread.batch_variance)
     decode_ms = spread.osl * spread.tpot_ms
     # a prefill's own steps, not its processor-sharing slowdown: its chunk shares those steps
     own = service if spread.prefill_service_ms is None else spread.prefill_service_ms
@@ -306,9 +294,9 @@ def latency_percentiles(spread: TurnSpread, with_wait: bool = True) -> LatencyPe
     # clusters of prefills bring their requests with them: the two parts move together, with the
     # correlation 1 - 1 / F of a count whose excess variance is the clusters' (0 when Poisson)
     batch_sd = jnp.sqrt(_AVERAGED_BATCH_VARIANCE) * step_sd
-    chunk_sd = jnp.sqrt(chunk_variance) / jnp.maximum(spread.osl, 1.0)
+    chunk_sd = sqrt_or_zero(chunk_variance) / jnp.maximum(spread.osl, 1.0)
     together = 1.0 - 1.0 / jnp.maximum(spread.prefill_dispersion, 1.0)
-    tpot_sd = jnp.sqrt(batch_sd ** 2 + chunk_sd ** 2 + 2.0 * together * batch_sd * chunk_sd)
+    tpot_sd = sqrt_or_zero(batch_sd ** 2 + chunk_sd ** 2 + 2.0 * together * batch_sd * chunk_sd)
     tpot_cv = tpot_sd / spread.tpot_ms
     tpot = [lognormal_quantile(spread.tpot_ms, tpot_cv, p) for p in PERCENTILES]
     lognormal_top = tpot[-1]
@@ -338,12 +326,12 @@ def latency_percentiles(spread: TurnSpread, with_wait: bool = True) -> LatencyPe
     # lognormal through the mean and the bounded P99 (its σ the smaller root of
     # z σ - σ²/2 = ln(P99 / mean)); else a P99 E2E SLO would keep the islands P99 TPOT lost
     z, log_ratio = _Z[PERCENTILES[-1]], jnp.log(jnp.maximum(bounded_top / spread.tpot_ms, 1.0))
-    tail_sigma = z - jnp.sqrt(jnp.maximum(z * z - 2.0 * log_ratio, 0.0))
-    tpot_cv = jnp.where(bounded_top < lognormal_top, jnp.sqrt(jnp.expm1(tail_sigma * tail_sigma)), tpot_cv)
+    tail_sigma = z - sqrt_or_zero(z * z - 2.0 * log_ratio)
+    tpot_cv = jnp.where(bounded_top < lognormal_top, sqrt_or_zero(jnp.expm1(tail_sigma * tail_sigma)), tpot_cv)
     decode_cv2 = (1.0 + spread.osl_cv ** 2) * (1.0 + tpot_cv ** 2) - 1.0
     means = prefill_means + decode_ms
     variance = prefill_variance + decode_ms ** 2 * decode_cv2
-    e2el = ttft._replace(means=means, sigmas=lognormal_sigma(jnp.sqrt(variance) / means))
+    e2el = ttft._replace(means=means, sigmas=lognormal_sigma(sqrt_or_zero(variance) / means))
     shifted = lambda quantiles: tuple(q + spread.fixed_ms for q in quantiles)  # noqa: E731
     return LatencyPercentiles(shifted(delay_quantiles(ttft, with_wait)), tpot, itl,
                               shifted(delay_quantiles(e2el, with_wait)))

@@ -38,6 +38,7 @@ from jaxpareto.physics.limits import LAYOUT_DOES_NOT_SPLIT, LOAD_BEYOND_CAPACITY
 from jaxpareto.physics.memory import _INT32_MAX, memory_budget, running_limit, scheduler_delay_steps, \
     session_contexts, session_gb
 from jaxpareto.physics.open_engine import poisson_turn, saturated_tpot_ms
+from jaxpareto.physics.numerics import sqrt_or_zero
 from jaxpareto.physics.outputs import DECODE_COMPUTE, DECODE_MEMORY, DECODE_NONE, PointOutputs
 from jaxpareto.physics.percentiles import PERCENTILES, TurnSpread, latency_percentiles, seen_batch_quantiles
 from jaxpareto.physics.prefill import PrefillWork, prefill_work
@@ -671,7 +672,7 @@ def evaluate_point(
         # secant to two standard deviations above B (one request at least), not the tangent at
         # B + 1, which a MoE step makes steep while experts wake and flat once all run (the
         # tangent's spread collapsed there and P99 TPOT fell as the rate rose)
-        reach = jnp.maximum(2.0 * jnp.sqrt(jnp.maximum(batch_variance, 0.0)), 1.0)
+        reach = jnp.maximum(2.0 * sqrt_or_zero(batch_variance), 1.0)
         # no step decodes more than the slots hold, nor, in the closed loop's shared engine, more
         # than the decoders its prefill budget keeps fed (one session more waits for its prefill):
         # the batch's spread stops there, and vanishes once the batch is there
