@@ -673,10 +673,11 @@ def evaluate_point(
         # B + 1, which a MoE step makes steep while experts wake and flat once all run (the
         # tangent's spread collapsed there and P99 TPOT fell as the rate rose)
         reach = jnp.maximum(2.0 * sqrt_or_zero(batch_variance), 1.0)
-        # no step decodes more than the slots hold, nor, in the closed loop's shared engine, more
-        # than the decoders its prefill budget keeps fed (one session more waits for its prefill):
-        # the batch's spread stops there, and vanishes once the batch is there
-        most = batch_cap if open_loop else turn.slots
+        # no step decodes more than the slots hold, nor, in the closed loop, more than its C
+        # sessions, nor, in its shared engine, more than the decoders its prefill budget keeps fed
+        # (one session more waits for its prefill): the batch's spread stops there, and vanishes
+        # once the batch is there
+        most = batch_cap if open_loop else jnp.minimum(turn.slots, concurrency_eff)
         if options.prefill_model == "shared" and options.arrivals == "staggered":
             most = jnp.minimum(most, fed_decode_batch(turn.chunk_tokens, state.prefill.tokens, turn.osl,
                                                       turn.decode_in_budget))
