@@ -3,9 +3,10 @@
 The quantiles are found by bisection of a CDF; their derivatives are the implicit function's,
 dx = -∂F/∂θ / F'(x) (`jaxpareto.physics.numerics.increasing_quantile`), checked here against
 closed forms (a lognormal's and a normal's quantile) and float64 central differences, in both
-forward and reverse mode. Before, they were NaN at every point (a spread of exactly 0 went
-through sqrt, whose derivative is infinite there) and, where finite, the bisection bracket's
-derivative rather than the quantile's, so the gradient optimiser could not see a percentile SLO.
+forward and reverse mode. Before, they were NaN wherever a spread was exactly 0 (it went
+through sqrt, whose derivative is infinite there: with the default fixed lengths, every point)
+and elsewhere the bisection bracket's derivative rather than the quantile's, so the gradient
+optimiser could not see a percentile SLO.
 """
 
 from __future__ import annotations
@@ -103,9 +104,10 @@ def test_mixture_with_a_wait_matches_central_differences():
             np.testing.assert_allclose(mode(quantiles)(x), central, rtol=2e-4, atol=1e-6)
 
 
-def test_a_quantile_in_a_mixtures_gap_has_derivative_zero_not_nan():
-    """Fixed-length hits and misses whose hit share is the level itself (0.9 and P90): the CDF
-    is flat between the two kinds, where the quantile jumps; its derivative is 0 there."""
+def test_a_quantile_at_a_mixtures_step_follows_its_kind():
+    """Fixed-length hits and misses whose hit share is the level itself (0.9 and P90): the search
+    stops 1e-5 below the level, at the hits' upper end, whose derivative in the hits' length is
+    theirs, 1 (not NaN, nor 0)."""
     with jax.enable_x64(True):
         def p90(hit_ms):
             delay = Delay(jnp.array([0.9, 0.1]), jnp.stack([hit_ms, 2_000.0]), jnp.full(2, 1e-4), jnp.float64(0.0),
@@ -113,7 +115,23 @@ def test_a_quantile_in_a_mixtures_gap_has_derivative_zero_not_nan():
             return delay_quantiles(delay, with_wait=False)[1]
 
         for mode in (jax.grad, jax.jacfwd):
-            assert np.isfinite(float(mode(p90)(jnp.float64(100.0))))
+            assert float(mode(p90)(jnp.float64(100.0))) == pytest.approx(1.0, rel=1e-3)
+
+
+@pytest.mark.parametrize("mean", np.linspace(20.0, 80.0, 13))
+def test_an_itl_of_no_spread_follows_its_steps_length(mean):
+    """An ITL mix of decode and mixed steps whose batch has no spread (every session active, Z =
+    0): P50 is the decode step, whose derivative is 1. Where a spread below what the bisection
+    resolves was kept, the density had underflowed where it stopped: 0 for most lengths, 1e250
+    for some."""
+    with jax.enable_x64(True):
+        def p50(means):
+            return normal_mix_quantiles(jnp.array([0.7, 0.3]), means, jnp.zeros(2))[0]
+
+        means = jnp.array([mean, 445.81])
+        assert float(p50(means)) == pytest.approx(mean, rel=5e-5)  # (the floor: 2^-20 of the span, ~5e-7 of it here)
+        for mode in (jax.grad, jax.jacfwd):
+            np.testing.assert_allclose(mode(p50)(means), [1.0, 0.0], atol=1e-5)
 
 
 def _params(gpu, model):
@@ -130,8 +148,11 @@ CASES = {
     "shared engine, Poisson arrivals": (ModelOptions(arrivals="poisson", prefill_model="shared"),
                                         Workload(isl_cv=0.5, osl_cv=0.7), [0.3, 0.0, 8_000.0, 0.0]),
     "seed, Poisson arrivals, fixed lengths": (ModelOptions(arrivals="poisson"), Workload(), [0.3, 0.0, 8_000.0, 0.0]),
+    # every session active: the batch has no spread, and an ITL is a decode or a mixed step
+    "shared engine, closed loop, no pauses": (ModelOptions(prefill_model="shared"), Workload(),
+                                             [8.0, 0.0, 16_000.0, 0.6]),
 }
-OUTPUTS = ("p50_ttft_ms", "p99_ttft_ms", "p90_tpot_ms", "p99_itl_ms", "p50_e2el_ms", "p99_e2el_ms")
+OUTPUTS = ("p50_ttft_ms", "p99_ttft_ms", "p90_tpot_ms", "p50_itl_ms", "p99_itl_ms", "p50_e2el_ms", "p99_e2el_ms")
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -158,7 +179,7 @@ def test_point_percentiles_match_central_differences(case):
                             if steps[k] > 0 else 0.0 for k in range(x.size)])
         reverse = np.asarray(jax.jit(jax.grad(log_sum))(x))
         forward = np.asarray(jax.jit(jax.jacfwd(log_sum))(x))
-        measured = steps > 0  # the open loop's think time 0 and hit rate 0 sit at their range's end
+        measured = steps > 0  # think time 0 and the open loop's hit rate 0 sit at their range's end
         np.testing.assert_allclose(reverse[measured], central[measured], rtol=2e-3, atol=1e-7)
         np.testing.assert_allclose(forward, reverse, rtol=1e-8, atol=1e-12)
 

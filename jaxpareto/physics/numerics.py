@@ -39,8 +39,10 @@ def increasing_quantile(cdf: Callable[[jax.Array], jax.Array], level: jax.Array,
                         halvings: int) -> jax.Array:
     """x in [lo, hi] with cdf(x) = level for an increasing scalar ``cdf`` (closing over what it
     depends on), by `bisect`; its derivative is the implicit function's, dx = -∂F/∂θ / F'(x)
-    (`jax.lax.custom_root`, forward and reverse mode), 0 where F'(x) is 0 (a gap between a
-    mixture's kinds, where the quantile jumps). The value is the bisection's, unchanged.
+    (`jax.lax.custom_root`, forward and reverse mode), evaluated where the bisection stopped, 0
+    where F' is 0 there: a kind narrower than the bisection resolves leaves its density
+    underflowed there, so keep spreads above it (`percentiles.normal_mix_quantiles`). The value
+    is the bisection's, unchanged.
 
     Without it the derivative would follow the bracket's ends through the halvings taken: the
     bounds' derivatives mixed in the proportions of the answer's place between them, which is

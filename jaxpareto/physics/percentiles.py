@@ -145,8 +145,18 @@ def delay_quantiles(delay: Delay, with_wait: bool = True) -> tuple[jax.Array, ..
 
 
 def normal_mix_quantiles(weights, means, sds) -> tuple[jax.Array, ...]:
-    """The `PERCENTILES` of a mix of normals (shape (k,) each), by bisection."""
-    sds = jnp.maximum(sds, 1e-9 * jnp.abs(means) + 1e-30)
+    """The `PERCENTILES` of a mix of normals (shape (k,) each), by bisection.
+
+    A spread is held above what the bisection resolves (2^-20 of the span between the kinds'
+    means, 64 of its final steps) and 16 ulps of its mean: a kind of no spread (an ITL where the
+    batch's spread is 0) is a step in the CDF, and its quantile's derivative, the implicit
+    function's, is evaluated where the bisection stopped, which must lie within a few spreads of
+    the kind (further out the density underflows, and the derivative came out 0 or 1e250, not 1).
+    """
+    span = jnp.max(means) - jnp.min(means)
+    floor = jnp.maximum(jnp.maximum(1e-9, 16.0 * jnp.finfo(jnp.result_type(means)).eps) * jnp.abs(means),
+                        span * 2.0 ** -20)
+    sds = jnp.maximum(sds, jax.lax.stop_gradient(floor) + 1e-30)  # (a floor, not a spread: no derivative)
     lo, hi = jnp.min(means - 9.0 * sds), jnp.max(means + 9.0 * sds)
     return tuple(jnp.maximum(increasing_quantile(lambda t: jnp.sum(weights * ndtr((t - means) / sds)),
                                                  q - _LEVEL_TOLERANCE, lo, hi, _BISECTIONS), 0.0)
