@@ -62,6 +62,7 @@ from jaxpareto.definitions.settings import Efficiency, Solver, solver_of
 from jaxpareto.measure.row_inputs import RowInputs, engine_names, row_inputs
 from jaxpareto.measure.validation_set import load_validation_set
 from jaxpareto.mapper import map_points
+from jaxpareto.physics.numerics import bisect_bracket
 from jaxpareto.physics.point import evaluate_point
 
 #: Halvings of [1, concurrency_max] in the Little's-law matching of server rows.
@@ -117,13 +118,7 @@ def _solve_server(inputs: RowInputs, efficiency, solver, options, steps):
     target = _target(inputs, x_hi)
     reachable = inputs.server & (x_lo <= target) & (target <= x_hi)
 
-    def halve(_, bounds):
-        lo, hi = bounds
-        mid = 0.5 * (lo + hi)
-        below = throughput(evaluate(mid)) < target
-        return jnp.where(below, mid, lo), jnp.where(below, hi, mid)
-
-    lo, hi = jax.lax.fori_loop(0, steps, halve, (ones, hi0))
+    lo, hi = bisect_bracket(lambda c: throughput(evaluate(c)) < target, ones, hi0, steps)
     bound = jnp.where(target > x_hi, hi0, ones)  # where an unreachable row is evaluated
     c0 = jnp.where(inputs.server, jnp.where(reachable, 0.5 * (lo + hi), bound), ones)
     return c0, reachable, cmax, x_hi

@@ -21,17 +21,23 @@ def sqrt_or_zero(x: jax.Array) -> jax.Array:
     return jnp.where(positive, jnp.sqrt(jnp.where(positive, x, 1.0)), 0.0)
 
 
-def bisect(under: Callable[[jax.Array], jax.Array], lo: jax.Array, hi: jax.Array, halvings: int) -> jax.Array:
-    """The point in [lo, hi] where ``under`` (True below it, elementwise) turns False, by ``halvings``
-    (static) halvings of the bracket (a fixed count: branch-free under vmap). Not differentiable
-    through the test: see `increasing_quantile`."""
+def bisect_bracket(under: Callable[[jax.Array], jax.Array], lo: jax.Array, hi: jax.Array,
+                   halvings: int) -> tuple[jax.Array, jax.Array]:
+    """The bracket [a, b] within [lo, hi] where ``under`` (True below the point sought,
+    elementwise) turns False, after ``halvings`` (static) halvings (a fixed count: branch-free
+    under vmap). Not differentiable through the test: see `increasing_quantile`."""
     def halve(_, bracket):
         a, b = bracket
         mid = 0.5 * (a + b)
         below = under(mid)
         return jnp.where(below, mid, a), jnp.where(below, b, mid)
 
-    a, b = jax.lax.fori_loop(0, halvings, halve, (lo, hi))
+    return jax.lax.fori_loop(0, halvings, halve, (lo, hi))
+
+
+def bisect(under: Callable[[jax.Array], jax.Array], lo: jax.Array, hi: jax.Array, halvings: int) -> jax.Array:
+    """The midpoint of `bisect_bracket`'s bracket."""
+    a, b = bisect_bracket(under, lo, hi, halvings)
     return 0.5 * (a + b)
 
 
@@ -59,4 +65,4 @@ def increasing_quantile(cdf: Callable[[jax.Array], jax.Array], level: jax.Array,
     return jax.lax.custom_root(lambda x: cdf(x) - level, lo, solve, tangent_solve)
 
 
-__all__ = ["bisect", "increasing_quantile", "sqrt_or_zero"]
+__all__ = ["bisect", "bisect_bracket", "increasing_quantile", "sqrt_or_zero"]

@@ -14,6 +14,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxpareto.physics.numerics import bisect_bracket
+
 BISECTIONS = 12  # halvings of the bracket before Newton: 1/4096 of it
 # A fixed point whose R(B) holds inner roots solved to rounding cannot meet a tolerance tighter
 # than this many eps of the dtype (7.6e-6 in float32): it would cycle on rounding noise.
@@ -40,12 +42,6 @@ def increasing_root(f: Callable[[jax.Array], jax.Array], lo: jax.Array, hi: jax.
     Returns:
         The root, a scalar.
     """
-    def bisect(_, bracket):
-        a, b = bracket
-        mid = 0.5 * (a + b)
-        below = f(mid) < 0
-        return jnp.where(below, mid, a), jnp.where(below, b, mid)
-
     def newton(_, state):
         x, a, b = state
         fx, slope = jax.jvp(f, (x,), (jnp.ones_like(x),))
@@ -54,7 +50,7 @@ def increasing_root(f: Callable[[jax.Array], jax.Array], lo: jax.Array, hi: jax.
         inside = (slope > 0) & (step > a) & (step < b)
         return jnp.where(inside, step, 0.5 * (a + b)), a, b
 
-    a, b = jax.lax.fori_loop(0, bisections, bisect, (lo, hi))
+    a, b = bisect_bracket(lambda x: f(x) < 0, lo, hi, bisections)
     x, _, _ = jax.lax.fori_loop(0, newton_steps, newton, (0.5 * (a + b), a, b))
     return polished_root(f, x, lo, hi)
 
