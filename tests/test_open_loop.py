@@ -6,7 +6,10 @@ continuous-batching server with chunked prefill fed the model's own step times
 (tests/simulator.py); the limits against their closed forms.
 """
 
+import dataclasses
+
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
@@ -299,6 +302,42 @@ def test_validation_server_rows_in_the_open_loop():
     np.testing.assert_allclose(arrived.predicted.to_numpy()[others], closed.predicted.to_numpy()[others], rtol=1e-9)
     ttft = closed["metric"].eq("ttft_ms").to_numpy() & server
     assert np.all(arrived.predicted.to_numpy()[ttft] > closed.predicted.to_numpy()[ttft])  # the queue
+
+
+def test_open_loop_predictions_have_reverse_mode_gradients():
+    """Under ``arrivals="poisson"`` reverse mode differentiates the predictions as forward mode
+    does. The rows kept in the closed loop are evaluated in the open loop too, at a stand-in rate
+    whose queue is unstable, and discarded: reverse mode turned their infinite partial
+    derivatives, times a zero cotangent, into NaN for every factor (the calibration fell back on
+    forward mode)."""
+    from jaxpareto.definitions.options import ModelOptions
+    from jaxpareto.measure.predict import prediction_fn
+
+    rows = jp.load_validation_set()
+    # a server row and two whose queue at the stand-in rate (1 request/s of 125K-token prompts) is unstable
+    kept = ["mlperf51-llama2-b200-nvidia-server-ttft", "vllm-fp8kv-itl-c1-bf16-125000", "vllm-fp8kv-itl-c1-fp8-125000"]
+    rows = rows[rows["id"].isin(kept)].reset_index(drop=True)
+    assert len(rows) == 3 and rows["load"].eq("server").sum() == 1
+    predictor = prediction_fn(rows, options=ModelOptions(arrivals="poisson", prefill_model="shared"))
+    factors = jp.Efficiency(decode_overhead_ms=1.0, allreduce_scale=1.0)
+    measured = rows["value"].to_numpy()
+    weights = np.linspace(0.5, 1.5, len(rows))  # every row counts, each differently
+
+    def loss(efficiency):
+        return jnp.sum(weights * jnp.log(predictor(efficiency) / measured) ** 2)
+
+    with jax.enable_x64(True):
+        reverse = jax.grad(loss)(factors)
+        forward = jax.jacfwd(loss)(factors)
+        step = 1e-3  # central differences of the eta_decode factor, re-solved (above the solves' tolerance)
+        difference = float(loss(dataclasses.replace(factors, eta_decode=factors.eta_decode + step))
+                           - loss(dataclasses.replace(factors, eta_decode=factors.eta_decode - step))) / (2 * step)
+        reverse, forward = (jax.tree_util.tree_map(float, g) for g in (reverse, forward))
+    for name in ("eta_prefill", "eta_decode", "decode_overhead_ms", "allreduce_scale"):
+        assert np.isfinite(getattr(reverse, name)), name
+        np.testing.assert_allclose(getattr(reverse, name), getattr(forward, name), rtol=1e-9, atol=1e-12)
+    assert abs(reverse.eta_decode) > 0.1
+    np.testing.assert_allclose(reverse.eta_decode, difference, rtol=1e-3)
 
 
 def test_open_loop_review_findings_stay_fixed():

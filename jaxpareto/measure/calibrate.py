@@ -313,10 +313,11 @@ def calibrate(rows=None, *, fields=None, start: Efficiency = Efficiency(), test_
     u0 = np.tile([_inverse(f, float(getattr(start, f))) for f in fields], (len(groups), 1))
     optimizer = optax.adam(optax.cosine_decay_schedule(learning_rate, steps, alpha=0.05))
 
-    # the open loop's queueing terms select between branches (stable or not, over-dispersed or
-    # not) whose unused side has infinite partial derivatives: reverse mode multiplies those by a
-    # zero cotangent and returns NaN, forward mode drops them. The factors are few (6 per engine
-    # group), so the open loop's gradient is formed forward.
+    # a server row beyond the open loop's capacity at some factors of the fit is left unscored,
+    # but its queueing terms' partial derivatives can be infinite there, which reverse mode
+    # multiplies by the zero cotangent into NaN for every factor; forward mode drops them. The
+    # factors are few (6 per engine group), so the open loop's gradient is formed forward (on
+    # the shipped rows reverse mode gives the same fit, to the sixth digit).
     open_loop = getattr(options, "arrivals", "staggered") == "poisson"
 
     @jax.jit

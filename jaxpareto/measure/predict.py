@@ -151,7 +151,12 @@ def _predict(inputs: RowInputs, table, solver, *, options, steps):
     out = _outputs(inputs, efficiency, solver, concurrency, options)
     if open_loop:  # MLPerf's server scenario, `vllm bench serve --request-rate`: Poisson arrivals
         rate = _target(inputs, capacity) / inputs.workload.osl
-        arrived = _outputs(inputs, efficiency, solver, jnp.where(inputs.server, rate, 1.0),
+        # the other rows' open-loop outputs are discarded, and their factors carry no derivative
+        # into them: at the stand-in rate (1 request/s) their queues may be unstable (inf, with
+        # infinite partial derivatives), whose zero cotangent reverse mode would turn into NaN for
+        # every factor
+        held = jax.tree_util.tree_map(lambda e: jnp.where(inputs.server, e, jax.lax.stop_gradient(e)), efficiency)
+        arrived = _outputs(inputs, held, solver, jnp.where(inputs.server, rate, 1.0),
                            options._replace(arrivals="poisson"))
         reachable = jnp.where(inputs.server, arrived.feasible, reachable)  # unreachable: beyond capacity
         layout_ok = out.feasible
