@@ -127,7 +127,8 @@ MODEL_FLAGS = (
     ("attention", ATTENTION, "attention as the profile counts it, or its FLOPs too"),
     ("roofline", ROOFLINES, "one roofline per decode step (the seed's) or one per operator"),
     ("seen_batch", SEEN_BATCHES, "decode steps at the mean batch (the seed's) or at the batch a session sees: "
-                                 "itself and the others' binomial count, a MoE step's experts averaged over it"),
+                                 "itself and the others' binomial count, a MoE step's experts averaged over it, "
+                                 "and a turn waiting for KV memory whenever it finds the slots full"),
 )
 
 

@@ -58,7 +58,10 @@ class ModelOptions(NamedTuple):
             attention-DP ranks, `jaxpareto.physics.decode.expected_experts_touched`;
             docs/model.md, "The batch a request sees"). A MoE step's experts level off once all
             are awake, so near that batch the mean step lies below the step at the mean batch.
-            R(B) is then no longer the exact solver's pieces.
+            Where sessions wait for KV memory (the LRU model, the measured profile) the closed
+            loop's staggered turns also wait whenever a turn finds M others in theirs
+            (`jaxpareto.physics.queueing.closed_slot_wait_turns`), not only once the mean B
+            passes M (the fluid bound "mean" keeps). R(B) is then no longer the exact solver's pieces.
         prefill_model: "isolated" (seed eq. 2: every turn prefills alone at the GPU's full speed)
             or "shared" (chunked prefill shares engine steps with decode; `jaxpareto.physics.engine`).
         cache_model: where the prefix-cache hit rate comes from (`jaxpareto.physics.cache`): "given" (the

@@ -43,8 +43,8 @@ from jaxpareto.physics.outputs import DECODE_COMPUTE, DECODE_MEMORY, DECODE_NONE
 from jaxpareto.physics.percentiles import PERCENTILES, TurnSpread, latency_percentiles, seen_batch_quantiles
 from jaxpareto.physics.prefill import PrefillWork, prefill_work
 from jaxpareto.physics.roots import INNER_ROOT_EPS
-from jaxpareto.physics.queueing import PrefillMix, batch_fano_factor, mg1_wait_ms, paused_sessions, \
-    prefill_mix, slot_wait_ms
+from jaxpareto.physics.queueing import PrefillMix, batch_fano_factor, closed_slot_wait_turns, mg1_wait_ms, \
+    paused_sessions, prefill_mix, slot_wait_ms
 
 
 
@@ -310,7 +310,12 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         ttft = ttft + scheduler_wait_ms(turn.scheduler_delay_steps, tpot)
     wait = zero
     if queue:
-        wait = (ttft + tpot * turn.osl) * (jnp.maximum(batch / turn.slots, 1.0) - 1.0)
+        if options.seen_batch == "distribution" and options.arrivals == "staggered":
+            # a turn finding M others in theirs waits, as the batch it sees spreads around B
+            queued = closed_slot_wait_turns(batch, concurrency, turn.slots)
+        else:  # the fluid bound: no wait while the mean B is under M
+            queued = jnp.maximum(batch / turn.slots, 1.0) - 1.0
+        wait = (ttft + tpot * turn.osl) * queued
         ttft = ttft + wait
     return TurnState(ttft + tpot * turn.osl, wait, ttft, tpot, step, batch_run, work, lifetime, load, mix,
                      queue_wait, queue_busy, *steps, seen, roots, service_scv, own_service, step_wait, law)

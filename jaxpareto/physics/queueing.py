@@ -275,6 +275,43 @@ def slot_wait_ms(slots: jax.Array, rate_per_ms: jax.Array, hold_ms: jax.Array, h
     return jnp.where(stable, wait, jnp.inf), waits
 
 
+def closed_slot_wait_turns(batch: jax.Array, concurrency: jax.Array, slots: jax.Array) -> jax.Array:
+    """The closed loop's mean wait for one of M KV slots, in running turns S: W / S.
+
+    A session's turn finds K of the C - 1 others in their turn, K ~ binomial(C - 1, B / C) (the
+    arrival theorem of closed networks, Lavenberg and Reiser 1980, with B the sessions in their
+    turn, running or waiting). Where K >= M every slot is busy and the turn is the (K - M + 1)-th
+    in line for the next of them, which free up at M / S: W = E[(K - M + 1)⁺] S / M, the
+    first-come first-served multi-server queue with finite sources (Engset's delay system;
+    Kleinrock, Queueing Systems vol. 1, 1975, chapter 3) taken at the binomial law of its
+    sources. With the binomial tails as incomplete beta functions (`incomplete_beta`, so that
+    C and M need not be integers),
+
+        E[(K - M + 1)⁺] = (C - 1) p I_p(M - 1, C - M) - (M - 1) I_p(M, C - M),   p = B / C,
+
+    ((C - 1) p for one slot). At Z = 0 (p = 1) it is C - M, the fluid R = S C / M of every
+    session waiting its turn; 0 where C <= M (never M others).
+
+    Args:
+        batch: B, sessions in their turn (> 0). concurrency: C (>= 1). slots: M (> 0).
+
+    Returns:
+        W / S >= 0, the mean wait in units of the running turn.
+    """
+    others = jnp.maximum(concurrency - 1.0, 0.0)
+    m = jnp.maximum(slots, 1.0)
+    p = batch / jnp.maximum(concurrency, 1.0)
+    b = others - m + 1.0  # the tails' second shape: > 0 where M others can be in their turn
+    inside = (p > 0.0) & (p < 1.0) & (b > 0.0)  # the incomplete betas' open domain (no 0 x inf derivatives)
+    p_in, b_in = jnp.where(inside, p, 0.5), jnp.where(inside, b, 1.0)
+    several = m > 1.0
+    a_in = jnp.where(several, m - 1.0, 1.0)
+    queued = others * p_in * jnp.where(several, incomplete_beta(a_in, b_in, p_in), 1.0) \
+        - (m - 1.0) * incomplete_beta(m, b_in, p_in)
+    edge = jnp.where((p >= 1.0) & (b > 0.0), b, 0.0)  # every session in its turn: C - M of them queue
+    return jnp.maximum(jnp.where(inside, queued, edge), 0.0) / m
+
+
 def paused_sessions(rate_per_ms: jax.Array, think_time_ms: jax.Array, turns_per_session: jax.Array) -> jax.Array:
     """P = λ Z (N - 1) / N: sessions between two of their turns under Poisson session arrivals
     (Little's law over the pauses: λ / N sessions per ms, each pausing N - 1 times for Z)."""
