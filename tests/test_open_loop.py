@@ -318,7 +318,7 @@ def test_open_loop_predictions_have_reverse_mode_gradients():
     kept = ["mlperf51-llama2-b200-nvidia-server-ttft", "vllm-fp8kv-itl-c1-bf16-125000", "vllm-fp8kv-itl-c1-fp8-125000"]
     rows = rows[rows["id"].isin(kept)].reset_index(drop=True)
     assert len(rows) == 3 and rows["load"].eq("server").sum() == 1
-    predictor = prediction_fn(rows, options=ModelOptions(arrivals="poisson", prefill_model="shared"))
+    predictor = prediction_fn(rows, options=ModelOptions(arrivals="poisson"))
     factors = jp.Efficiency(decode_overhead_ms=1.0, allreduce_scale=1.0)
     measured = rows["value"].to_numpy()
     weights = np.linspace(0.5, 1.5, len(rows))  # every row counts, each differently
