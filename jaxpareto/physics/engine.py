@@ -85,6 +85,8 @@ class EngineTurn(NamedTuple):
             carries the prompt, the prompt lengths included); 0 elsewhere.
         step_wait_ms: the part of ``service_ms`` that is the wait for the step in progress, the
             same for a prompt of any length (the open loop; 0 elsewhere) [ms].
+        arrival_split: the open loop's waits by the kind of step a prompt arrives in
+            (`jaxpareto.physics.open_engine.ArrivalSplit`); None elsewhere.
     """
 
     ttft_ms: jax.Array
@@ -99,6 +101,7 @@ class EngineTurn(NamedTuple):
     load_root: InnerRoot | None = None
     service_scv: jax.Array = 0.0
     step_wait_ms: jax.Array = 0.0
+    arrival_split: NamedTuple | None = None
 
 
 class PrefillExperts(NamedTuple):

@@ -65,7 +65,8 @@ from it directly:
   this wait is short of the simulated one (docs/model.md, "Open-loop load"). The percentiles
   take the step in progress and the serving step as a service of the chain's variance (the
   prompt lengths' share included), and the full steps more as the queueing wait, with
-  P(wait > 0) the chance of being carried.
+  P(wait > 0) the chance of being carried; both split by whether a prompt arrives in a step that
+  carries prefill (the states j >= 1) or not (`ArrivalSplit`).
 - **Capacity.** Prefill at full steps serves P / T(B, P) tokens per ms (P / L prompts per
   T(B, P) under one chunk, as a queue of tokens); beyond that the prefill queue grows without
   bound and the point is flagged by the caller.
@@ -108,6 +109,8 @@ class PrefillSteps(NamedTuple):
             a chunk or more).
         wait_probability: P(a prompt waits for prompts ahead): ρ for a chunk or more, the
             chance of being carried past a step under one chunk (below 1).
+        split: `ArrivalSplit`, the waits by the kind of step a prompt arrives in (under one
+            chunk; for a chunk or more its share of steps with prefill is 0).
     """
 
     mean_step_ms: jax.Array
@@ -121,6 +124,39 @@ class PrefillSteps(NamedTuple):
     overflow_ms: jax.Array
     service_scv: jax.Array
     wait_probability: jax.Array
+    split: ArrivalSplit
+
+
+class ArrivalSplit(NamedTuple):
+    """Where a prompt under one chunk arrives, for the percentiles (scalars): in a step that
+    carries prefill (the chain's states j >= 1) or not (a decode step, or an idle engine).
+
+    Attributes:
+        prefill_share: p_f, the chance of arriving in a step with prefill (0 for a prompt of a
+            chunk or more, where the M/G/1 wait holds that case).
+        prefill_wait_ms, prefill_wait_variance: the mean and variance of the wait for the step in
+            progress given that it carries prefill [ms, ms²].
+        other_wait_ms, other_wait_variance: the same given that it does not [ms, ms²].
+        wait_variance: the wait's variance over both [ms²].
+        prefill_carried: P(carried past a step, and arrived in a step with prefill).
+        prefill_overflow_share: the share of the mean wait for the steps a prompt is carried past
+            (the chain's ``overflow_ms``) that falls to prompts arrived in a step with prefill.
+        carried: P(a prompt waits for prompts ahead), either kind (`poisson_turn`'s; the KV-slot
+            wait added after the engine is not in it).
+        queue_wait_ms: the mean wait for prompts ahead, either kind (`poisson_turn`'s: the
+            carried steps scaled by the arrivals' regularity, or M/G/1's) [ms].
+    """
+
+    prefill_share: jax.Array
+    prefill_wait_ms: jax.Array
+    prefill_wait_variance: jax.Array
+    other_wait_ms: jax.Array
+    other_wait_variance: jax.Array
+    wait_variance: jax.Array
+    prefill_carried: jax.Array
+    prefill_overflow_share: jax.Array
+    carried: jax.Array
+    queue_wait_ms: jax.Array
 
 
 class _ChainWaits(NamedTuple):
@@ -129,6 +165,7 @@ class _ChainWaits(NamedTuple):
     service_scv: jax.Array
     overflow_ms: jax.Array
     wait_probability: jax.Array
+    split: ArrivalSplit
 
 
 def _step_arrivals(new, last, arrivals, dispersion):
@@ -179,9 +216,11 @@ def _chain_waits(law, durations, relief, spread, arrivals, chain_time, counts, s
     prompts' lengths, ``arrivals`` λT_j and ``chain_time`` Σ π_j T_j as `prefill_steps` has them,
     ``running`` the chance that the engine runs a step at all."""
     # the step in progress, length-biased: E[T²] / 2E[T], and E[(U T)²] = E[T³] / 3E[T]; none
-    # where the engine is idle
-    step_wait = running * jnp.sum(law * (durations ** 2 + spread)) / (2.0 * chain_time)
-    wait_square = running * jnp.sum(law * durations * (durations ** 2 + 3.0 * spread)) / (3.0 * chain_time)
+    # where the engine is idle. Split by whether the step carries prefill (j >= 1) or not
+    with_prefill = (jnp.arange(law.shape[0]) >= 1).astype(law.dtype)
+    wait_terms = running * law * (durations ** 2 + spread) / (2.0 * chain_time)
+    square_terms = running * law * durations * (durations ** 2 + 3.0 * spread) / (3.0 * chain_time)
+    step_wait, wait_square = jnp.sum(wait_terms), jnp.sum(square_terms)
     # the step that serves the prompt: the law weighted by the prompts a step serves
     prompts = law * served
     total = jnp.sum(prompts)
@@ -213,10 +252,24 @@ def _chain_waits(law, durations, relief, spread, arrivals, chain_time, counts, s
     # the serving step already holds all of the prompt's mean length: a step its own length
     # carries it past adds the step less the tokens that moved out of the serving step
     carry_step = jnp.maximum(t_full - own_relief, t0)
-    overflow = jnp.sum(weights * (full * t_full + sum(tails) * carry_step))
-    carried = jnp.sum(weights * jnp.maximum(jnp.minimum(full, 1.0), tails[0]))
+    overflow_terms = jnp.sum(weights * (full * t_full + sum(tails) * carry_step), axis=1)
+    carried_terms = jnp.sum(weights * jnp.maximum(jnp.minimum(full, 1.0), tails[0]), axis=1)
+    overflow, carried = jnp.sum(overflow_terms), jnp.sum(carried_terms)
+    # the same, given the kind of step a prompt arrives in (PASTA: the steps' share of time)
+    share = running * jnp.sum(with_prefill * landing)
+    safe_share, safe_other = jnp.maximum(share, 1e-30), jnp.maximum(1.0 - share, 1e-30)
+    prefill_wait = jnp.sum(with_prefill * wait_terms) / safe_share
+    other_wait = jnp.sum((1.0 - with_prefill) * wait_terms) / safe_other
+    split = ArrivalSplit(share, prefill_wait,
+                         jnp.maximum(jnp.sum(with_prefill * square_terms) / safe_share - prefill_wait ** 2, 0.0),
+                         other_wait,
+                         jnp.maximum(jnp.sum((1.0 - with_prefill) * square_terms) / safe_other - other_wait ** 2, 0.0),
+                         jnp.maximum(wait_square - step_wait ** 2, 0.0),
+                         jnp.sum(with_prefill * carried_terms),
+                         jnp.sum(with_prefill * overflow_terms) / jnp.maximum(overflow, 1e-30),
+                         carried, overflow)  # the last two `poisson_turn`'s own in the end
     return _ChainWaits(step_wait, own, variance / (step_wait + own) ** 2, overflow,
-                       jnp.clip(carried, 0.0, _WAIT_CEILING))
+                       jnp.clip(carried, 0.0, _WAIT_CEILING), split)
 
 
 def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: jax.Array,
@@ -293,9 +346,12 @@ def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: ja
     # caller's M/G/1 wait covers the prompt in service (its P(wait > 0) is ρ)
     step_wait = jnp.where(whole, running * (1.0 - share) * 0.5 * t0, waits.step_wait_ms)
     own = jnp.where(whole, t_full, waits.own_step_ms)
+    # a chunk or more: no split (its waits are the M/G/1 queue's, every prompt's alike)
+    split = jax.tree_util.tree_map(lambda value, kept: jnp.where(whole, value, kept),
+                                   ArrivalSplit(*([0.0] * 3), step_wait, *([0.0] * 6)), waits.split)
     return PrefillSteps(mean, t0, mixed, share, jnp.where(whole, chunk_tokens, chain_tokens), load, step_wait, own,
                         waits.overflow_ms, jnp.where(whole, 0.0, waits.service_scv),
-                        jnp.where(whole, jnp.clip(load, 0.0, 1.0), waits.wait_probability))
+                        jnp.where(whole, jnp.clip(load, 0.0, 1.0), waits.wait_probability), split)
 
 
 def poisson_turn(step: DecodeStep, rate_per_ms: jax.Array, prefill_tokens: jax.Array, osl: jax.Array,
@@ -367,7 +423,8 @@ def poisson_turn(step: DecodeStep, rate_per_ms: jax.Array, prefill_tokens: jax.A
     ttft, tpot = jnp.where(stable, ttft, jnp.inf), jnp.where(stable, tpot, jnp.inf)
     return EngineTurn(ttft, tpot, share, alone + steps.step_wait_ms, t0, tf,
                       jnp.where(stable, steps.wait_probability, 1.0), mixed, dispersion,
-                      service_scv=steps.service_scv, step_wait_ms=steps.step_wait_ms)
+                      service_scv=steps.service_scv, step_wait_ms=steps.step_wait_ms,
+                      arrival_split=steps.split._replace(carried=busy, queue_wait_ms=queued))
 
 
 def saturated_tpot_ms(full: DecodeStep, slots: jax.Array, prefill_tokens: jax.Array, osl: jax.Array,

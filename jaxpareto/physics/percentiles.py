@@ -12,7 +12,11 @@ The means come from the model; the spread around them from three stated approxim
   exponential (Cramér-Lundberg) and matching its mean is the usual two-moment approximation
   (Tijms, A First Course in Stochastic Models, 2003); with arrivals more regular than Poisson
   (``arrival_cv``) W is the GI/G/1 mean and the chance of waiting stays ρ, so the waits that
-  happen are shorter. TTFT = S + W with S and W independent. Under the closed loop the
+  happen are shorter. TTFT = S + W with S and W independent. In the shared engine, prompts
+  under one chunk that arrive in a step carrying prefill (a share p_f, PASTA) and those that do
+  not are kinds of their own, each with its wait for the step in progress (its conditional mean
+  and variance) and its chance and mean of being carried past steps (`TurnSpread.arrival_split`):
+  the first wait for a prefill step's rest, the others rarely. Under the closed loop the
   mean TTFT (with whatever waits it holds) is spread by the lengths only.
 - **The batch a request sees.** Requests in their turn have mean B and variance F B under
   Poisson arrivals (the M/G/∞ occupancy of Takács 1962, F = 1, over-dispersed by the engine's
@@ -91,8 +95,8 @@ class Delay(NamedTuple):
 
     Attributes:
         weights, means, sigmas: the kinds' shares, means [ms] and log-spreads, shape (k,).
-        busy: P(wait > 0) (0: no wait).
-        wait_ms: the mean wait given that there is one [ms].
+        busy: P(wait > 0) (0: no wait), for every kind or per kind (shape (k,)).
+        wait_ms: the mean wait given that there is one [ms], likewise.
     """
 
     weights: jax.Array
@@ -118,7 +122,8 @@ def delay_cdf(delay: Delay, t: jax.Array, with_wait: bool = True) -> jax.Array:
     span = z_t - _Z_LOW
     z = z_t[:, None] - span[:, None] * _GL_U[None, :] ** 2  # (k, n)
     s = delay.means[:, None] * jnp.exp(delay.sigmas[:, None] * z - 0.5 * delay.sigmas[:, None] ** 2)
-    m = jnp.maximum(delay.wait_ms, 1e-30)
+    m = jnp.maximum(jnp.asarray(delay.wait_ms), 1e-30)
+    m = m[:, None] if m.ndim else m  # a wait for every kind, or each kind its own
     density = jnp.exp(-0.5 * z * z - jnp.maximum(t - s, 0.0) / m) / jnp.sqrt(2.0 * jnp.pi)
     integral = jnp.sum(density * 2.0 * span[:, None] * _GL_U[None, :] * _GL_WU[None, :], axis=1)
     return jnp.sum(delay.weights * (below - delay.busy * integral))
@@ -137,7 +142,7 @@ def delay_quantiles(delay: Delay, with_wait: bool = True) -> tuple[jax.Array, ..
     for q, zq, zh in zip(_LEVELS, _ZQ, _ZH):
         lo = jnp.min(delay.means * jnp.exp(delay.sigmas * zq - 0.5 * delay.sigmas ** 2))
         upper_kind = jnp.max(delay.means * jnp.exp(delay.sigmas * zh - 0.5 * delay.sigmas ** 2))
-        upper_wait = delay.wait_ms * jnp.log(jnp.maximum(2.0 * delay.busy / (1.0 - q), 1.0))
+        upper_wait = jnp.max(delay.wait_ms * jnp.log(jnp.maximum(2.0 * delay.busy / (1.0 - q), 1.0)))
         log_t = increasing_quantile(lambda x: delay_cdf(delay, jnp.exp(x), with_wait), q - _LEVEL_TOLERANCE,
                                     jnp.log(lo), jnp.log(upper_kind + upper_wait), _BISECTIONS)
         out.append(jnp.exp(log_t))
@@ -209,6 +214,11 @@ class TurnSpread(NamedTuple):
             open loop's shared engine) [ms]: every prompt waits it alike, so it is added to each
             hit/miss kind's own time rather than scaled with its tokens, and the service's
             spread beyond the prompt lengths' (``service_scv`` less theirs) is each kind's alike.
+        arrival_split: the open loop's shared-engine waits by the kind of step a prompt arrives
+            in (`jaxpareto.physics.open_engine.ArrivalSplit`), or None: each hit/miss kind is
+            then split in two, arrived in a step with prefill or not, each with its own wait for
+            the step in progress (mean and variance) and its own chance and mean of being carried
+            past steps (module docstring).
     """
 
     ttft_ms: jax.Array
@@ -233,6 +243,7 @@ class TurnSpread(NamedTuple):
     step_wait_ms: jax.Array = 0.0
     fastest_step_ms: jax.Array = 0.0
     longest_rise_ms: jax.Array = float("inf")
+    arrival_split: NamedTuple | None = None
 
 
 class LatencyPercentiles(NamedTuple):
@@ -282,9 +293,35 @@ def latency_percentiles(spread: TurnSpread, with_wait: bool = True) -> LatencyPe
                                  lengths_variance)
     steps_variance = jnp.where(given, spread.service_scv * service ** 2 - lengths_variance, 0.0)
     prefill_variance = steps_variance + lengths_variance * scales ** 2
-    prefill_cv = sqrt_or_zero(prefill_variance) / jnp.maximum(prefill_means, 1e-30)
     busy = jnp.clip(spread.wait_busy, 0.0, 1.0)
-    wait = jnp.where(busy > 0, spread.wait_ms / jnp.where(busy > 0, busy, 1.0), 0.0)
+    split = spread.arrival_split
+    if split is None:
+        wait = jnp.where(busy > 0, spread.wait_ms / jnp.where(busy > 0, busy, 1.0), 0.0)
+    else:
+        # the kinds arrived in a step with prefill, then those that did not: each its own wait for
+        # the step in progress (its conditional mean and variance in place of the whole wait's),
+        # and its own chance of being carried past steps and mean wait when it is
+        shares = jnp.stack([jnp.clip(split.prefill_share, 0.0, 1.0), 1.0 - jnp.clip(split.prefill_share, 0.0, 1.0)])
+        step_means = jnp.stack([split.prefill_wait_ms, split.other_wait_ms])
+        step_variances = jnp.stack([split.prefill_wait_variance, split.other_wait_variance])
+        # the wait for prompts ahead by kind; the KV-slot wait the turn holds beside it (P(wait)
+        # 1 - (1 - the engine's)(1 - the slots'), `jaxpareto.physics.point`) is every kind's alike
+        engine_busy = jnp.clip(split.carried, 0.0, busy)
+        slot_busy = jnp.clip(1.0 - (1.0 - busy) / jnp.maximum(1.0 - engine_busy, 1e-30), 0.0, 1.0)
+        slot_wait = jnp.maximum(spread.wait_ms - split.queue_wait_ms, 0.0)
+        carried = jnp.clip(jnp.stack([split.prefill_carried, engine_busy - split.prefill_carried]), 0.0, engine_busy)
+        overflow_share = jnp.clip(split.prefill_overflow_share, 0.0, 1.0)
+        ahead = split.queue_wait_ms * jnp.stack([overflow_share, 1.0 - overflow_share])  # E[wait; kind]
+        kind_share = jnp.maximum(shares, 1e-30)
+        group_busy = 1.0 - (1.0 - jnp.clip(carried / kind_share, 0.0, 1.0)) * (1.0 - slot_busy)
+        group_wait = ahead / kind_share + slot_wait  # the mean wait of a prompt of the kind
+        weights = (shares[:, None] * weights[None, :]).ravel()
+        prefill_means = (own * scales[None, :] + step_means[:, None]).ravel()
+        prefill_variance = jnp.maximum(steps_variance - split.wait_variance + step_variances[:, None]
+                                       + lengths_variance * scales[None, :] ** 2, 0.0).ravel()
+        busy = jnp.repeat(group_busy, scales.shape[0])
+        wait = jnp.repeat(jnp.where(group_busy > 0, group_wait / jnp.maximum(group_busy, 1e-30), 0.0), scales.shape[0])
+    prefill_cv = sqrt_or_zero(prefill_variance) / jnp.maximum(prefill_means, 1e-30)
     ttft = Delay(weights, prefill_means, lognormal_sigma(prefill_cv), busy, wait)
 
     # a request's TPOT: the batch averaged over its turn, and the prefill chunks it decodes through

@@ -157,7 +157,9 @@ class TurnState(NamedTuple):
     TTFT's S / (1 - ρ')), else None; ``step_wait_ms`` the part of the service that is the wait
     for the step in progress, alike for every prompt (the open loop's shared engine; 0 elsewhere);
     ``seen_law`` the law of the batch the routed experts of ``step`` are counted over
-    (`jaxpareto.physics.decode.seen_batch`; None: at the mean, the seed's).
+    (`jaxpareto.physics.decode.seen_batch`; None: at the mean, the seed's); ``arrival_split``
+    the open loop's shared-engine waits by the kind of step a prompt arrives in
+    (`jaxpareto.physics.open_engine.ArrivalSplit`; None elsewhere).
     """
 
     latency_ms: jax.Array
@@ -182,6 +184,7 @@ class TurnState(NamedTuple):
     prefill_service_ms: jax.Array | None = None
     step_wait_ms: jax.Array = 0.0
     seen_law: BatchLaw | None = None
+    arrival_split: NamedTuple | None = None
 
 
 def inner_unknowns(options: ModelOptions) -> tuple[tuple[str, float, float], ...]:
@@ -228,6 +231,7 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
     """
     given = iter(itertools.repeat(None) if inner is None else inner)
     own_service = None  # a prefill's own time in its steps, where TTFT holds more (below)
+    split = None  # the open loop's waits by the step a prompt arrives in (the shared engine's)
     queue = options.cache_model == "lru" or options.profile == "measured"
     open_loop = options.open_loop
     concurrency = batch + turn.paused_sessions if open_loop else turn.concurrency
@@ -298,6 +302,7 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         queue_wait, queue_busy = (engine.ttft_ms - engine.service_ms, engine.seen_load) if open_loop else (zero, zero)
         service_scv = engine.service_scv + zero
         step_wait = engine.step_wait_ms + zero
+        split = engine.arrival_split
     else:
         ttft, tpot, load = isolated_ttft, step.tpot_ms, zero
         steps = (tpot, tpot, zero, zero + 1.0)
@@ -318,7 +323,7 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         wait = (ttft + tpot * turn.osl) * queued
         ttft = ttft + wait
     return TurnState(ttft + tpot * turn.osl, wait, ttft, tpot, step, batch_run, work, lifetime, load, mix,
-                     queue_wait, queue_busy, *steps, seen, roots, service_scv, own_service, step_wait, law)
+                     queue_wait, queue_busy, *steps, seen, roots, service_scv, own_service, step_wait, law, split)
 
 
 def scheduler_wait_ms(delay_steps: jax.Array, tpot_ms: jax.Array) -> jax.Array:
@@ -713,7 +718,8 @@ def evaluate_point(
                             state.prefill_dispersion, tpot_cap,
                             0.0 if turn.scheduler_delay_steps is None
                             else scheduler_wait_ms(turn.scheduler_delay_steps, state.tpot_ms), state.service_scv,
-                            state.prefill_service_ms, rise, state.step_wait_ms, fastest, step_rise(most))
+                            state.prefill_service_ms, rise, state.step_wait_ms, fastest, step_rise(most),
+                            state.arrival_split)
         safe = jax.tree_util.tree_map(lambda v: jnp.where(ok, v, 1.0), spread)  # no NaN into the bisections
         found = latency_percentiles(safe, with_wait=open_loop)
         percentile_outputs = {f"p{p}_{name}": masked(values[i]) for name, values in found._asdict().items()
