@@ -450,6 +450,29 @@ def test_the_waits_by_the_step_a_prompt_arrives_in_add_up(tokens, rate):
         assert 0.0 <= float(split.prefill_overflow_share) <= 1.0
 
 
+@pytest.mark.parametrize(("tokens", "rate"), [(5000.0, 0.002), (5000.0, 0.005), (12000.0, 0.001)])
+def test_the_split_carries_the_engines_own_wait_for_prompts_ahead(tokens, rate):
+    """The split hands the percentiles the engine's chance and mean of waiting for prompts ahead
+    (the chain's carried steps under one chunk, M/G/1's for a chunk or more), which they take
+    apart from the KV-slot wait the turn adds later (the load at full steps was passed for the
+    chance at first: under one chunk several times the chain's at 30 % load, which left the slots'
+    wait no chance of its own)."""
+    from jaxpareto.physics.open_engine import poisson_turn
+    from jaxpareto.physics.prefill import ttft_ms
+
+    with jax.enable_x64(True):
+        hw, model, eff = resolve_gpu(GPU).to_params(), resolve_model(MODEL).to_params(), jp.Efficiency()
+        tflops = effective_tflops(hw, model.compute_bits)
+        coefficients = decode_coefficients(hw, model, 1, tokens, tflops, eff.eta_decode, eff.elementwise_overhead)
+        per_token = ttft_ms(model.params_active_b, 1.0, 1, tflops, eff.eta_prefill)
+        turn = poisson_turn(decode_step(coefficients, 8.0), rate, tokens, float(OSL), 8192.0, per_token,
+                            eff.eta_decode, eff.elementwise_overhead, 0.0, 0.0, batch=8.0)
+        assert float(turn.arrival_split.carried) == pytest.approx(float(turn.seen_load), rel=1e-12)
+        assert float(turn.arrival_split.queue_wait_ms) == pytest.approx(float(turn.ttft_ms - turn.service_ms),
+                                                                         rel=1e-9)
+        assert 0.0 < float(turn.seen_load) < float(turn.prefill_load) or tokens >= 8192.0
+
+
 @pytest.mark.parametrize("share", [0.0, 0.3, 0.8])
 def test_two_alike_kinds_of_arrival_give_the_unsplit_percentiles(share):
     """Split into two kinds whose waits are alike (the same wait for the step in progress, the

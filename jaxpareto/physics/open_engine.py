@@ -421,10 +421,10 @@ def poisson_turn(step: DecodeStep, rate_per_ms: jax.Array, prefill_tokens: jax.A
     # beyond the prefill capacity the queue grows without bound: no finite latency (the batch's
     # fixed-point iteration stops there and the caller flags the point)
     ttft, tpot = jnp.where(stable, ttft, jnp.inf), jnp.where(stable, tpot, jnp.inf)
-    return EngineTurn(ttft, tpot, share, alone + steps.step_wait_ms, t0, tf,
-                      jnp.where(stable, steps.wait_probability, 1.0), mixed, dispersion,
+    waits = jnp.where(stable, steps.wait_probability, 1.0)  # P(a prompt waits for prompts ahead)
+    return EngineTurn(ttft, tpot, share, alone + steps.step_wait_ms, t0, tf, waits, mixed, dispersion,
                       service_scv=steps.service_scv, step_wait_ms=steps.step_wait_ms,
-                      arrival_split=steps.split._replace(carried=busy, queue_wait_ms=queued))
+                      arrival_split=steps.split._replace(carried=waits, queue_wait_ms=queued))
 
 
 def saturated_tpot_ms(full: DecodeStep, slots: jax.Array, prefill_tokens: jax.Array, osl: jax.Array,

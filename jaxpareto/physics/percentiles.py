@@ -215,10 +215,10 @@ class TurnSpread(NamedTuple):
             hit/miss kind's own time rather than scaled with its tokens, and the service's
             spread beyond the prompt lengths' (``service_scv`` less theirs) is each kind's alike.
         arrival_split: the open loop's shared-engine waits by the kind of step a prompt arrives
-            in (`jaxpareto.physics.open_engine.ArrivalSplit`), or None: each hit/miss kind is
-            then split in two, arrived in a step with prefill or not, each with its own wait for
-            the step in progress (mean and variance) and its own chance and mean of being carried
-            past steps (module docstring).
+            in (`jaxpareto.physics.open_engine.ArrivalSplit`; None: no split). Given, each
+            hit/miss kind is split in two, arrived in a step with prefill or not, each with its
+            own wait for the step in progress (mean and variance) and its own chance and mean of
+            being carried past steps (module docstring).
     """
 
     ttft_ms: jax.Array
