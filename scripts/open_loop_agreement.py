@@ -5,7 +5,7 @@ the model's own step times, at most ``concurrency_max`` requests holding KV), at
 the model's capacity, for prompts of a thirty-second, a quarter, 0.37, 0.61, one, 1.46 and two
 chunks with fixed or lognormal lengths, and for a prefix-cached agent's turns (`HIT_CASES`: a
 share of the prompts hits and prefills only its new tokens, the others the whole context). About
-9 min; ``--quick`` about 15 s (two cases, two loads, fewer requests, one run, no hit cases).
+10 min; ``--quick`` about 15 s (two cases, two loads, fewer requests, one run, no hit cases).
 
 Each row pools ``--seeds`` independent simulated runs (8 by default, 20,000 requests each, the
 first tenth of each left out): near capacity one run's mean TTFT is a noisy reference (eight
