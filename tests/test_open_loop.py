@@ -491,7 +491,7 @@ def test_two_alike_kinds_of_arrival_give_the_unsplit_percentiles(share):
                           jnp.asarray(30.0), 128.0, 0.3, 25.0, 90.0, 0.3, 4.0, 0.2, 0.002,
                           service_scv=jnp.asarray(0.2), step_wait_ms=jnp.asarray(30.0))
         split = ArrivalSplit(*map(jnp.asarray, (share, 30.0, 0.0, 30.0, 0.0, 0.0, share * engine_busy, share,
-                                                engine_busy, engine_wait)))
+                                                engine_busy, engine_wait, slot_busy, slot_wait)))
         whole, parts = latency_percentiles(base), latency_percentiles(base._replace(arrival_split=split))
         np.testing.assert_allclose(np.asarray(parts.ttft_ms), np.asarray(whole.ttft_ms), rtol=1e-6)
         np.testing.assert_allclose(np.asarray(parts.e2el_ms), np.asarray(whole.e2el_ms), rtol=1e-6)

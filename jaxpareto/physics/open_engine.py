@@ -141,10 +141,12 @@ class ArrivalSplit(NamedTuple):
         prefill_carried: P(carried past a step, and arrived in a step with prefill).
         prefill_overflow_share: the share of the mean wait for the steps a prompt is carried past
             (the chain's ``overflow_ms``) that falls to prompts arrived in a step with prefill.
-        carried: P(a prompt waits for prompts ahead), either kind (`poisson_turn`'s; the KV-slot
-            wait added after the engine is not in it).
-        queue_wait_ms: the mean wait for prompts ahead, either kind (`poisson_turn`'s: the
+        carried: P(a prompt waits for prompts ahead), either kind (set by `poisson_turn`).
+        queue_wait_ms: the mean wait for prompts ahead, either kind (set by `poisson_turn`: the
             carried steps scaled by the arrivals' regularity, or M/G/1's) [ms].
+        slot_busy, slot_wait_ms: P(a prompt waits for a KV slot) and the mean of that wait over
+            all prompts [ms], every kind's alike (set where the turn adds it,
+            `jaxpareto.physics.point`; 0: none).
     """
 
     prefill_share: jax.Array
@@ -155,8 +157,10 @@ class ArrivalSplit(NamedTuple):
     wait_variance: jax.Array
     prefill_carried: jax.Array
     prefill_overflow_share: jax.Array
-    carried: jax.Array
-    queue_wait_ms: jax.Array
+    carried: jax.Array = 0.0
+    queue_wait_ms: jax.Array = 0.0
+    slot_busy: jax.Array = 0.0
+    slot_wait_ms: jax.Array = 0.0
 
 
 class _ChainWaits(NamedTuple):
@@ -266,8 +270,7 @@ def _chain_waits(law, durations, relief, spread, arrivals, chain_time, counts, s
                          jnp.maximum(jnp.sum((1.0 - with_prefill) * square_terms) / safe_other - other_wait ** 2, 0.0),
                          jnp.maximum(wait_square - step_wait ** 2, 0.0),
                          jnp.sum(with_prefill * carried_terms),
-                         jnp.sum(with_prefill * overflow_terms) / jnp.maximum(overflow, 1e-30),
-                         carried, overflow)  # the last two `poisson_turn`'s own in the end
+                         jnp.sum(with_prefill * overflow_terms) / jnp.maximum(overflow, 1e-30))
     return _ChainWaits(step_wait, own, variance / (step_wait + own) ** 2, overflow,
                        jnp.clip(carried, 0.0, _WAIT_CEILING), split)
 
@@ -348,7 +351,7 @@ def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: ja
     own = jnp.where(whole, t_full, waits.own_step_ms)
     # a chunk or more: no split (its waits are the M/G/1 queue's, every prompt's alike)
     split = jax.tree_util.tree_map(lambda value, kept: jnp.where(whole, value, kept),
-                                   ArrivalSplit(*([0.0] * 3), step_wait, *([0.0] * 6)), waits.split)
+                                   ArrivalSplit(0.0, 0.0, 0.0, step_wait, 0.0, 0.0, 0.0, 0.0), waits.split)
     return PrefillSteps(mean, t0, mixed, share, jnp.where(whole, chunk_tokens, chain_tokens), load, step_wait, own,
                         waits.overflow_ms, jnp.where(whole, 0.0, waits.service_scv),
                         jnp.where(whole, jnp.clip(load, 0.0, 1.0), waits.wait_probability), split)

@@ -218,7 +218,8 @@ class TurnSpread(NamedTuple):
             in (`jaxpareto.physics.open_engine.ArrivalSplit`; None: no split). Given, each
             hit/miss kind is split in two, arrived in a step with prefill or not, each with its
             own wait for the step in progress (mean and variance) and its own chance and mean of
-            being carried past steps (module docstring).
+            being carried past steps (module docstring); the waits are then the split's (the
+            engine's and the KV slots' apart), not ``wait_ms`` and ``wait_busy``, their merge.
     """
 
     ttft_ms: jax.Array
@@ -293,9 +294,9 @@ def latency_percentiles(spread: TurnSpread, with_wait: bool = True) -> LatencyPe
                                  lengths_variance)
     steps_variance = jnp.where(given, spread.service_scv * service ** 2 - lengths_variance, 0.0)
     prefill_variance = steps_variance + lengths_variance * scales ** 2
-    busy = jnp.clip(spread.wait_busy, 0.0, 1.0)
     split = spread.arrival_split
     if split is None:
+        busy = jnp.clip(spread.wait_busy, 0.0, 1.0)
         wait = jnp.where(busy > 0, spread.wait_ms / jnp.where(busy > 0, busy, 1.0), 0.0)
     else:
         # the kinds arrived in a step with prefill, then those that did not: each its own wait for
@@ -305,16 +306,16 @@ def latency_percentiles(spread: TurnSpread, with_wait: bool = True) -> LatencyPe
         step_means = jnp.stack([split.prefill_wait_ms, split.other_wait_ms])
         step_variances = jnp.stack([split.prefill_wait_variance, split.other_wait_variance])
         # the wait for prompts ahead by kind; the KV-slot wait the turn holds beside it (P(wait)
-        # 1 - (1 - the engine's)(1 - the slots'), `jaxpareto.physics.point`) is every kind's alike
-        engine_busy = jnp.clip(split.carried, 0.0, busy)
-        slot_busy = jnp.clip(1.0 - (1.0 - busy) / jnp.maximum(1.0 - engine_busy, 1e-30), 0.0, 1.0)
-        slot_wait = jnp.maximum(spread.wait_ms - split.queue_wait_ms, 0.0)
+        # 1 - (1 - the engine's)(1 - the slots'), as `jaxpareto.physics.point` merges them) is
+        # every kind's alike
+        engine_busy = jnp.clip(split.carried, 0.0, 1.0)
+        slot_busy = jnp.clip(split.slot_busy, 0.0, 1.0)
         carried = jnp.clip(jnp.stack([split.prefill_carried, engine_busy - split.prefill_carried]), 0.0, engine_busy)
         overflow_share = jnp.clip(split.prefill_overflow_share, 0.0, 1.0)
         ahead = split.queue_wait_ms * jnp.stack([overflow_share, 1.0 - overflow_share])  # E[wait; kind]
         kind_share = jnp.maximum(shares, 1e-30)
         group_busy = 1.0 - (1.0 - jnp.clip(carried / kind_share, 0.0, 1.0)) * (1.0 - slot_busy)
-        group_wait = ahead / kind_share + slot_wait  # the mean wait of a prompt of the kind
+        group_wait = ahead / kind_share + split.slot_wait_ms  # the mean wait of a prompt of the kind
         weights = (shares[:, None] * weights[None, :]).ravel()
         prefill_means = (own * scales[None, :] + step_means[:, None]).ravel()
         prefill_variance = jnp.maximum(steps_variance - split.wait_variance + step_variances[:, None]

@@ -380,9 +380,11 @@ def _with_slot_wait(state: TurnState, full: TurnState, saturated_tpot_ms: jax.Ar
     wait, waits = slot_wait_ms(slots, rate_per_ms, hold, (decode * osl_cv / hold) ** 2, hold_full, fano,
                                state.prefill_dispersion * arrival_scv)
     busy = 1.0 - (1.0 - state.queue_busy) * (1.0 - waits)
+    split = state.arrival_split  # the percentiles keep the slots' wait apart from the engine's
+    split = None if split is None else split._replace(slot_busy=waits, slot_wait_ms=wait)
     return state._replace(ttft_ms=state.ttft_ms + wait, latency_ms=state.latency_ms + wait,
                           memory_wait_ms=state.memory_wait_ms + wait, queue_wait_ms=state.queue_wait_ms + wait,
-                          queue_busy=jnp.where(jnp.isfinite(wait), busy, 1.0)), fano
+                          queue_busy=jnp.where(jnp.isfinite(wait), busy, 1.0), arrival_split=split), fano
 
 
 def turn_latency_ms(turn: TurnLatency, batch: jax.Array, options: ModelOptions = ModelOptions()) -> jax.Array:
