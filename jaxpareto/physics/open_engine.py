@@ -78,7 +78,8 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax.scipy.special import gammainc, gammaln, ndtr
+import numpy as np
+from jax.scipy.special import ndtr
 
 from jaxpareto.physics.decode import DecodeStep
 from jaxpareto.physics.engine import EngineTurn, lockstep_share, step_time, whole_steps_ms
@@ -90,7 +91,9 @@ _CARRY_STEPS = 4  # full steps a prompt's own length can carry it past (beyond t
 _CHAIN_SQUARINGS = 7  # the chain's law 1 + 2^7 steps after an empty queue
 _WAIT_CEILING = 1.0 - 1e-6  # P(wait) of a stable queue stays below 1, which flags instability
 _TAIL_TERMS, _TAIL_SMALL = 16, 1e-3  # a negative binomial tail below 1e-3: 16 terms summed, then a geometric rest
+_POISSON_TAIL_SMALL = 1e-2  # a Poisson one below 1e-2 (its terms' ratios fall: 16 of them reach 1e-5 of it)
 _LOG_FLOOR, _PROBABILITY_FLOOR = -60.0, 1e-25  # below: 0 (keeps float32 clear of denormals)
+_LOG_FACTORIALS = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, _CHAIN_STATES + 1)))])  # log n!, n = 0 .. 16
 
 
 class PrefillSteps(NamedTuple):
@@ -185,31 +188,60 @@ def _step_arrivals(new, last, arrivals, dispersion):
     mean = arrivals[:, None]
     k = dispersion[:, None]
     count = jnp.maximum(new, 0.0)
-    # log Γ(n + 1/k) - log Γ(1/k) - n log(1/k) = Σ_{i<n} log(1 + i k), summed under a mask
+    # log Γ(n + 1/k) - log Γ(1/k) - n log(1/k) = Σ_{i<n} log(1 + i k), less log n!: a running
+    # sum over i per row, taken at each n (a gather; summing under a (j, n, i) mask cost a
+    # batched product of 16-term dots)
     steps = jnp.arange(_CHAIN_STATES, dtype=mean.dtype)
-    below = (steps[None, None, :] < count[:, :, None]).astype(mean.dtype)  # i < n, shape (j, n, i)
-    rising = jnp.einsum("ji,jni->jn", jnp.log1p(steps[None, :] * k), below)
+    rises = jnp.cumsum(jnp.log1p(steps[None, :-1] * k), axis=1)  # Σ_{i<n}, n = 1 .. 15
+    per_count = jnp.concatenate([jnp.zeros_like(k), rises], axis=1) - \
+        jnp.asarray(_LOG_FACTORIALS[:_CHAIN_STATES], mean.dtype)[None, :]
+    rising = jnp.take_along_axis(per_count, count.astype(jnp.int32), axis=1)
     c = mean * k
     # (1/k) log(1 + λT k), its Poisson limit λT as k -> 0 taken by series
     exponent = jnp.where(c > 1e-4, jnp.log1p(c) / jnp.where(c > 1e-4, k, 1.0), mean * (1.0 - c / 2.0 + c * c / 3.0))
-    logs = rising + count * (jnp.log(mean) - jnp.log1p(c)) - exponent - gammaln(count + 1.0)
+    logs = rising + count * (jnp.log(mean) - jnp.log1p(c)) - exponent
     # probabilities below e^-60 are dropped: float32 denormals would slow the CPU a hundredfold
     moves = jnp.where((new >= 0) & (logs > _LOG_FLOOR), jnp.exp(jnp.maximum(logs, _LOG_FLOOR)), 0.0)
     # the last state's tail where it is small summed upward from its first term, not taken as
-    # 1 - the rest (float32 rounding would pile up there): Poisson's by the incomplete gamma, the
-    # negative binomial's by the terms' ratio (n + 1/k) q / (n + 1) over _TAIL_TERMS terms and a
-    # geometric rest (to 1e-4 of itself)
+    # 1 - the rest (float32 rounding would pile up there): by the terms' ratio (n + 1/k) q / (n + 1)
+    # (Poisson's λT / (n + 1) at k = 0) over _TAIL_TERMS terms and a geometric rest
     least = jnp.maximum(last, 1.0)
-    poisson = gammainc(least, arrivals)
-    n = least[:, None] + jnp.arange(_TAIL_TERMS, dtype=mean.dtype)[None, :]
-    ratios = mean * (1.0 + n * k) / ((1.0 + c) * (n + 1.0))
-    terms = jnp.cumprod(jnp.concatenate([jnp.ones_like(k), ratios[:, :-1]], axis=1), axis=1)
-    rest = terms[:, -1] * ratios[:, -1] / (1.0 - jnp.minimum(jnp.maximum(ratios[:, -1], c[:, 0] / (1.0 + c[:, 0])), 0.99))
-    # 1 - the rest where the tail is not small: float32 rounds it by 1e-4 of itself at most
-    cdf = jnp.sum(moves[:, :-1], axis=1)
-    summed = jnp.where(cdf < 1.0 - _TAIL_SMALL, 1.0 - cdf, moves[:, -1] * (jnp.sum(terms, axis=1) + rest))
-    tail = jnp.where(dispersion > 0.0, summed, poisson)
+    tail = _upper_tail(moves[:, -1], jnp.sum(moves[:, :-1], axis=1), least, mean[:, 0], k[:, 0],
+                       jnp.where(dispersion > 0.0, _TAIL_SMALL, _POISSON_TAIL_SMALL))
     return moves, jnp.where(last >= 1.0, jnp.minimum(tail, 1.0), 1.0)
+
+
+def _upper_tail(first, below, least, mean, dispersion, small=_TAIL_SMALL):
+    """P(N >= n_0) of a negative binomial count N of mean λT = ``mean`` and squared-CV mixing
+    ``dispersion`` k (Poisson at k = 0), from its first term P(N = n_0) = ``first`` and
+    P(N < n_0) = ``below`` (n_0 = ``least``; each of shape (j,)).
+
+    Where the tail is small it is summed upward: the terms' ratio (n + 1/k) q / (n + 1), q =
+    λT k / (1 + λT k), over `_TAIL_TERMS` terms, then a geometric rest at the last ratio (or q,
+    the ratio's limit, if larger; to 1e-4 of itself); where it is not (P(N < n_0) below 1 -
+    `_TAIL_SMALL`), 1 - P(N < n_0), which float32 rounds by 1e-4 of itself at most. Sums of
+    positive terms, with none of the incomplete gamma function's iterations (Poisson's tail by
+    `jax.scipy.special.gammainc` cost 20-40 % of an open-loop sweep)."""
+    c = mean * dispersion
+    n = least[:, None] + jnp.arange(_TAIL_TERMS, dtype=mean.dtype)[None, :]
+    ratios = mean[:, None] * (1.0 + n * dispersion[:, None]) / ((1.0 + c[:, None]) * (n + 1.0))
+    terms = jnp.cumprod(jnp.concatenate([jnp.ones_like(c)[:, None], ratios[:, :-1]], axis=1), axis=1)
+    last = ratios[:, -1]
+    rest = terms[:, -1] * last / (1.0 - jnp.minimum(jnp.maximum(last, c / (1.0 + c)), 0.99))
+    return jnp.where(below < 1.0 - small, 1.0 - below, first * (jnp.sum(terms, axis=1) + rest))
+
+
+def _poisson_tails(arrivals):
+    """P(N >= a + 1) for a = 0 .. 15 and N ~ Poisson(λT_j), ``arrivals`` λT_j (shape (j,); the
+    result (j, 16)): P(N >= 16) by `_upper_tail`, plus the terms between, summed downward."""
+    counts = jnp.arange(_CHAIN_STATES + 1, dtype=arrivals.dtype)
+    logs = counts[None, :] * jnp.log(arrivals)[:, None] - arrivals[:, None] - jnp.asarray(_LOG_FACTORIALS, arrivals.dtype)[None, :]
+    terms = jnp.where(logs > _LOG_FLOOR, jnp.exp(jnp.maximum(logs, _LOG_FLOOR)), 0.0)  # P(N = n), n = 0 .. 16
+    top = _upper_tail(terms[:, -1], jnp.sum(terms[:, :-1], axis=1), jnp.full_like(arrivals, _CHAIN_STATES),
+                      arrivals, jnp.zeros_like(arrivals), _POISSON_TAIL_SMALL)
+    # P(N >= a + 1) = P(N >= 16) + Σ_{a < n < 16} P(N = n)
+    between = jnp.cumsum(terms[:, _CHAIN_STATES - 1:0:-1], axis=1)[:, ::-1]  # Σ_{n = a + 1}^{15}, a = 0 .. 14
+    return top[:, None] + jnp.concatenate([between, jnp.zeros_like(top)[:, None]], axis=1)
 
 
 def _chain_waits(law, durations, relief, spread, arrivals, chain_time, counts, served, tokens, chunk_tokens,
@@ -239,7 +271,7 @@ def _chain_waits(law, durations, relief, spread, arrivals, chain_time, counts, s
     # before it in that step (P(A = a) = P(N >= a + 1) / λT_j, N ~ Poisson(λT_j)); the chunks
     # fill token by token, so with x their tokens the prompt ends ⌈(x + L_own) / P⌉ - 1 full
     # steps after the next, L_own lognormal of the prompts' spread
-    before = gammainc(counts[None, :] + 1.0, arrivals[:, None]) / arrivals[:, None]  # (j, a)
+    before = _poisson_tails(arrivals) / arrivals[:, None]  # (j, a)
     before = jnp.where(arrivals[:, None] > 1e-6, before, (counts[None, :] == 0).astype(before.dtype))
     ahead = (counts - served)[:, None] * tokens + counts[None, :] * tokens
     full = jnp.floor(ahead / chunk_tokens)
