@@ -89,3 +89,31 @@ def test_a_step_carries_at_least_the_request_that_decodes(solver):
     np.testing.assert_allclose(tpot, float(one.tpot_ms), rtol=1e-5)
     active_read_ms = m.params_active_b * 2.0 / (2 * hw.bandwidth_gbs) * 1e3  # bf16, at the full bandwidth
     assert tpot.min() > active_read_ms
+
+
+def _two_fixed_points(latency, b):
+    """λ R(B) = B + c (B - 1)(B - b_2): increasing on [0, 5], fixed points 1 (stable, slope
+    1 - c (b_2 - 1)) and b_2 (unstable), with λ = 1 (``latency`` holds c and b_2)."""
+    c, second = latency
+    return b + c * (b - 1.0) * (b - second)
+
+
+@pytest.mark.parametrize(("c", "second"), [(0.2, 3.0), (0.025, 3.0), (0.4, 1.5)])
+def test_the_open_loop_climbs_undamped_to_its_smallest_fixed_point(c, second):
+    """B <- λ R(B) from 0, undamped: the iterates stay below the smallest fixed point (1), never
+    pass to the unstable one beyond it (3 or 1.5), and reach it within the tolerance in about as
+    many steps as its slope s there says, log(tol) / log(s) (s = 0.6, 0.95, 0.8: 27, 270, 62),
+    where the seed's damping of 0.4 would take 2.5x to 4x as many."""
+    import jax.numpy as jnp
+
+    from jaxpareto.physics.closed_loop import LoopInputs, solve_closed_loop
+
+    solver = jp.Solver(tol=1e-6)
+    inputs = LoopInputs((jnp.float32(c), jnp.float32(second)), jnp.float32(1.0), jnp.float32(0.0),
+                        rate_per_ms=jnp.float32(1.0), batch_cap=jnp.float32(100.0))
+    found = solve_closed_loop(_two_fixed_points, inputs, solver, open_loop=True).fixed_point
+    assert bool(found.converged)
+    slope = 1.0 - c * (second - 1.0)
+    # within tol of the map's residual: |B - 1| <= tol B / (1 - slope), from below
+    assert 1.0 - 2e-6 / (1.0 - slope) <= float(found.batch) <= 1.0 + 1e-6
+    assert int(found.iterations) <= np.log(1e-7) / np.log(slope) + 5
