@@ -261,10 +261,10 @@ def _iterative_solve(latency_ms, solver_name, open_loop, joint) -> Loop:
                            solver)
 
     # the damped iteration narrows its batches where its steps are many and each costly (R(B)'s
-    # inner roots solved afresh at every step; the open loop's heavy-tailed step counts, under
-    # any solver name: the open loop has no joint solve); the seed's cheap steps and Newton's
-    # few do not repay compiling the step twice
-    return Loop(parts, narrowings=int(open_loop or (joint is not None and solver_name != "newton")))
+    # inner roots solved afresh at every step), the open loop twice (its heavy-tailed step counts,
+    # under any solver name: the open loop has no joint solve); the seed's cheap steps and
+    # Newton's few do not repay compiling the step twice
+    return Loop(parts, narrowings=2 if open_loop else int(joint is not None and solver_name != "newton"))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2, 3, 4))
