@@ -3,8 +3,10 @@ the seed's equations and with each option of `jaxpareto.definitions.options.Mode
 ratios to the seed's damped solver.
 
 Grid: Llama-3.1-70B and Qwen3-235B-A22B on H100 and B200, TP 1/2/4/8, 64 log-spaced
-concurrencies 1-1024, 4 think times 0-30 s, 8 contexts 4K-128K, 5 hit rates (about 164,000
-points, every output kept). Compilation is timed separately (the first call); the steady
+concurrencies 1-1024, 4 think times 0-30 s, 8 contexts 4K-128K, 5 hit rates (133,120 points
+once rounded concurrencies repeat, every output kept). Under Poisson arrivals as many
+log-spaced request rates, 0.01-100 per second, stand in for the concurrencies (the points
+beyond capacity are flagged and cost little). Compilation is timed separately (the first call); the steady
 state is the best of three further calls, each blocking on the result.
 
 Usage: python benchmarks/bench_models.py [--quick]
@@ -39,6 +41,9 @@ VARIANTS = {
     "lru, lognormal pauses (newton)": {"cache_model": "lru", "pause_distribution": "lognormal", "solver": "newton"},
     "shared + lru + host tier": {"prefill_model": "shared", "cache_model": "lru", "tier_capacity_gb": 1024.0,
                                  "tier_bandwidth_gbs": 64.0},
+    # Poisson arrivals of agent sessions of 8 turns: the load axis is request_rate (as many rates as
+    # concurrencies), percentiles on
+    "open loop, shared prefill": {"arrivals": "poisson", "prefill_model": "shared", "turns_per_session": 8},
 }
 
 
@@ -58,13 +63,17 @@ def main() -> None:
     results = {}
     base = None
     for name, options in VARIANTS.items():
+        axes = g
+        if options.get("arrivals") == "poisson":  # the same number of points, rates for concurrencies
+            axes = {**{k: v for k, v in g.items() if k != "concurrency"},
+                    "request_rate": np.geomspace(0.01, 100.0, len(g["concurrency"])).tolist()}
         start = time.perf_counter()
-        ds = jp.sweep(**g, **options)
+        ds = jp.sweep(**axes, **options)
         first = time.perf_counter() - start
         best = np.inf
         for _ in range(3):
             start = time.perf_counter()
-            ds = jp.sweep(**g, **options)
+            ds = jp.sweep(**axes, **options)
             best = min(best, time.perf_counter() - start)
         points = int(ds.feasible.size)
         rate = points / best

@@ -6,7 +6,7 @@ Runs ``python benchmarks/bench_models.py`` (which writes
 ``benchmarks/results/bench_models_<platform>.json``) and prints its result as the README's
 Markdown table. ``--from-recorded`` only formats the recorded JSON (seconds).
 
-Run time on a 2-core CPU: a few minutes (133,120 points, 13 variants, each compiled once and
+Run time on a 2-core CPU: a few minutes (133,120 points, 15 variants, each compiled once and
 timed 3 times). ``--quick`` runs the benchmark's smaller grid (about 25 s) in a scratch copy,
 so the recorded results are left alone; its figures are not the README's.
 
@@ -34,6 +34,7 @@ ROWS = {
     "LRU with lognormal pauses": "lru, lognormal pauses",
     'LRU with lognormal pauses, `solver="newton"`': "lru, lognormal pauses (newton)",
     "shared + LRU + host tier": "shared + lru + host tier",
+    '`arrivals="poisson"`, shared prefill (52 request rates in place of the concurrencies)': "open loop, shared prefill",
 }
 
 

@@ -226,9 +226,9 @@ class Solver(_Validated):
     """The closed-loop fixed-point solver (docs/model.md, eq. 4): which one and its controls.
 
     Attributes:
-        damping: weight of the new iterate in (0, 1] (seed 0.4), the closed loop's; the open
-            loop (``arrivals="poisson"``) iterates undamped, its map climbing from B = 0 to its
-            smallest fixed point (`jaxpareto.physics.closed_loop`).
+        damping: weight of the new iterate in (0, 1] (seed 0.4). The open loop
+            (``arrivals="poisson"``) iterates undamped while its map climbs from B = 0, and
+            damped once it turns back (`jaxpareto.physics.closed_loop.climbing_loop`).
         tol: relative residual |B_target - B| <= tol x B that stops the iteration.
         max_iter: damped updates before giving up (point flagged unconverged).
         name: "damped" (the seed's iteration, the reference; where R(B) holds inner roots, the

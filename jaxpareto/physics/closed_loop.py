@@ -4,18 +4,19 @@ Sessions alternate a turn of latency R with a pause Z, so a fraction ρ = R / (R
 on the GPU at any time (operational analysis, Lazowska et al. 1984; X = C / (R + Z)). R depends
 on B through TPOT, hence the fixed point.
 
-The open loop's B = λ R(B) (`jaxpareto.physics.queueing`) is iterated from B = 0 without damping:
-its map is increasing, so the iterates B_{n+1} = λ R(B_n) climb monotonically to its smallest
-fixed point (each stays below it: B_n <= B* gives λ R(B_n) <= λ R(B*) = B*), the one the damped
-iteration reaches, at the rate λ R'(B*) against the damped iteration's 1 - d (1 - λ R'(B*)). On
-an open-loop grid of 4,320 points (shared engine, spread lengths) that took 7 steps a point on
-average against 31 at the seed's damping 0.4 (P99 33 against 91), and the sweep 2.2x less time;
-B moved within the tolerance (8e-6 relative).
+The open loop's B = λ R(B) (`jaxpareto.physics.queueing`) is iterated from B = 0 without damping
+while it climbs (`climbing_loop`): where its map is increasing the iterates B_{n+1} = λ R(B_n)
+climb monotonically to its smallest fixed point (each stays below it: B_n <= B* gives
+λ R(B_n) <= λ R(B*) = B*), the one the damped iteration reaches, at the rate λ R'(B*) against
+the damped iteration's 1 - d (1 - λ R'(B*)); where the map turns back (near the prefill
+capacity it can fall with B) the iteration goes on damped. On an open-loop grid of 4,320 points
+(shared engine, spread lengths) that took 7 steps a point on average against 31 at the seed's
+damping 0.4 (P99 33 against 91), and the sweep 2.2x less time; B moved within the tolerance
+(8e-6 relative).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable
 from typing import NamedTuple
@@ -88,6 +89,58 @@ def damped_loop(target: Callable[[jax.Array], jax.Array], start: jax.Array, solv
         return FixedPoint(b, within_tol(b, t) & (b <= cap), i, jnp.abs(t - b) / b)
 
     return LoopParts(lambda: (start, target(start), jnp.zeros((), jnp.int32)), keep_going, step, finish)
+
+
+def climbing_loop(target: Callable[[jax.Array], jax.Array], solver: Solver, cap: jax.Array) -> LoopParts:
+    """The open loop's iteration B <- λ R(B) from B = 0 (`jaxpareto.physics.queueing`), in parts
+    (`jaxpareto.physics.chunked.LoopParts`): undamped while it climbs, damped once the map turns
+    back.
+
+    Where the map is increasing the undamped iterates climb to its smallest fixed point and stay
+    below it, faster than damped ones (module docstring). Near the prefill capacity it need not
+    be: the clusters of prefills that lengthen TPOT shrink as the decode step grows with B, so
+    λ R(B) can fall with B, and an undamped step can pass the fixed point, or the cap. So a step
+    goes at most to ``cap``, and the iteration continues as `damped_loop` once a target lies
+    below its B by more than the tolerance (the map turned back: it comes down from there, as the
+    damped iteration from 0 would have) or once an undamped step reaches no finite target, or the
+    cap with its target beyond (that step is taken back, and the damped one taken from the B
+    before it; beyond capacity it fails too). It stops, unconverged, at a non-finite target, at B
+    above ``cap`` or after ``max_iter`` steps.
+
+    Args:
+        target: B -> λ R(B) [requests] (scalar -> scalar). solver: damping (once turned back),
+            tol, max_iter. cap: B's bound (the KV slots).
+
+    Returns:
+        `LoopParts` with state (B, target(B), updates, turned back); ``finish`` gives the
+        `FixedPoint`.
+    """
+    def within_tol(b, t):
+        return jnp.abs(t - b) <= solver.tol * b
+
+    def keep_going(state):
+        b, t, i, _ = state
+        return ~within_tol(b, t) & jnp.isfinite(t) & (b <= cap) & (i < solver.max_iter)
+
+    def step(state):
+        b, t, i, turned = state
+        b_next = jnp.where(turned, (1.0 - solver.damping) * b + solver.damping * t, jnp.minimum(t, cap))
+        t_next = target(b_next)
+        # an undamped step to no finite target, or to the cap with its target beyond, is taken
+        # back: the damped iteration goes on from B (beyond capacity it fails there too)
+        back = ~turned & (~jnp.isfinite(t_next) | ((b_next >= cap) & (t_next > b_next)))
+        turned = turned | back | (t_next < b_next * (1.0 - solver.tol))
+        return jnp.where(back, b, b_next), jnp.where(back, t, t_next), i + 1, turned
+
+    def finish(state):
+        b, t, i, _ = state
+        return FixedPoint(b, within_tol(b, t) & (b <= cap), i, jnp.abs(t - b) / b)
+
+    def start():
+        b = jnp.zeros_like(cap)
+        return b, target(b), jnp.zeros((), jnp.int32), jnp.zeros((), bool)
+
+    return LoopParts(start, keep_going, step, finish)
 
 
 def _positive_root(intercept, slope, concurrency_eff, think_time_ms):
@@ -254,9 +307,9 @@ def _iterative_solve(latency_ms, solver_name, open_loop, joint) -> Loop:
         inputs, solver = args
         if joint is not None and not open_loop and solver_name == "newton":
             return joint_loop(joint, inputs.latency, inputs.concurrency_eff, inputs.think_time_ms, solver)
-        if open_loop:  # undamped: B <- λ R(B) climbs from 0 to the smallest fixed point (module docstring)
-            return damped_loop(lambda b: _target(latency_ms, True, b, inputs), jnp.zeros_like(inputs.rate_per_ms),
-                               dataclasses.replace(solver, damping=1.0), inputs.batch_cap)
+        if open_loop:  # undamped while B <- λ R(B) climbs from 0 (module docstring)
+            return climbing_loop(lambda b: _target(latency_ms, True, b, inputs), solver,
+                                 inputs.batch_cap + 0.0 * inputs.rate_per_ms)
         return damped_loop(lambda b: _target(latency_ms, False, b, inputs), jnp.ones_like(inputs.concurrency_eff),
                            solver)
 
