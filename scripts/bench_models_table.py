@@ -48,6 +48,8 @@ def rate(value: float) -> str:
 
 
 def ratio(value: float) -> str:
+    if value < 0.01:  # two significant digits: 0.0041, not 0.00
+        return f"{value:.2g}"
     return f"{value:.1f}" if value >= 0.995 else f"{value:.2f}"
 
 
