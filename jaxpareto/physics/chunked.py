@@ -34,7 +34,9 @@ the seed's cheap steps gained nothing on the named grid (89-93 ms against 95-103
 few steps (1.2x) did not repay compiling its large step twice (4.5 -> 6.7 s). The open loop
 narrows twice (1,024 -> 128 -> 16): its step counts stay heavy-tailed undamped (P99 33, the
 slowest 247, on an open-loop grid of 4,320 points), and the second narrowing took its sweep
-from 1.03 to 0.77 s, for 2 s more of a first call's compilation (18.8 -> 20.9 s).
+from 1.03 to 0.77 s, for 2 s more of a first call's compilation (18.8 -> 20.9 s). A batch of
+fewer than 8 x `NARROWEST` points (a small sweep's sub-batches) is not narrowed: its steps
+are few, and a narrowing would compile its step again.
 
 The masked loop runs each point's steps as a plain vmap does, and its results are a plain
 vmap's bit for bit on the grids compared. A narrower batch runs the same step function as a
@@ -63,10 +65,12 @@ LOOP_CHUNK = 1 << 12
 # a narrowing keeps the points still going once no more than 1 in `NARROWING` are, in a batch
 # that much narrower (gathered by `jnp.nonzero`), of `NARROWEST` points at least. Narrowed twice
 # by 8, the named grid's damped solve ran in 86-88 ms, by 4 in 92, by 2 in 103 (each narrowing
-# gathers every input of the points kept). 16 lets the open loop's second narrowing reach its
-# last few slow points (module docstring).
+# gathers every input of the points kept). A further narrowing goes down to `NARROWEST_AGAIN`
+# (the open loop's second: its last few slow points, module docstring); a batch narrower than
+# 8 x `NARROWEST` (a small sweep's) is not narrowed at all, and compiles its step once.
 NARROWING = 8
-NARROWEST = 16
+NARROWEST = 64
+NARROWEST_AGAIN = 16
 
 
 class LoopParts(NamedTuple):
@@ -178,13 +182,13 @@ def _masked_loop(loop: Loop, tree, batched: tuple[bool, ...], leaves: list):
     return jax.vmap(per_point("finish"), in_axes=(*axes, 0))(*leaves, state)
 
 
-def _narrowed(going, stepped, batched, leaves, state, n: int, live=None, levels: int = 0):
+def _narrowed(going, stepped, batched, leaves, state, n: int, live=None, levels: int = 0, floor: int = NARROWEST):
     """Step the batch of ``n`` points where they keep going (``live``: only those of its points,
     the rest fill) until none do, or, with ``levels`` of narrowing left, until at most n /
     `NARROWING` do; then gather those into that narrower batch, recurse, and scatter their
     states back (the narrower batch's fill is neither stepped nor written back)."""
     width = n // NARROWING
-    width = width if width >= NARROWEST and levels > 0 else 0
+    width = width if width >= floor and levels > 0 else 0
 
     def more(carry):
         _, still = carry
@@ -207,7 +211,7 @@ def _narrowed(going, stepped, batched, leaves, state, n: int, live=None, levels:
         kept = jnp.arange(width) < still.sum()
         narrow = [leaf[index] if b else leaf for leaf, b in zip(leaves, batched)]
         inner = _narrowed(going, stepped, batched, narrow, jax.tree_util.tree_map(lambda a: a[index], state), width,
-                          kept, levels - 1)
+                          kept, levels - 1, NARROWEST_AGAIN)
         back = jnp.where(kept, index, n)  # the fill goes nowhere
         return jax.tree_util.tree_map(lambda a, b: a.at[back].set(b, mode="drop"), state, inner)
 

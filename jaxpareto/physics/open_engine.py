@@ -235,7 +235,8 @@ def _poisson_tails(arrivals):
     """P(N >= a + 1) for a = 0 .. 15 and N ~ Poisson(λT_j), ``arrivals`` λT_j (shape (j,); the
     result (j, 16)): P(N >= 16) by `_upper_tail`, plus the terms between, summed downward."""
     counts = jnp.arange(_CHAIN_STATES + 1, dtype=arrivals.dtype)
-    logs = counts[None, :] * jnp.log(arrivals)[:, None] - arrivals[:, None] - jnp.asarray(_LOG_FACTORIALS, arrivals.dtype)[None, :]
+    log_factorials = jnp.asarray(_LOG_FACTORIALS, arrivals.dtype)[None, :]
+    logs = counts[None, :] * jnp.log(arrivals)[:, None] - arrivals[:, None] - log_factorials
     terms = jnp.where(logs > _LOG_FLOOR, jnp.exp(jnp.maximum(logs, _LOG_FLOOR)), 0.0)  # P(N = n), n = 0 .. 16
     top = _upper_tail(terms[:, -1], jnp.sum(terms[:, :-1], axis=1), jnp.full_like(arrivals, _CHAIN_STATES),
                       arrivals, jnp.zeros_like(arrivals), _POISSON_TAIL_SMALL)
