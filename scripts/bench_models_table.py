@@ -34,7 +34,8 @@ ROWS = {
     "LRU with lognormal pauses": "lru, lognormal pauses",
     'LRU with lognormal pauses, `solver="newton"`': "lru, lognormal pauses (newton)",
     "shared + LRU + host tier": "shared + lru + host tier",
-    '`arrivals="poisson"`, shared prefill (52 request rates in place of the concurrencies)': "open loop, shared prefill",
+    '`arrivals="poisson"`, shared prefill (52 request rates in place of the concurrencies)':
+        "open loop, shared prefill",
 }
 
 

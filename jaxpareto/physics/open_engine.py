@@ -218,10 +218,11 @@ def _upper_tail(first, below, least, mean, dispersion, small=_TAIL_SMALL):
 
     Where the tail is small it is summed upward: the terms' ratio (n + 1/k) q / (n + 1), q =
     λT k / (1 + λT k), over `_TAIL_TERMS` terms, then a geometric rest at the last ratio (or q,
-    the ratio's limit, if larger; to 1e-4 of itself); where it is not (P(N < n_0) below 1 -
-    `_TAIL_SMALL`), 1 - P(N < n_0), which float32 rounds by 1e-4 of itself at most. Sums of
-    positive terms, with none of the incomplete gamma function's iterations (Poisson's tail by
-    `jax.scipy.special.gammainc` cost 20-40 % of an open-loop sweep)."""
+    the ratio's limit, if larger); where it is not (P(N < n_0) below 1 - ``small``:
+    `_TAIL_SMALL`, or `_POISSON_TAIL_SMALL` for Poisson's, whose ratios fall faster),
+    1 - P(N < n_0). Either is within 1e-4 of the tail in float32. Sums of positive terms, with
+    none of the incomplete gamma function's iterations (`jax.scipy.special.gammainc`'s, two
+    thirds of the chain's time when it gave the Poisson tails)."""
     c = mean * dispersion
     n = least[:, None] + jnp.arange(_TAIL_TERMS, dtype=mean.dtype)[None, :]
     ratios = mean[:, None] * (1.0 + n * dispersion[:, None]) / ((1.0 + c[:, None]) * (n + 1.0))
