@@ -72,23 +72,27 @@ def damped_loop(target: Callable[[jax.Array], jax.Array], start: jax.Array, solv
     """
     cap = jnp.inf if cap is None else cap
 
-    def within_tol(b, t):
-        return jnp.abs(t - b) <= solver.tol * b
-
     def keep_going(state):
-        b, t, i = state
-        return ~within_tol(b, t) & jnp.isfinite(t) & (b <= cap) & (i < solver.max_iter)
+        return _keep_going(*state[:3], solver, cap)
 
     def step(state):
         b, t, i = state
         b_next = (1.0 - solver.damping) * b + solver.damping * t
         return b_next, target(b_next), i + 1
 
-    def finish(state):
-        b, t, i = state
-        return FixedPoint(b, within_tol(b, t) & (b <= cap), i, jnp.abs(t - b) / b)
+    return LoopParts(lambda: (start, target(start), jnp.zeros((), jnp.int32)), keep_going, step,
+                     lambda state: _finished(*state[:3], solver, cap))
 
-    return LoopParts(lambda: (start, target(start), jnp.zeros((), jnp.int32)), keep_going, step, finish)
+
+def _keep_going(b, t, i, solver: Solver, cap):
+    """An iteration at B with target t after i updates goes on: |t - B| > tol B, t finite, B at
+    most ``cap``, fewer than ``max_iter`` updates."""
+    return (jnp.abs(t - b) > solver.tol * b) & jnp.isfinite(t) & (b <= cap) & (i < solver.max_iter)
+
+
+def _finished(b, t, i, solver: Solver, cap) -> FixedPoint:
+    """The `FixedPoint` of an iteration stopped at B with target t after i updates."""
+    return FixedPoint(b, (jnp.abs(t - b) <= solver.tol * b) & (b <= cap), i, jnp.abs(t - b) / b)
 
 
 def climbing_loop(target: Callable[[jax.Array], jax.Array], solver: Solver, cap: jax.Array) -> LoopParts:
@@ -115,12 +119,8 @@ def climbing_loop(target: Callable[[jax.Array], jax.Array], solver: Solver, cap:
         `LoopParts` with state (B, target(B), updates, turned back); ``finish`` gives the
         `FixedPoint`.
     """
-    def within_tol(b, t):
-        return jnp.abs(t - b) <= solver.tol * b
-
     def keep_going(state):
-        b, t, i, _ = state
-        return ~within_tol(b, t) & jnp.isfinite(t) & (b <= cap) & (i < solver.max_iter)
+        return _keep_going(*state[:3], solver, cap)
 
     def step(state):
         b, t, i, turned = state
@@ -133,8 +133,7 @@ def climbing_loop(target: Callable[[jax.Array], jax.Array], solver: Solver, cap:
         return jnp.where(back, b, b_next), jnp.where(back, t, t_next), i + 1, turned
 
     def finish(state):
-        b, t, i, _ = state
-        return FixedPoint(b, within_tol(b, t) & (b <= cap), i, jnp.abs(t - b) / b)
+        return _finished(*state[:3], solver, cap)
 
     def start():
         b = jnp.zeros_like(cap)

@@ -302,7 +302,8 @@ def latency_percentiles(spread: TurnSpread, with_wait: bool = True) -> LatencyPe
         # the kinds arrived in a step with prefill, then those that did not: each its own wait for
         # the step in progress (its conditional mean and variance in place of the whole wait's),
         # and its own chance of being carried past steps and mean wait when it is
-        shares = jnp.stack([jnp.clip(split.prefill_share, 0.0, 1.0), 1.0 - jnp.clip(split.prefill_share, 0.0, 1.0)])
+        prefill_share = jnp.clip(split.prefill_share, 0.0, 1.0)
+        shares = jnp.stack([prefill_share, 1.0 - prefill_share])
         step_means = jnp.stack([split.prefill_wait_ms, split.other_wait_ms])
         step_variances = jnp.stack([split.prefill_wait_variance, split.other_wait_variance])
         # the wait for prompts ahead by kind; the KV-slot wait the turn holds beside it (P(wait)
