@@ -60,7 +60,8 @@ def test_split_is_stratified_and_seeded():
 
 @pytest.fixture(scope="module")
 def fitted():
-    return calibrate(options=ModelOptions(), steps=150, learning_rate=0.1)
+    # 50 steps bring the training loss to 0.77 of its start (150 steps, 0.76: each step ~0.4 s)
+    return calibrate(options=ModelOptions(), steps=50, learning_rate=0.1)
 
 
 def test_calibration_lowers_training_error_and_not_held_out_error(fitted):
@@ -172,7 +173,7 @@ def test_an_engine_whose_training_rows_the_model_cannot_express_gets_no_factors(
     unsupported = runs[runs["unsupported"].ne("") & runs["engine"].eq("trtllm") & runs["metric"].eq("tpot_ms")].head(2)
     assert len(unsupported) == 2 and all(len(p) == 4 for p in picks.values())
     train = [*picks["vllm"]["id"], *picks["sglang"]["id"], *unsupported["id"]]
-    options = ModelOptions(profile="measured", prefill_model="shared")
+    options = ModelOptions()
     rows = pd.concat([picks["vllm"], picks["sglang"], unsupported, picks["trtllm"]])  # as load_validation_set gives
     with pytest.raises(jp.JaxparetoError, match=r"held-out rows of engines \['trtllm'\] have no training rows"):
         calibrate(rows.reset_index(drop=True), train={"id": train}, steps=1, options=options)

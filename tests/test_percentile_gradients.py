@@ -155,10 +155,15 @@ CASES = {
 OUTPUTS = ("p50_ttft_ms", "p99_ttft_ms", "p90_tpot_ms", "p50_itl_ms", "p99_itl_ms", "p50_e2el_ms", "p99_e2el_ms")
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_point_percentiles_match_central_differences(case):
-    """Through the whole model (the closed loop's implicit B included): the gradient of a sum
-    of log-percentiles against float64 central differences, in reverse and forward mode."""
+# forward mode's program through the open loop's shared engine compiles for about 30 s: its
+# check against reverse mode runs with the slow checks (scripts/slow_checks.sh)
+FORWARD_IN_SLOW_CHECKS = ("shared engine, Poisson arrivals",)
+
+
+def _central_reverse_forward(case, forward_mode=True):
+    """The gradient of a sum of log-percentiles at the case's point: float64 central
+    differences, reverse mode, and forward mode (or None), and which coordinates the
+    differences measured."""
     options, workload, start = CASES[case]
     hw, model = _params("h100-sxm", "llama-3.1-70b")
     with jax.enable_x64(True):
@@ -178,10 +183,26 @@ def test_point_percentiles_match_central_differences(case):
         central = np.array([(value(x.at[k].add(steps[k])) - value(x.at[k].add(-steps[k]))) / (2 * steps[k])
                             if steps[k] > 0 else 0.0 for k in range(x.size)])
         reverse = np.asarray(jax.jit(jax.grad(log_sum))(x))
-        forward = np.asarray(jax.jit(jax.jacfwd(log_sum))(x))
-        measured = steps > 0  # think time 0 and the open loop's hit rate 0 sit at their range's end
-        np.testing.assert_allclose(reverse[measured], central[measured], rtol=2e-3, atol=1e-7)
+        forward = np.asarray(jax.jit(jax.jacfwd(log_sum))(x)) if forward_mode else None
+    return central, reverse, forward, steps > 0  # think time 0 and the open loop's hit rate 0 sit at their range's end
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_point_percentiles_match_central_differences(case):
+    """Through the whole model (the closed loop's implicit B included): the gradient of a sum
+    of log-percentiles against float64 central differences, in reverse and forward mode."""
+    central, reverse, forward, measured = _central_reverse_forward(case, case not in FORWARD_IN_SLOW_CHECKS)
+    np.testing.assert_allclose(reverse[measured], central[measured], rtol=2e-3, atol=1e-7)
+    if forward is not None:
         np.testing.assert_allclose(forward, reverse, rtol=1e-8, atol=1e-12)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", FORWARD_IN_SLOW_CHECKS)
+def test_forward_mode_through_the_open_loops_shared_engine(case):
+    """Forward mode agrees with reverse mode where its program is costly to compile."""
+    _, reverse, forward, _ = _central_reverse_forward(case)
+    np.testing.assert_allclose(forward, reverse, rtol=1e-8, atol=1e-12)
 
 
 def test_gradient_search_sees_percentile_slos():
