@@ -127,8 +127,8 @@ def _falling(latency, b):
 @pytest.mark.parametrize("cap", [26.0, 100.0])
 def test_the_open_loop_comes_down_damped_where_its_map_falls(cap):
     """Where λ R(B) falls with B an undamped step passes the fixed point (to 30, whose target 15
-    lies below it) or the cap (26, whose target is not finite, taken back): the iteration goes on
-    damped from there and finds the damped iteration's fixed point, 20, converged (the undamped
+    lies below it) or the cap (26, whose target is not finite): the step is taken back, the
+    iteration goes on damped from 0 and finds the damped iteration's fixed point, 20, converged (the undamped
     iteration alone flagged 10 points of 133,120 of the models benchmark's open-loop grid beyond
     capacity where the damped one found their fixed point)."""
     from jaxpareto.physics.closed_loop import LoopInputs, solve_closed_loop
@@ -138,3 +138,27 @@ def test_the_open_loop_comes_down_damped_where_its_map_falls(cap):
     found = solve_closed_loop(_falling, inputs, jp.Solver(tol=1e-6), open_loop=True).fixed_point
     assert bool(found.converged)
     np.testing.assert_allclose(float(found.batch), 20.0, rtol=1e-5)
+
+
+def _dip(latency, b):
+    """λ R(B) falling from 3.6 through a stable fixed point at 1, then rising through an
+    unstable one near 2 to a stable one at 3: an undamped first step lands at 3.6, past both."""
+    del latency
+    return jnp.where(b < 1.5, 3.6 - 2.6 * b, jnp.where(b < 2.0, b + 0.5, 3.0 + 0.5 * (b - 3.0)))
+
+
+def test_an_undamped_step_past_a_fixed_point_is_taken_back():
+    """A review's case: the first undamped step, from 0 to 3.6, passes the fixed point 1 that
+    the damped iteration from 0 finds; its target there (3.3) lies below it. Coming down damped
+    from 3.6 had found the other stable fixed point, 3, converged; the step is taken back and
+    the damped iteration goes on from 0, to 1."""
+    from jaxpareto.physics.closed_loop import LoopInputs, damped_loop, solve_closed_loop
+
+    solver = jp.Solver(tol=1e-6)
+    inputs = LoopInputs((jnp.float32(0.0),), jnp.float32(1.0), jnp.float32(0.0), rate_per_ms=jnp.float32(1.0),
+                        batch_cap=jnp.float32(100.0))
+    found = solve_closed_loop(_dip, inputs, solver, open_loop=True).fixed_point
+    damped = damped_loop(lambda b: _dip(None, b), jnp.float32(0.0), solver, jnp.float32(100.0)).run()
+    assert bool(found.converged) and bool(damped.converged)
+    np.testing.assert_allclose(float(damped.batch), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(float(found.batch), float(damped.batch), rtol=1e-5)

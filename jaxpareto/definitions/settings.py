@@ -230,7 +230,8 @@ class Solver(_Validated):
             (``arrivals="poisson"``) iterates undamped while its map climbs from B = 0, and
             damped once it turns back (`jaxpareto.physics.closed_loop.climbing_loop`).
         tol: relative residual |B_target - B| <= tol x B that stops the iteration.
-        max_iter: damped updates before giving up (point flagged unconverged).
+        max_iter: updates before giving up (point flagged unconverged; the open loop's undamped
+            steps count too).
         name: "damped" (the seed's iteration, the reference; where R(B) holds inner roots, the
             shared engine's load or the LRU time of lognormal pauses, they are solved afresh at
             every step), "newton" (where R(B) holds inner roots, Newton's method on B and them

@@ -30,12 +30,13 @@ from jaxpareto.physics.joint import JointSolution, JointSystem, joint_loop
 
 
 class FixedPoint(NamedTuple):
-    """Outcome of the damped iteration for one point (scalars).
+    """Outcome of the fixed-point iteration for one point (scalars).
 
     Attributes:
         batch: B kept (the last iterate).
         converged: |B_target - B| <= tol x B at the B kept.
-        iterations: damped updates performed (0 when B = 1 already satisfies the test).
+        iterations: updates performed (0 when the start already satisfies the test; the open
+            loop's undamped steps count, those taken back too: `climbing_loop`).
         residual: |B_target - B| / B at the B kept.
     """
 
@@ -59,8 +60,8 @@ def damped_loop(target: Callable[[jax.Array], jax.Array], start: jax.Array, solv
     (C_eff x ρ(B) in the closed loop, seed eq. 4); stop when |target - B| <= tol x B, else
     B <- (1 - damping) B + damping target; give up after ``max_iter`` updates. A non-finite
     target, or B above ``cap`` (the open loop's divergence: no fixed point below it), stops the
-    loop unconverged. The map is increasing, so the iterates move monotonically to the nearest
-    fixed point in the direction of target(start) - start.
+    loop unconverged. Where the map is increasing (the closed loop's), the iterates move
+    monotonically to the nearest fixed point in the direction of target(start) - start.
 
     Args:
         target: B -> the target [sessions or requests] (scalar -> scalar).
@@ -104,12 +105,20 @@ def climbing_loop(target: Callable[[jax.Array], jax.Array], solver: Solver, cap:
     below it, faster than damped ones (module docstring). Near the prefill capacity it need not
     be: the clusters of prefills that lengthen TPOT shrink as the decode step grows with B, so
     λ R(B) can fall with B, and an undamped step can pass the fixed point, or the cap. So a step
-    goes at most to ``cap``, and the iteration continues as `damped_loop` once a target lies
-    below its B by more than the tolerance (the map turned back: it comes down from there, as the
-    damped iteration from 0 would have) or once an undamped step reaches no finite target, or the
-    cap with its target beyond (that step is taken back, and the damped one taken from the B
-    before it; beyond capacity it fails too). It stops, unconverged, at a non-finite target, at B
-    above ``cap`` or after ``max_iter`` steps.
+    goes at most to ``cap``, and an undamped step is taken back, the iteration going on as
+    `damped_loop` from the B before it (the last iterate known to lie below a fixed point), once
+    it lands where the target lies below its B by more than the tolerance (it passed a fixed
+    point: coming down from there would find the nearest one above, not the smallest one the
+    damped iteration from 0 finds where the map has several), where no target is finite, or at
+    the cap with its target beyond (beyond capacity the damped iteration fails too). It stops,
+    unconverged, at a non-finite target, at B above ``cap`` or after ``max_iter`` steps (a step
+    taken back counts).
+
+    What no iteration of this map can see: a step that passes two fixed points of λ R(B) - B
+    (down through one and up through the next) lands where the target lies above B again, and
+    the climb goes on to a larger fixed point than the damped iteration's. The damped step is
+    0.4 of the undamped one, so both pass such a pair within one step only where it is narrower
+    than their steps.
 
     Args:
         target: B -> λ R(B) [requests] (scalar -> scalar). solver: damping (once turned back),
@@ -126,11 +135,12 @@ def climbing_loop(target: Callable[[jax.Array], jax.Array], solver: Solver, cap:
         b, t, i, turned = state
         b_next = jnp.where(turned, (1.0 - solver.damping) * b + solver.damping * t, jnp.minimum(t, cap))
         t_next = target(b_next)
-        # an undamped step to no finite target, or to the cap with its target beyond, is taken
-        # back: the damped iteration goes on from B (beyond capacity it fails there too)
-        back = ~turned & (~jnp.isfinite(t_next) | ((b_next >= cap) & (t_next > b_next)))
-        turned = turned | back | (t_next < b_next * (1.0 - solver.tol))
-        return jnp.where(back, b, b_next), jnp.where(back, t, t_next), i + 1, turned
+        # an undamped step past a fixed point (its target below it), to no finite target, or to
+        # the cap with its target beyond, is taken back: the damped iteration goes on from B,
+        # below the fixed point (beyond capacity it fails there too)
+        passed = t_next < b_next * (1.0 - solver.tol)
+        back = ~turned & (passed | ~jnp.isfinite(t_next) | ((b_next >= cap) & (t_next > b_next)))
+        return jnp.where(back, b, b_next), jnp.where(back, t, t_next), i + 1, turned | back
 
     def finish(state):
         return _finished(*state[:3], solver, cap)
