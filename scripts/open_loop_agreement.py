@@ -15,6 +15,11 @@ runs of the same 90 % row put the model anywhere from 3 % under to 24 % over). T
 Cells are model / simulated - 1 in %; a * marks one beyond the open-loop goals (means of TTFT
 and TPOT within 10 %, their P99 within 20 %). Unlike the other scripts this one imports the test
 suite's simulator (run it from the repository root).
+
+``--memory-scale 40`` gives the GPU 40 times its memory, in the model and the simulated server
+alike, at the same request rates (the loads stay those of the GPU's own memory): the KV slots
+then never bind, and the rows show what the KV-slot wait does to the agreement (the cells beyond
+the goals at the GPU's own memory are all rows where it binds).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import jaxpareto as jp  # noqa: E402
+from jaxpareto.definitions.catalog import resolve_gpu  # noqa: E402
 from simulator import Simulated, at_load, model_step, simulate  # noqa: E402
 
 GPU, MODEL, OSL, CHUNK = "h100-sxm", "llama-3.1-8b", 128, 8192.0
@@ -70,16 +76,22 @@ def header(first: str) -> None:
     print("|" + "---|" * (5 + len(COLUMNS)))
 
 
-def table(cases, loads, requests: int, seeds: int) -> None:
-    """One row per case and load, then the largest error of each column."""
+def table(cases, loads, requests: int, seeds: int, memory_scale: float = 1.0) -> None:
+    """One row per case and load, then the largest error of each column. ``memory_scale``: the
+    GPU's memory times this, at the rates of its own memory's loads (module docstring)."""
     worst = np.zeros(len(COLUMNS))
+    gpu = resolve_gpu(GPU)
+    larger = gpu.model_copy(update=dict(name=f"{GPU}-memory-x{memory_scale:g}", memory_gb=memory_scale * gpu.memory_gb,
+                                        memory_reported_gb=None))
+    rates = np.geomspace(0.02, 200.0, 500)
     for context, hit_rate, new_tokens, cv in cases:
         settings = dict(arrivals="poisson", context_tokens=context, osl=OSL, prefill_model="shared",
                         isl_cv=cv, osl_cv=cv, hit_rate=hit_rate, delta_tokens=new_tokens + OSL, dtype="float64")
-        ds = jp.sweep(GPU, MODEL, tp=1, request_rate=np.geomspace(0.02, 200.0, 500), **settings).squeeze()
+        ds = jp.sweep(GPU, MODEL, tp=1, request_rate=rates, **settings).squeeze()
+        scaled = ds if memory_scale == 1.0 else jp.sweep(larger, MODEL, tp=1, request_rate=rates, **settings).squeeze()
         step = model_step(GPU, MODEL, context)
         for load in loads:
-            point = at_load(ds, load)
+            point = scaled.sel(request_rate=float(at_load(ds, load).request_rate))
             rate = float(point.request_rate)
             sim, error = pooled([simulate(step, rate, requests, context, OSL, CHUNK, cv, cv, seed=seed,
                                           slots=int(point.concurrency_max), hit_share=hit_rate,
@@ -97,20 +109,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one run of 5,000 requests, two cases at 60 %% and 90 %%")
     parser.add_argument("--seeds", type=int, default=8, help="independent simulated runs pooled per row (default 8)")
+    parser.add_argument("--memory-scale", type=float, default=1.0,
+                        help="the GPU's memory times this in the model and the simulated server, at the same rates "
+                             "(40: the KV slots never bind; default 1)")
     args = parser.parse_args()
+    if args.memory_scale < 1.0:
+        parser.error(f"--memory-scale must be at least 1, got {args.memory_scale}")
     if args.seeds < 1:
         parser.error(f"--seeds must be at least 1, got {args.seeds}")
     requests, seeds = (5_000, 1) if args.quick else (20_000, args.seeds)
     cases, loads = ([(256, 0.5), (16384, 0.0)], (0.6, 0.9)) if args.quick else (CASES, LOADS)
-    print(f"{GPU}, {MODEL}, TP 1, OSL {OSL}, chunk {CHUNK:.0f}, seed profile, shared engine; {seeds} x {requests:,} "
-          "simulated requests per row. Cells: model / simulated - 1, in %; * beyond the goals.\n")
+    memory = "" if args.memory_scale == 1.0 else f" with {args.memory_scale:g}x its memory (the loads its own memory's)"
+    print(f"{GPU}{memory}, {MODEL}, TP 1, OSL {OSL}, chunk {CHUNK:.0f}, seed profile, shared engine; {seeds} x "
+          f"{requests:,} simulated requests per row. Cells: model / simulated - 1, in %; * beyond the goals.\n")
     header("length cv")
-    table([(context, 0.0, 0, cv) for context, cv in cases], loads, requests, seeds)
+    table([(context, 0.0, 0, cv) for context, cv in cases], loads, requests, seeds, args.memory_scale)
     if not args.quick:
         print("\nPrefix-cache hits: a share h of the prompts prefills its new tokens (2,128), the others the "
               "whole context (the prompt column)\n")
         header("h, length cv")
-        table(HIT_CASES, loads, requests, seeds)
+        table(HIT_CASES, loads, requests, seeds, args.memory_scale)
 
 
 if __name__ == "__main__":
