@@ -141,8 +141,9 @@ def test_the_open_loop_comes_down_damped_where_its_map_falls(cap):
 
 
 def _dip(latency, b):
-    """λ R(B) falling from 3.6 through a stable fixed point at 1, then rising through an
-    unstable one near 2 to a stable one at 3: an undamped first step lands at 3.6, past both."""
+    """λ R(B) falling from 3.6 through a stable fixed point at 1, jumping above B at 1.5 (an
+    unstable crossing) and falling through a stable fixed point at 3: an undamped first step
+    lands at 3.6, past all three."""
     del latency
     return jnp.where(b < 1.5, 3.6 - 2.6 * b, jnp.where(b < 2.0, b + 0.5, 3.0 + 0.5 * (b - 3.0)))
 

@@ -190,7 +190,8 @@ def _central_reverse_forward(case, forward_mode=True):
 @pytest.mark.parametrize("case", CASES)
 def test_point_percentiles_match_central_differences(case):
     """Through the whole model (the closed loop's implicit B included): the gradient of a sum
-    of log-percentiles against float64 central differences, in reverse and forward mode."""
+    of log-percentiles against float64 central differences, in reverse and forward mode (for
+    `FORWARD_IN_SLOW_CHECKS`, forward mode with the slow checks)."""
     central, reverse, forward, measured = _central_reverse_forward(case, case not in FORWARD_IN_SLOW_CHECKS)
     np.testing.assert_allclose(reverse[measured], central[measured], rtol=2e-3, atol=1e-7)
     if forward is not None:
