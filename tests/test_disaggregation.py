@@ -206,9 +206,11 @@ def test_measured_disaggregated_runs_are_predicted_by_the_disaggregated_model():
     sample = pd.concat([pooled.head(4), aggregated.head(2)])
     predicted = np.asarray(prediction_fn(sample, dtype="float32")(jp.Efficiency()))
     for (_, row), got in zip(sample.iterrows(), predicted):
-        common = dict(gpu=row.gpu, model=row.model, tp=int(row.tp), concurrency=int(row.concurrency),
+        # the row's checkpoint under a name of its own (the catalog's name is for the catalog's numbers)
+        model = row_model(row).model_copy(update={"name": f"{row.model}-row"})
+        common = dict(gpu=row.gpu, model=model.name, tp=int(row.tp), concurrency=int(row.concurrency),
                       think_time_s=0.0, context_tokens=float(row.isl + row.osl / 2), hit_rate=1.0, osl=row.osl,
-                      delta_tokens=row.isl, engine=row.engine or "seed", models=[row_model(row)])
+                      delta_tokens=row.isl, engine=row.engine or "seed", models=[model])
         if row["mode"] == "disagg":
             common.update(serving="disaggregated", prefill_tp=int(row.prefill_tp),
                           prefill_workers=int(row.prefill_workers), decode_workers=int(row.decode_workers))

@@ -50,7 +50,8 @@ def assert_same_to_rounding(a: xr.Dataset, b: xr.Dataset, rtol: float, steps: in
 
 
 # the open loop: its axis table (request_rate for concurrency), percentiles and capacity flag
-OPEN_LOOP = {**{k: v for k, v in GRID.items() if k != "concurrency"}, "arrivals": "poisson",
+# (requests arriving alone have no pause between turns: no think time axis)
+OPEN_LOOP = {**{k: v for k, v in GRID.items() if k not in ("concurrency", "think_time_s")}, "arrivals": "poisson",
              "request_rate": [0.05, 0.5, 2.0, 8.0, 40.0], "isl_cv": 0.5, "osl_cv": 0.5,
              # what the open loop adds (fewer outputs: a compilation with percentiles is long)
              "variables": ["ttft_ms", "tpot_ms", "memory_wait_ms", "p50_ttft_ms", "p99_ttft_ms", "p99_tpot_ms",
