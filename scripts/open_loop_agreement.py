@@ -81,14 +81,15 @@ def table(cases, loads, requests: int, seeds: int, memory_scale: float = 1.0) ->
     GPU's memory times this, at the rates of its own memory's loads (module docstring)."""
     worst = np.zeros(len(COLUMNS))
     gpu = resolve_gpu(GPU)
-    larger = gpu.model_copy(update=dict(name=f"{GPU}-memory-x{memory_scale:g}", memory_gb=memory_scale * gpu.memory_gb,
-                                        memory_reported_gb=None))
+    if memory_scale != 1.0:
+        gpu = gpu.model_copy(update=dict(name=f"{GPU}-memory-x{memory_scale:g}", memory_gb=memory_scale * gpu.memory_gb,
+                                         memory_reported_gb=None))
     rates = np.geomspace(0.02, 200.0, 500)
     for context, hit_rate, new_tokens, cv in cases:
         settings = dict(arrivals="poisson", context_tokens=context, osl=OSL, prefill_model="shared",
                         isl_cv=cv, osl_cv=cv, hit_rate=hit_rate, delta_tokens=new_tokens + OSL, dtype="float64")
         ds = jp.sweep(GPU, MODEL, tp=1, request_rate=rates, **settings).squeeze()
-        scaled = ds if memory_scale == 1.0 else jp.sweep(larger, MODEL, tp=1, request_rate=rates, **settings).squeeze()
+        scaled = ds if memory_scale == 1.0 else jp.sweep(gpu, MODEL, tp=1, request_rate=rates, **settings).squeeze()
         step = model_step(GPU, MODEL, context)
         for load in loads:
             point = scaled.sel(request_rate=float(at_load(ds, load).request_rate))

@@ -46,6 +46,13 @@ def _relative(a, b):
     return np.abs(a - b) / np.maximum(np.abs(b), 1e-9)
 
 
+def _error(ds, reference, variable):
+    """|ds - reference| of an output relative to the reference's; the memory wait (B / M - 1
+    turns, vanishing at B = M) against the TTFT it is part of."""
+    scale = reference["ttft_ms" if variable == "memory_wait_ms" else variable].values
+    return np.abs(ds[variable].values - reference[variable].values) / np.maximum(np.abs(scale), 1e-9)
+
+
 # the lognormal and measured grids compile long (about 30-45 s each with a cold cache): slow
 SLOW = {"lru, lognormal", "shared + lru, lognormal + tier", "measured shared"}
 
@@ -66,10 +73,8 @@ def test_joint_solve_finds_the_nested_fixed_point(name):
     assert np.median(iterations) < np.median(nested.iterations.values[feasible]) / 3
     for variable in OUTPUTS:
         # both stop within the tolerance (7.6e-6 in float32) of a fixed point whose outputs
-        # amplify it where the hit rate or the prefill load is steep; the memory wait, B / M - 1
-        # turns, is measured against the TTFT it is part of (it vanishes at B = M)
-        scale = nested["ttft_ms"].values if variable == "memory_wait_ms" else nested[variable].values
-        error = np.abs(joint[variable].values - nested[variable].values) / np.maximum(np.abs(scale), 1e-9)
+        # amplify it where the hit rate or the prefill load is steep
+        error = _error(joint, nested, variable)
         assert np.nanmax(error) < 5e-3, variable
         assert np.nanpercentile(error, 99) < 2e-4, variable
 
@@ -82,10 +87,7 @@ def test_joint_solve_is_as_close_to_float64_as_the_nested_one():
     joint = jp.sweep(**grid, **options, solver="newton", variables=OUTPUTS)
     nested = jp.sweep(**grid, **options, variables=OUTPUTS)
     for variable in OUTPUTS:
-        # the memory wait (B / M - 1 turns, vanishing at B = M) against the TTFT it is part of
-        scale = reference["ttft_ms" if variable == "memory_wait_ms" else variable].values
-        joint_error, nested_error = (np.abs(ds[variable].values - reference[variable].values)
-                                     / np.maximum(np.abs(scale), 1e-9) for ds in (joint, nested))
+        joint_error, nested_error = _error(joint, reference, variable), _error(nested, reference, variable)
         # the typical point (P99) as close as the nested solve's, and none far off; the largest
         # errors can sit where B is pinned at the KV slots, the same B in both solves (956 of
         # 1,011 sessions: turns/s 3.1e-5 off against 1.2e-5, the float32 rounding of R there)
