@@ -35,6 +35,7 @@ OPEN = dict(arrivals="poisson", context_tokens=CONTEXT, osl=OSL, dtype="float64"
     (5000, 0.0, 0.8),  # 1.64 prompts a chunk: a step ends one or two (TTFT was 24 % low, P99 41 %)
     pytest.param(CONTEXT, 0.0, 0.8, marks=pytest.mark.slow),
     pytest.param(16384, 0.0, 0.6, marks=pytest.mark.slow),
+    (12000, 0.0, 0.9),  # the KV slots bind: P99 TTFT was 31 % low with the slot wait merged into the engine's
 ])
 def test_percentiles_agree_with_a_simulated_server(context, spread, load):
     """Means of TTFT and TPOT within 10 % and their P99 within 20 % of 20,000 simulated requests
@@ -476,18 +477,17 @@ def test_the_split_carries_the_engines_own_wait_for_prompts_ahead(tokens, rate):
 @pytest.mark.parametrize("share", [0.0, 0.3, 0.8])
 def test_two_alike_kinds_of_arrival_give_the_unsplit_percentiles(share):
     """Split into two kinds whose waits are alike (the same wait for the step in progress, the
-    carried steps in proportion to their shares), the percentiles are the unsplit ones; the
-    KV-slot wait the turn holds beside the engine's (P(wait) 1 - (1 - 0.2)(1 - slots')) is each
-    kind's alike. At share 0 a prompt of a chunk or more (no split) keeps its M/G/1 wait."""
+    carried steps in proportion to their shares), the percentiles are the unsplit ones. At share
+    0 a prompt of a chunk or more (no split) keeps its M/G/1 wait. (A wait for a KV slot is a
+    wait of its own in the split, not merged into the engine's: tests/test_open_slot_wait.py.)"""
     from jaxpareto.physics.open_engine import ArrivalSplit
     from jaxpareto.physics.percentiles import TurnSpread, latency_percentiles
     from jaxpareto.physics.queueing import prefill_mix
 
     with jax.enable_x64(True):
         mix = prefill_mix(jnp.asarray(3000.0), jnp.asarray(600.0), jnp.asarray(0.4), jnp.asarray(0.3))
-        engine_busy, engine_wait, slot_busy, slot_wait = 0.2, 40.0, 0.1, 25.0
-        busy = 1.0 - (1.0 - engine_busy) * (1.0 - slot_busy)
-        base = TurnSpread(jnp.asarray(400.0), jnp.asarray(engine_wait + slot_wait), jnp.asarray(busy), mix,
+        engine_busy, engine_wait, slot_busy, slot_wait = 0.2, 40.0, 0.0, 0.0
+        base = TurnSpread(jnp.asarray(400.0), jnp.asarray(engine_wait), jnp.asarray(engine_busy), mix,
                           jnp.asarray(30.0), 128.0, 0.3, 25.0, 90.0, 0.3, 4.0, 0.2, 0.002,
                           service_scv=jnp.asarray(0.2), step_wait_ms=jnp.asarray(30.0))
         split = ArrivalSplit(*map(jnp.asarray, (share, 30.0, 0.0, 30.0, 0.0, 0.0, share * engine_busy, share,

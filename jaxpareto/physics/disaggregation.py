@@ -19,7 +19,7 @@ which then sends the KV it computed to the session's decode worker.
   ``kv_link_gbs`` per GPU, one way: t = latency + max(bytes per prefill GPU, bytes per decode
   GPU) / bandwidth.
 - **The prefill pool** is a queue of P servers fed by every decode worker's turns: the M/G/P
-  wait of `jaxpareto.physics.queueing.slot_wait_ms` (Erlang C with the Lee-Longton correction
+  wait of `jaxpareto.physics.queueing.mgc_wait_ms` (Erlang C with the Lee-Longton correction
   for the prefill times' spread), the join-the-shortest-queue routing of a prefill router. A
   turn sees the load of the other C - 1 sessions (the arrival theorem of closed networks), so a
   lone session never waits. A worker prefills one prompt at a time; engines also batch several

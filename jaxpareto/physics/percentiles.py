@@ -16,8 +16,12 @@ The means come from the model; the spread around them from three stated approxim
   under one chunk that arrive in a step carrying prefill (a share p_f, PASTA) and those that do
   not are kinds of their own, each with its wait for the step in progress (its conditional mean
   and variance) and its chance and mean of being carried past steps (`TurnSpread.arrival_split`):
-  the first wait for a prefill step's rest, the others rarely. Under the closed loop the
-  mean TTFT (with whatever waits it holds) is spread by the lengths only.
+  the first wait for a prefill step's rest, the others rarely. The wait for a KV slot is a
+  wait of its own (`Delay`): a request finding every slot busy waits for one, exponentially with
+  the slot queue's conditional mean (`jaxpareto.physics.queueing.slot_wait_ms`), and not for the
+  prompts ahead as well, which the engine has mostly worked off by then; the others wait for
+  those. Under the closed loop the mean TTFT (with whatever waits it holds) is spread by the
+  lengths only.
 - **The batch a request sees.** Requests in their turn have mean B and variance F B under
   Poisson arrivals (the M/G/∞ occupancy of Takács 1962, F = 1, over-dispersed by the engine's
   feedbacks: `jaxpareto.physics.queueing.batch_fano_factor`) and, in the closed loop, a session
@@ -93,10 +97,16 @@ def lognormal_quantile(mean: jax.Array, cv: jax.Array, percentile: int) -> jax.A
 class Delay(NamedTuple):
     """A latency = a mix of lognormal kinds + an independent queueing wait (scalars / (k,)).
 
+    The wait is 0, or exponential of mean ``wait_ms`` with chance ``busy``, or, where a second
+    wait is given, exponential of mean ``slot_wait_ms`` with chance ``slot_busy``: one of the
+    three, never both waits (busy + slot_busy <= 1).
+
     Attributes:
         weights, means, sigmas: the kinds' shares, means [ms] and log-spreads, shape (k,).
         busy: P(wait > 0) (0: no wait), for every kind or per kind (shape (k,)).
         wait_ms: the mean wait given that there is one [ms], likewise.
+        slot_busy, slot_wait_ms: the second wait's chance and conditional mean [ms], likewise
+            (None: none; the open loop's wait for a KV slot).
     """
 
     weights: jax.Array
@@ -104,17 +114,25 @@ class Delay(NamedTuple):
     sigmas: jax.Array
     busy: jax.Array
     wait_ms: jax.Array
+    slot_busy: jax.Array | None = None
+    slot_wait_ms: jax.Array | None = None
 
 
 def _kind_cdf_z(t, means, sigmas):
     return jnp.clip((jnp.log(t / means) + 0.5 * sigmas * sigmas) / sigmas, _Z_LOW, -_Z_LOW)
 
 
+def _per_kind(x):
+    """A wait's parameter for every kind (a scalar) or each kind its own ((k,) -> (k, 1))."""
+    x = jnp.asarray(x)
+    return x[:, None] if x.ndim else x
+
+
 def delay_cdf(delay: Delay, t: jax.Array, with_wait: bool = True) -> jax.Array:
-    """P(S + W <= t) for t > 0: P(S <= t) - ρ E[exp(-(t - S) / m); S <= t] (integrating the
-    exponential wait out), the expectation by Gauss-Legendre in the normal variate of each kind,
-    nodes gathered towards S = t where the integrand peaks. ``with_wait`` False (static): no
-    wait, the mix's CDF alone."""
+    """P(S + W <= t) for t > 0: P(S <= t) - Σ ρ_i E[exp(-(t - S) / m_i); S <= t] over the waits i
+    (integrating each exponential wait out), the expectation by Gauss-Legendre in the normal
+    variate of each kind, nodes gathered towards S = t where the integrand peaks. ``with_wait``
+    False (static): no wait, the mix's CDF alone."""
     z_t = _kind_cdf_z(t, delay.means, delay.sigmas)  # (k,)
     below = ndtr(z_t)
     if not with_wait:
@@ -122,11 +140,14 @@ def delay_cdf(delay: Delay, t: jax.Array, with_wait: bool = True) -> jax.Array:
     span = z_t - _Z_LOW
     z = z_t[:, None] - span[:, None] * _GL_U[None, :] ** 2  # (k, n)
     s = delay.means[:, None] * jnp.exp(delay.sigmas[:, None] * z - 0.5 * delay.sigmas[:, None] ** 2)
-    m = jnp.maximum(jnp.asarray(delay.wait_ms), 1e-30)
-    m = m[:, None] if m.ndim else m  # a wait for every kind, or each kind its own
-    density = jnp.exp(-0.5 * z * z - jnp.maximum(t - s, 0.0) / m) / jnp.sqrt(2.0 * jnp.pi)
+    left = jnp.maximum(t - s, 0.0)
+    waiting = _per_kind(delay.busy) * jnp.exp(-left / jnp.maximum(_per_kind(delay.wait_ms), 1e-30))
+    if delay.slot_busy is not None:  # the second wait, exclusive of the first
+        waiting = waiting + _per_kind(delay.slot_busy) * jnp.exp(-left / jnp.maximum(_per_kind(delay.slot_wait_ms),
+                                                                                        1e-30))
+    density = jnp.exp(-0.5 * z * z) * waiting / jnp.sqrt(2.0 * jnp.pi)
     integral = jnp.sum(density * 2.0 * span[:, None] * _GL_U[None, :] * _GL_WU[None, :], axis=1)
-    return jnp.sum(delay.weights * (below - delay.busy * integral))
+    return jnp.sum(delay.weights * (below - integral))
 
 
 _LEVELS = tuple(p / 100.0 for p in PERCENTILES)
@@ -142,7 +163,11 @@ def delay_quantiles(delay: Delay, with_wait: bool = True) -> tuple[jax.Array, ..
     for q, zq, zh in zip(_LEVELS, _ZQ, _ZH):
         lo = jnp.min(delay.means * jnp.exp(delay.sigmas * zq - 0.5 * delay.sigmas ** 2))
         upper_kind = jnp.max(delay.means * jnp.exp(delay.sigmas * zh - 0.5 * delay.sigmas ** 2))
-        upper_wait = jnp.max(delay.wait_ms * jnp.log(jnp.maximum(2.0 * delay.busy / (1.0 - q), 1.0)))
+        if delay.slot_busy is None:
+            upper_wait = jnp.max(delay.wait_ms * jnp.log(jnp.maximum(2.0 * delay.busy / (1.0 - q), 1.0)))
+        else:  # P(W > x) <= (ρ + ρ_slot) exp(-x / the longer mean)
+            longest = jnp.maximum(delay.wait_ms, jnp.where(delay.slot_busy > 0, delay.slot_wait_ms, 0.0))
+            upper_wait = jnp.max(longest * jnp.log(jnp.maximum(2.0 * (delay.busy + delay.slot_busy) / (1.0 - q), 1.0)))
         log_t = increasing_quantile(lambda x: delay_cdf(delay, jnp.exp(x), with_wait), q - _LEVEL_TOLERANCE,
                                     jnp.log(lo), jnp.log(upper_kind + upper_wait), _BISECTIONS)
         out.append(jnp.exp(log_t))
@@ -306,25 +331,34 @@ def latency_percentiles(spread: TurnSpread, with_wait: bool = True) -> LatencyPe
         shares = jnp.stack([prefill_share, 1.0 - prefill_share])
         step_means = jnp.stack([split.prefill_wait_ms, split.other_wait_ms])
         step_variances = jnp.stack([split.prefill_wait_variance, split.other_wait_variance])
-        # the wait for prompts ahead by kind; the KV-slot wait the turn holds beside it (P(wait)
-        # 1 - (1 - the engine's)(1 - the slots'), as `jaxpareto.physics.point` merges them) is
-        # every kind's alike
+        # the wait for prompts ahead by kind, and the wait for a KV slot, every kind's alike, as
+        # a wait of its own: a request that finds every slot busy waits for one (its chance and
+        # mean, `jaxpareto.physics.queueing.slot_wait_ms`) and not for prompts ahead too, the
+        # engine having mostly worked off its prefill queue by the time a slot frees (in the
+        # simulated server's rows where the slots bind, slot waiters wait 5-57 % of the others'
+        # mean for prompts ahead); the engine's waits fall to the others, so the two waits'
+        # means add up to the model's
         engine_busy = jnp.clip(split.carried, 0.0, 1.0)
         slot_busy = jnp.clip(split.slot_busy, 0.0, 1.0)
         carried = jnp.clip(jnp.stack([split.prefill_carried, engine_busy - split.prefill_carried]), 0.0, engine_busy)
         overflow_share = jnp.clip(split.prefill_overflow_share, 0.0, 1.0)
         ahead = split.queue_wait_ms * jnp.stack([overflow_share, 1.0 - overflow_share])  # E[wait; kind]
         kind_share = jnp.maximum(shares, 1e-30)
-        group_busy = 1.0 - (1.0 - jnp.clip(carried / kind_share, 0.0, 1.0)) * (1.0 - slot_busy)
-        group_wait = ahead / kind_share + split.slot_wait_ms  # the mean wait of a prompt of the kind
+        group_busy = jnp.clip(carried / kind_share, 0.0, 1.0)  # P(a prompt of the kind waits for prompts ahead)
+        group_wait = ahead / kind_share  # the kind's mean wait for them
+        slot_cond = jnp.where(slot_busy > 0, split.slot_wait_ms / jnp.maximum(slot_busy, 1e-30), 0.0)
         weights = (shares[:, None] * weights[None, :]).ravel()
         prefill_means = (own * scales[None, :] + step_means[:, None]).ravel()
         prefill_variance = jnp.maximum(steps_variance - split.wait_variance + step_variances[:, None]
                                        + lengths_variance * scales[None, :] ** 2, 0.0).ravel()
-        busy = jnp.repeat(group_busy, scales.shape[0])
-        wait = jnp.repeat(jnp.where(group_busy > 0, group_wait / jnp.maximum(group_busy, 1e-30), 0.0), scales.shape[0])
+        # (where the engine's chance passes what the slots leave, its wait's mean goes with it)
+        engine = jnp.minimum(group_busy, 1.0 - slot_busy)
+        busy = jnp.repeat(engine, scales.shape[0])
+        wait = jnp.repeat(jnp.where(engine > 0, group_wait / jnp.maximum(engine, 1e-30), 0.0), scales.shape[0])
+        slot = (jnp.broadcast_to(slot_busy, busy.shape), jnp.broadcast_to(slot_cond, busy.shape))
     prefill_cv = sqrt_or_zero(prefill_variance) / jnp.maximum(prefill_means, 1e-30)
-    ttft = Delay(weights, prefill_means, lognormal_sigma(prefill_cv), busy, wait)
+    ttft = Delay(weights, prefill_means, lognormal_sigma(prefill_cv), busy, wait,
+                 *(() if split is None else slot))
 
     # a request's TPOT: the batch averaged over its turn, and the prefill chunks it decodes through
     step_sd = spread.step_slope_ms * sqrt_or_zero(spread.batch_variance)
