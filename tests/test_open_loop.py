@@ -474,22 +474,26 @@ def test_the_split_carries_the_engines_own_wait_for_prompts_ahead(tokens, rate):
         assert 0.0 < float(turn.seen_load) < float(turn.prefill_load) or tokens >= 8192.0
 
 
+@pytest.mark.parametrize("slot_busy, slot_wait", [(0.0, 0.0), (0.1, 25.0)])
 @pytest.mark.parametrize("share", [0.0, 0.3, 0.8])
-def test_two_alike_kinds_of_arrival_give_the_unsplit_percentiles(share):
+def test_two_alike_kinds_of_arrival_give_the_unsplit_percentiles(share, slot_busy, slot_wait):
     """Split into two kinds whose waits are alike (the same wait for the step in progress, the
     carried steps in proportion to their shares), the percentiles are the unsplit ones. At share
-    0 a prompt of a chunk or more (no split) keeps its M/G/1 wait. (A wait for a KV slot is a
-    wait of its own in the split, not merged into the engine's: tests/test_open_slot_wait.py.)"""
+    0 a prompt of a chunk or more (no split) keeps its M/G/1 wait. A wait for a KV slot is a
+    wait of its own in both, the unsplit turn taking it apart from the merged wait it holds
+    (P(wait) 1 - (1 - the engine's)(1 - the slots'), the means summed)."""
     from jaxpareto.physics.open_engine import ArrivalSplit
     from jaxpareto.physics.percentiles import TurnSpread, latency_percentiles
     from jaxpareto.physics.queueing import prefill_mix
 
     with jax.enable_x64(True):
         mix = prefill_mix(jnp.asarray(3000.0), jnp.asarray(600.0), jnp.asarray(0.4), jnp.asarray(0.3))
-        engine_busy, engine_wait, slot_busy, slot_wait = 0.2, 40.0, 0.0, 0.0
-        base = TurnSpread(jnp.asarray(400.0), jnp.asarray(engine_wait), jnp.asarray(engine_busy), mix,
+        engine_busy, engine_wait = 0.2, 40.0
+        busy = 1.0 - (1.0 - engine_busy) * (1.0 - slot_busy)
+        base = TurnSpread(jnp.asarray(400.0), jnp.asarray(engine_wait + slot_wait), jnp.asarray(busy), mix,
                           jnp.asarray(30.0), 128.0, 0.3, 25.0, 90.0, 0.3, 4.0, 0.2, 0.002,
-                          service_scv=jnp.asarray(0.2), step_wait_ms=jnp.asarray(30.0))
+                          service_scv=jnp.asarray(0.2), step_wait_ms=jnp.asarray(30.0),
+                          slot_busy=jnp.asarray(slot_busy), slot_wait_ms=jnp.asarray(slot_wait))
         split = ArrivalSplit(*map(jnp.asarray, (share, 30.0, 0.0, 30.0, 0.0, 0.0, share * engine_busy, share,
                                                 engine_busy, engine_wait, slot_busy, slot_wait)))
         whole, parts = latency_percentiles(base), latency_percentiles(base._replace(arrival_split=split))

@@ -245,6 +245,10 @@ class TurnSpread(NamedTuple):
             own wait for the step in progress (mean and variance) and its own chance and mean of
             being carried past steps (module docstring); the waits are then the split's (the
             engine's and the KV slots' apart), not ``wait_ms`` and ``wait_busy``, their merge.
+        slot_busy, slot_wait_ms: P(a request waits for a KV slot) and the mean of that wait over
+            all requests [ms], which ``wait_busy`` and ``wait_ms`` hold merged with the engine's
+            (the open loop without the split; None: no slot wait, the closed loop). Given, the
+            slot's wait is a wait of its own, as in the split.
     """
 
     ttft_ms: jax.Array
@@ -270,6 +274,8 @@ class TurnSpread(NamedTuple):
     fastest_step_ms: jax.Array = 0.0
     longest_rise_ms: jax.Array = float("inf")
     arrival_split: NamedTuple | None = None
+    slot_busy: jax.Array | None = None
+    slot_wait_ms: jax.Array | None = None
 
 
 class LatencyPercentiles(NamedTuple):
@@ -320,9 +326,18 @@ def latency_percentiles(spread: TurnSpread, with_wait: bool = True) -> LatencyPe
     steps_variance = jnp.where(given, spread.service_scv * service ** 2 - lengths_variance, 0.0)
     prefill_variance = steps_variance + lengths_variance * scales ** 2
     split = spread.arrival_split
+    slot = ()
     if split is None:
         busy = jnp.clip(spread.wait_busy, 0.0, 1.0)
         wait = jnp.where(busy > 0, spread.wait_ms / jnp.where(busy > 0, busy, 1.0), 0.0)
+        if spread.slot_busy is not None:  # the KV slot's wait apart from the engine's, as in the split below
+            slot_busy = jnp.clip(spread.slot_busy, 0.0, 1.0)
+            room = jnp.maximum(1.0 - slot_busy, 1e-30)
+            # the engine's chance e, merged as 1 - (1 - e)(1 - s), and at most what the slots leave
+            engine = jnp.minimum(jnp.clip(1.0 - (1.0 - busy) / room, 0.0, 1.0), 1.0 - slot_busy)
+            engine_wait = jnp.maximum(spread.wait_ms - spread.slot_wait_ms, 0.0)
+            busy, wait = engine, jnp.where(engine > 0, engine_wait / jnp.maximum(engine, 1e-30), 0.0)
+            slot = (slot_busy, jnp.where(slot_busy > 0, spread.slot_wait_ms / jnp.maximum(slot_busy, 1e-30), 0.0))
     else:
         # the kinds arrived in a step with prefill, then those that did not: each its own wait for
         # the step in progress (its conditional mean and variance in place of the whole wait's),
@@ -357,8 +372,7 @@ def latency_percentiles(spread: TurnSpread, with_wait: bool = True) -> LatencyPe
         wait = jnp.repeat(jnp.where(engine > 0, group_wait / jnp.maximum(engine, 1e-30), 0.0), scales.shape[0])
         slot = (jnp.broadcast_to(slot_busy, busy.shape), jnp.broadcast_to(slot_cond, busy.shape))
     prefill_cv = sqrt_or_zero(prefill_variance) / jnp.maximum(prefill_means, 1e-30)
-    ttft = Delay(weights, prefill_means, lognormal_sigma(prefill_cv), busy, wait,
-                 *(() if split is None else slot))
+    ttft = Delay(weights, prefill_means, lognormal_sigma(prefill_cv), busy, wait, *slot)
 
     # a request's TPOT: the batch averaged over its turn, and the prefill chunks it decodes through
     step_sd = spread.step_slope_ms * sqrt_or_zero(spread.batch_variance)

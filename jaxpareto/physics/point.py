@@ -159,7 +159,9 @@ class TurnState(NamedTuple):
     ``seen_law`` the law of the batch the routed experts of ``step`` are counted over
     (`jaxpareto.physics.decode.seen_batch`; None: at the mean, the seed's); ``arrival_split``
     the open loop's shared-engine waits by the kind of step a prompt arrives in
-    (`jaxpareto.physics.open_engine.ArrivalSplit`; None elsewhere).
+    (`jaxpareto.physics.open_engine.ArrivalSplit`; None elsewhere); ``slot_busy`` and
+    ``slot_wait_ms`` the open loop's chance of waiting for a KV slot and that wait's mean over
+    all requests (in ``queue_busy`` and ``queue_wait_ms`` too, merged; None in the closed loop).
     """
 
     latency_ms: jax.Array
@@ -185,6 +187,8 @@ class TurnState(NamedTuple):
     step_wait_ms: jax.Array = 0.0
     seen_law: BatchLaw | None = None
     arrival_split: NamedTuple | None = None
+    slot_busy: jax.Array | None = None
+    slot_wait_ms: jax.Array | None = None
 
 
 def inner_unknowns(options: ModelOptions) -> tuple[tuple[str, float, float], ...]:
@@ -384,7 +388,8 @@ def _with_slot_wait(state: TurnState, full: TurnState, saturated_tpot_ms: jax.Ar
     split = None if split is None else split._replace(slot_busy=waits, slot_wait_ms=wait)
     return state._replace(ttft_ms=state.ttft_ms + wait, latency_ms=state.latency_ms + wait,
                           memory_wait_ms=state.memory_wait_ms + wait, queue_wait_ms=state.queue_wait_ms + wait,
-                          queue_busy=jnp.where(jnp.isfinite(wait), busy, 1.0), arrival_split=split), fano
+                          queue_busy=jnp.where(jnp.isfinite(wait), busy, 1.0), arrival_split=split,
+                          slot_busy=waits, slot_wait_ms=wait), fano
 
 
 def turn_latency_ms(turn: TurnLatency, batch: jax.Array, options: ModelOptions = ModelOptions()) -> jax.Array:
@@ -721,7 +726,7 @@ def evaluate_point(
                             0.0 if turn.scheduler_delay_steps is None
                             else scheduler_wait_ms(turn.scheduler_delay_steps, state.tpot_ms), state.service_scv,
                             state.prefill_service_ms, rise, state.step_wait_ms, fastest, step_rise(most),
-                            state.arrival_split)
+                            state.arrival_split, state.slot_busy, state.slot_wait_ms)
         safe = jax.tree_util.tree_map(lambda v: jnp.where(ok, v, 1.0), spread)  # no NaN into the bisections
         found = latency_percentiles(safe, with_wait=open_loop)
         percentile_outputs = {f"p{p}_{name}": masked(values[i]) for name, values in found._asdict().items()
