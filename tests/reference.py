@@ -133,7 +133,7 @@ def reference_point(gpu: dict, model: dict, tp: int, concurrency: int, think_tim
     return out
 
 
-def _erlang_c(servers: int, offered: float) -> float:
+def erlang_c(servers: int, offered: float) -> float:
     """P(wait) in M/M/servers with offered load a < servers (the textbook sums)."""
     top = offered ** servers / math.factorial(servers) * servers / (servers - offered)
     return top / (sum(offered ** k / math.factorial(k) for k in range(servers)) + top)
@@ -195,7 +195,7 @@ def reference_disaggregated(gpu: dict, model: dict, tp: int, prefill_tp: int, pr
             if offered >= prefill_workers:
                 return tpot, math.inf
             seen = offered * (1 - 1 / max(sessions * decode_workers, 1))
-            wait = _erlang_c(prefill_workers, seen) * s_remote / (prefill_workers - offered) * (1 + scv_remote) / 2
+            wait = erlang_c(prefill_workers, seen) * s_remote / (prefill_workers - offered) * (1 + scv_remote) / 2
             ttft += (1 - q) * (wait + s_remote + transfer)
         return tpot, ttft
 

@@ -479,9 +479,8 @@ def test_the_split_carries_the_engines_own_wait_for_prompts_ahead(tokens, rate):
 def test_two_alike_kinds_of_arrival_give_the_unsplit_percentiles(share, slot_busy, slot_wait):
     """Split into two kinds whose waits are alike (the same wait for the step in progress, the
     carried steps in proportion to their shares), the percentiles are the unsplit ones. At share
-    0 a prompt of a chunk or more (no split) keeps its M/G/1 wait. A wait for a KV slot is a
-    wait of its own in both, the unsplit turn taking it apart from the merged wait it holds
-    (P(wait) 1 - (1 - the engine's)(1 - the slots'), the means summed)."""
+    0 a prompt of a chunk or more (no split) keeps its M/G/1 wait. A wait for a KV slot (the
+    turn's mean wait holds it beside the engine's) is a wait of its own in both."""
     from jaxpareto.physics.open_engine import ArrivalSplit
     from jaxpareto.physics.percentiles import TurnSpread, latency_percentiles
     from jaxpareto.physics.queueing import prefill_mix
@@ -489,13 +488,12 @@ def test_two_alike_kinds_of_arrival_give_the_unsplit_percentiles(share, slot_bus
     with jax.enable_x64(True):
         mix = prefill_mix(jnp.asarray(3000.0), jnp.asarray(600.0), jnp.asarray(0.4), jnp.asarray(0.3))
         engine_busy, engine_wait = 0.2, 40.0
-        busy = 1.0 - (1.0 - engine_busy) * (1.0 - slot_busy)
-        base = TurnSpread(jnp.asarray(400.0), jnp.asarray(engine_wait + slot_wait), jnp.asarray(busy), mix,
+        base = TurnSpread(jnp.asarray(400.0), jnp.asarray(engine_wait + slot_wait), jnp.asarray(engine_busy), mix,
                           jnp.asarray(30.0), 128.0, 0.3, 25.0, 90.0, 0.3, 4.0, 0.2, 0.002,
                           service_scv=jnp.asarray(0.2), step_wait_ms=jnp.asarray(30.0),
                           slot_busy=jnp.asarray(slot_busy), slot_wait_ms=jnp.asarray(slot_wait))
         split = ArrivalSplit(*map(jnp.asarray, (share, 30.0, 0.0, 30.0, 0.0, 0.0, share * engine_busy, share,
-                                                engine_busy, engine_wait, slot_busy, slot_wait)))
+                                                engine_busy, engine_wait)))
         whole, parts = latency_percentiles(base), latency_percentiles(base._replace(arrival_split=split))
         np.testing.assert_allclose(np.asarray(parts.ttft_ms), np.asarray(whole.ttft_ms), rtol=1e-6)
         np.testing.assert_allclose(np.asarray(parts.e2el_ms), np.asarray(whole.e2el_ms), rtol=1e-6)

@@ -13,6 +13,7 @@ from scipy import stats
 
 from jaxpareto.physics.percentiles import PERCENTILES, Delay, delay_quantiles
 from jaxpareto.physics.queueing import slot_wait_ms
+from reference import erlang_c
 
 
 def _reference(slots, rate, hold, hold_scv, hold_full, fano, dispersion):
@@ -58,9 +59,7 @@ def test_poisson_arrivals_wait_with_erlangs_chance():
     with jax.enable_x64(True):
         slots, rate, hold = 12.0, 1e-3, 8_000.0
         a = rate * hold
-        terms = [a ** k / np.prod(np.arange(1, k + 1)) for k in range(12)]
-        top = a ** 12 / np.prod(np.arange(1, 13)) / (1 - a / slots)
-        erlang = top / (sum(terms) + top)
+        erlang = erlang_c(12, a)
         wait, waits = slot_wait_ms(slots, rate, hold, 1.0)
         np.testing.assert_allclose(float(waits), erlang, rtol=1e-9)
         np.testing.assert_allclose(float(wait), erlang * hold / (slots - a), rtol=1e-9)
@@ -90,13 +89,11 @@ def test_a_latency_with_two_exclusive_waits_against_a_sample_of_it():
         got = np.array([float(q) for q in delay_quantiles(delay)])
     rng = np.random.default_rng(7)
     n = 4_000_000
-    kind = rng.random(n) < weights[1]
-    s = means[kind.astype(int)] * np.exp(rng.normal(-0.5 * sigmas[kind.astype(int)] ** 2, sigmas[kind.astype(int)]))
+    k = (rng.random(n) < weights[1]).astype(int)  # each draw's kind
+    s = means[k] * np.exp(rng.normal(-0.5 * sigmas[k] ** 2, sigmas[k]))
     u = rng.random(n)
-    engine = u < busy[kind.astype(int)]
-    slot = (u >= busy[kind.astype(int)]) & (u < busy[kind.astype(int)] + slot_busy)
-    w = np.where(engine, rng.exponential(wait[kind.astype(int)]), 0.0) + np.where(slot, rng.exponential(slot_wait, n),
-                                                                                  0.0)
+    engine, slot = u < busy[k], (u >= busy[k]) & (u < busy[k] + slot_busy)
+    w = np.where(engine, rng.exponential(wait[k]), 0.0) + np.where(slot, rng.exponential(slot_wait, n), 0.0)
     np.testing.assert_allclose(got, np.percentile(s + w, PERCENTILES), rtol=3e-3)
     # without the slot's wait the same Delay is the one-wait latency
     with jax.enable_x64(True):

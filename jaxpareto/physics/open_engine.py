@@ -147,9 +147,8 @@ class ArrivalSplit(NamedTuple):
         carried: P(a prompt waits for prompts ahead), either kind (set by `poisson_turn`).
         queue_wait_ms: the mean wait for prompts ahead, either kind (set by `poisson_turn`: the
             carried steps scaled by the arrivals' regularity, or M/G/1's) [ms].
-        slot_busy, slot_wait_ms: P(a prompt waits for a KV slot) and the mean of that wait over
-            all prompts [ms], every kind's alike (set where the turn adds it,
-            `jaxpareto.physics.point`; 0: none).
+
+    (The wait for a KV slot, every kind's alike, is the turn's: `jaxpareto.physics.percentiles.TurnSpread`.)
     """
 
     prefill_share: jax.Array
@@ -162,8 +161,6 @@ class ArrivalSplit(NamedTuple):
     prefill_overflow_share: jax.Array
     carried: jax.Array = 0.0
     queue_wait_ms: jax.Array = 0.0
-    slot_busy: jax.Array = 0.0
-    slot_wait_ms: jax.Array = 0.0
 
 
 class _ChainWaits(NamedTuple):

@@ -197,9 +197,10 @@ class TurnSpread(NamedTuple):
     """What the percentiles need from one point's solved turn (scalars).
 
     Attributes:
-        ttft_ms: mean TTFT [ms]. wait_ms: the part of it spent queueing for prefill (open loop).
-        wait_busy: P(wait > 0), the chance a request queues for prefill (open loop; 0 in the
-            closed loop).
+        ttft_ms: mean TTFT [ms]. wait_ms: the part of it spent queueing, for prefill and for a
+            KV slot (open loop).
+        wait_busy: the chance a request queues for prefill (open loop; 0 in the closed loop;
+            the KV slot's is ``slot_busy``).
         mix: the prefill hit/miss mix (`jaxpareto.physics.queueing.prefill_mix`).
         tpot_ms: mean TPOT [ms]. osl: mean output tokens. osl_cv: its coefficient of variation.
         decode_step_ms, mixed_step_ms: T_0 and T_f, a step without and with a prefill chunk [ms].
@@ -246,9 +247,9 @@ class TurnSpread(NamedTuple):
             being carried past steps (module docstring); the waits are then the split's (the
             engine's and the KV slots' apart), not ``wait_ms`` and ``wait_busy``, their merge.
         slot_busy, slot_wait_ms: P(a request waits for a KV slot) and the mean of that wait over
-            all requests [ms], which ``wait_busy`` and ``wait_ms`` hold merged with the engine's
-            (the open loop without the split; None: no slot wait, the closed loop). Given, the
-            slot's wait is a wait of its own, as in the split.
+            all requests [ms], which ``wait_ms`` holds besides the engine's and ``wait_busy`` does
+            not (the open loop; None: no slot wait, the closed loop): the slot's wait is a wait of
+            its own, in the split as without it.
     """
 
     ttft_ms: jax.Array
@@ -276,6 +277,22 @@ class TurnSpread(NamedTuple):
     arrival_split: NamedTuple | None = None
     slot_busy: jax.Array | None = None
     slot_wait_ms: jax.Array | None = None
+
+
+def _exclusive_waits(engine_busy, engine_mean_ms, slot_busy, slot_mean_ms):
+    """The engine's wait for prompts ahead and the KV slot's wait as exclusive exponential waits
+    (`Delay`): (busy, wait_ms, slot_busy, slot_wait_ms), chances and conditional means [ms], from
+    each wait's chance and its mean over all requests. A request finding every slot busy waits
+    for one and not for prompts ahead as well, the engine having mostly worked off its prefill
+    queue by the time a slot frees (in the simulated server's rows where the slots bind, slot
+    waiters wait 5-57 % of the others' mean for prompts ahead); the engine's waits fall to the
+    others, its chance at most what the slots leave and, where that cuts it, its mean going with
+    it, so the two waits' means add up to the model's."""
+    slot_busy = jnp.clip(slot_busy, 0.0, 1.0)
+    engine = jnp.minimum(jnp.clip(engine_busy, 0.0, 1.0), 1.0 - slot_busy)
+    wait = jnp.where(engine > 0, engine_mean_ms / jnp.maximum(engine, 1e-30), 0.0)
+    slot_wait = jnp.where(slot_busy > 0, slot_mean_ms / jnp.maximum(slot_busy, 1e-30), 0.0)
+    return engine, wait, slot_busy, slot_wait
 
 
 class LatencyPercentiles(NamedTuple):
@@ -328,16 +345,12 @@ def latency_percentiles(spread: TurnSpread, with_wait: bool = True) -> LatencyPe
     split = spread.arrival_split
     slot = ()
     if split is None:
-        busy = jnp.clip(spread.wait_busy, 0.0, 1.0)
-        wait = jnp.where(busy > 0, spread.wait_ms / jnp.where(busy > 0, busy, 1.0), 0.0)
-        if spread.slot_busy is not None:  # the KV slot's wait apart from the engine's, as in the split below
-            slot_busy = jnp.clip(spread.slot_busy, 0.0, 1.0)
-            room = jnp.maximum(1.0 - slot_busy, 1e-30)
-            # the engine's chance e, merged as 1 - (1 - e)(1 - s), and at most what the slots leave
-            engine = jnp.minimum(jnp.clip(1.0 - (1.0 - busy) / room, 0.0, 1.0), 1.0 - slot_busy)
+        if spread.slot_busy is None:
+            busy = jnp.clip(spread.wait_busy, 0.0, 1.0)
+            wait = jnp.where(busy > 0, spread.wait_ms / jnp.where(busy > 0, busy, 1.0), 0.0)
+        else:  # the KV slot's wait apart from the engine's, as in the split below
             engine_wait = jnp.maximum(spread.wait_ms - spread.slot_wait_ms, 0.0)
-            busy, wait = engine, jnp.where(engine > 0, engine_wait / jnp.maximum(engine, 1e-30), 0.0)
-            slot = (slot_busy, jnp.where(slot_busy > 0, spread.slot_wait_ms / jnp.maximum(slot_busy, 1e-30), 0.0))
+            busy, wait, *slot = _exclusive_waits(spread.wait_busy, engine_wait, spread.slot_busy, spread.slot_wait_ms)
     else:
         # the kinds arrived in a step with prefill, then those that did not: each its own wait for
         # the step in progress (its conditional mean and variance in place of the whole wait's),
@@ -347,30 +360,23 @@ def latency_percentiles(spread: TurnSpread, with_wait: bool = True) -> LatencyPe
         step_means = jnp.stack([split.prefill_wait_ms, split.other_wait_ms])
         step_variances = jnp.stack([split.prefill_wait_variance, split.other_wait_variance])
         # the wait for prompts ahead by kind, and the wait for a KV slot, every kind's alike, as
-        # a wait of its own: a request that finds every slot busy waits for one (its chance and
-        # mean, `jaxpareto.physics.queueing.slot_wait_ms`) and not for prompts ahead too, the
-        # engine having mostly worked off its prefill queue by the time a slot frees (in the
-        # simulated server's rows where the slots bind, slot waiters wait 5-57 % of the others'
-        # mean for prompts ahead); the engine's waits fall to the others, so the two waits'
-        # means add up to the model's
+        # a wait of its own (`_exclusive_waits`)
         engine_busy = jnp.clip(split.carried, 0.0, 1.0)
-        slot_busy = jnp.clip(split.slot_busy, 0.0, 1.0)
         carried = jnp.clip(jnp.stack([split.prefill_carried, engine_busy - split.prefill_carried]), 0.0, engine_busy)
         overflow_share = jnp.clip(split.prefill_overflow_share, 0.0, 1.0)
         ahead = split.queue_wait_ms * jnp.stack([overflow_share, 1.0 - overflow_share])  # E[wait; kind]
         kind_share = jnp.maximum(shares, 1e-30)
-        group_busy = jnp.clip(carried / kind_share, 0.0, 1.0)  # P(a prompt of the kind waits for prompts ahead)
-        group_wait = ahead / kind_share  # the kind's mean wait for them
-        slot_cond = jnp.where(slot_busy > 0, split.slot_wait_ms / jnp.maximum(slot_busy, 1e-30), 0.0)
+        # each kind's chance of waiting for prompts ahead and its mean wait for them
+        slot_given = spread.slot_busy is not None
+        engine, engine_wait, slot_busy, slot_wait = _exclusive_waits(
+            carried / kind_share, ahead / kind_share, spread.slot_busy if slot_given else 0.0,
+            spread.slot_wait_ms if slot_given else 0.0)
         weights = (shares[:, None] * weights[None, :]).ravel()
         prefill_means = (own * scales[None, :] + step_means[:, None]).ravel()
         prefill_variance = jnp.maximum(steps_variance - split.wait_variance + step_variances[:, None]
                                        + lengths_variance * scales[None, :] ** 2, 0.0).ravel()
-        # (where the engine's chance passes what the slots leave, its wait's mean goes with it)
-        engine = jnp.minimum(group_busy, 1.0 - slot_busy)
-        busy = jnp.repeat(engine, scales.shape[0])
-        wait = jnp.repeat(jnp.where(engine > 0, group_wait / jnp.maximum(engine, 1e-30), 0.0), scales.shape[0])
-        slot = (jnp.broadcast_to(slot_busy, busy.shape), jnp.broadcast_to(slot_cond, busy.shape))
+        busy, wait = jnp.repeat(engine, scales.shape[0]), jnp.repeat(engine_wait, scales.shape[0])
+        slot = (jnp.broadcast_to(slot_busy, busy.shape), jnp.broadcast_to(slot_wait, busy.shape))
     prefill_cv = sqrt_or_zero(prefill_variance) / jnp.maximum(prefill_means, 1e-30)
     ttft = Delay(weights, prefill_means, lognormal_sigma(prefill_cv), busy, wait, *slot)
 

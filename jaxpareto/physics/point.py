@@ -161,7 +161,8 @@ class TurnState(NamedTuple):
     the open loop's shared-engine waits by the kind of step a prompt arrives in
     (`jaxpareto.physics.open_engine.ArrivalSplit`; None elsewhere); ``slot_busy`` and
     ``slot_wait_ms`` the open loop's chance of waiting for a KV slot and that wait's mean over
-    all requests (in ``queue_busy`` and ``queue_wait_ms`` too, merged; None in the closed loop).
+    all requests (that mean in ``queue_wait_ms`` too, that chance not in ``queue_busy``, the
+    engine's; None in the closed loop).
     """
 
     latency_ms: jax.Array
@@ -383,12 +384,9 @@ def _with_slot_wait(state: TurnState, full: TurnState, saturated_tpot_ms: jax.Ar
     # GI/G/m form takes the arrivals' c_a², here their index of dispersion)
     wait, waits = slot_wait_ms(slots, rate_per_ms, hold, (decode * osl_cv / hold) ** 2, hold_full, fano,
                                state.prefill_dispersion * arrival_scv)
-    busy = 1.0 - (1.0 - state.queue_busy) * (1.0 - waits)
-    split = state.arrival_split  # the percentiles keep the slots' wait apart from the engine's
-    split = None if split is None else split._replace(slot_busy=waits, slot_wait_ms=wait)
+    # the percentiles keep the slots' wait apart from the engine's (``queue_busy`` stays the engine's)
     return state._replace(ttft_ms=state.ttft_ms + wait, latency_ms=state.latency_ms + wait,
                           memory_wait_ms=state.memory_wait_ms + wait, queue_wait_ms=state.queue_wait_ms + wait,
-                          queue_busy=jnp.where(jnp.isfinite(wait), busy, 1.0), arrival_split=split,
                           slot_busy=waits, slot_wait_ms=wait), fano
 
 
