@@ -13,7 +13,10 @@ runs of the same 90 % row put the model anywhere from 3 % under to 24 % over). T
 "± 2 SE", is twice the standard error of the pooled mean TTFT across the runs, in % of it.
 
 Cells are model / simulated - 1 in %; a * marks one beyond the open-loop goals (means of TTFT
-and TPOT within 10 %, their P99 within 20 %). Unlike the other scripts this one imports the test
+and TPOT within 10 %, their P99 within 20 %). The last two columns before it are the KV-slot
+queue's: the chance that a request waits for a slot (``memory_wait_probability`` against the
+simulated share) and the mean wait over every request (``memory_wait_ms``), where at least 1 % of
+the simulated requests wait ("-" elsewhere). Unlike the other scripts this one imports the test
 suite's simulator (run it from the repository root).
 
 ``--memory-scale 40`` gives the GPU 40 times its memory, in the model and the simulated server
@@ -60,20 +63,31 @@ def cells(point, sim) -> list[float]:
     return out
 
 
+def slot_cells(point, sim) -> list[str]:
+    """The KV-slot queue's chance of waiting and mean wait, model / simulated - 1 [%], where at
+    least 1 % of the simulated requests wait for a slot ("-" elsewhere)."""
+    share = float((sim.slot_wait_ms > 0).mean())
+    if share < 0.01:
+        return ["-", "-"]
+    return [f"{100.0 * (float(point.memory_wait_probability) / share - 1.0):+.0f}",
+            f"{100.0 * (float(point.memory_wait_ms) / sim.slot_wait_ms.mean() - 1.0):+.0f}"]
+
+
 def pooled(runs: list[Simulated]) -> tuple[Simulated, float]:
     """The runs' requests as one sample, and twice the standard error of its mean TTFT across the
     runs (in % of that mean; 0 for one run)."""
     means = np.array([run.ttft_ms.mean() for run in runs])
     spread = 2.0 * means.std(ddof=1) / np.sqrt(len(runs)) if len(runs) > 1 else 0.0
     joined = Simulated(*(np.concatenate([getattr(run, f) for run in runs]) for f in Simulated._fields[:4]),
-                       float(np.mean([run.mean_batch for run in runs])))
+                       float(np.mean([run.mean_batch for run in runs])),
+                       *(np.concatenate([getattr(run, f) for run in runs]) for f in Simulated._fields[5:]))
     return joined, 100.0 * spread / joined.ttft_ms.mean()
 
 
 def header(first: str) -> None:
-    print(f"| prompt | {first} | load | rate /s | " + " | ".join(f"{m} {s if s == 'mean' else f'P{s}'}"
-                                                           for m, s, _ in COLUMNS) + " | ± 2 SE |")
-    print("|" + "---|" * (5 + len(COLUMNS)))
+    names = [f"{m} {s if s == 'mean' else f'P{s}'}" for m, s, _ in COLUMNS] + ["slot P(wait)", "slot wait"]
+    print(f"| prompt | {first} | load | rate /s | " + " | ".join(names) + " | ± 2 SE |")
+    print("|" + "---|" * (7 + len(COLUMNS)))
 
 
 def table(cases, loads, requests: int, seeds: int, memory_scale: float = 1.0) -> None:
@@ -102,8 +116,9 @@ def table(cases, loads, requests: int, seeds: int, memory_scale: float = 1.0) ->
             marked = [f"{c:+.0f}" + ("*" if goal is not None and abs(c) > goal else "")
                       for c, (_, _, goal) in zip(row, COLUMNS)]
             kind = f"{hit_rate}, {cv}" if hit_rate else f"{cv}"
-            print(f"| {context} | {kind} | {load:.0%} | {rate:.2f} | " + " | ".join(marked) + f" | {error:.0f} |")
-    print("| largest | | | | " + " | ".join(f"{w:.0f}" for w in worst) + " | |")
+            print(f"| {context} | {kind} | {load:.0%} | {rate:.2f} | " + " | ".join(marked + slot_cells(point, sim))
+                  + f" | {error:.0f} |")
+    print("| largest | | | | " + " | ".join(f"{w:.0f}" for w in worst) + " | | | |")
 
 
 def main() -> None:

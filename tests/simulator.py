@@ -31,11 +31,17 @@ from jaxpareto.physics.prefill import ttft_ms
 
 
 class Simulated(NamedTuple):
+    """Per-request samples [ms] of the requests kept (ITL: every gap), and the time-weighted
+    decode batch. ``slot_wait_ms`` (0 for a request that found a KV slot free on arrival) and
+    ``hold_ms`` (from getting its slot to its last token) are given by `simulate` alone."""
+
     ttft_ms: np.ndarray
     tpot_ms: np.ndarray
     itl_ms: np.ndarray
     e2el_ms: np.ndarray
     mean_batch: float
+    slot_wait_ms: np.ndarray | None = None
+    hold_ms: np.ndarray | None = None
 
 
 def model_step(gpu: str, model: str, context_tokens: int, max_batch: int = 2048, tp: int = 1):
@@ -154,16 +160,30 @@ def simulate(step_ms, rate_per_s: float, requests: int, prefill_tokens: float, o
     left = need.copy()
     decoding: dict[int, int] = {}  # request -> tokens still to emit
     last_token: dict[int, float] = {}
+    # a request gets its KV slot at its arrival where one is free during the step it arrives in
+    # (the first ``free`` arrivals of that step), else at the start of the step that admits it
+    slotted = np.full(requests, np.nan)
+    free, front = np.inf, 0  # slots free during the step just run; waiting requests holding one
     engine, nxt = _Engine(step_ms, left, chunk_tokens, decode_in_budget), 0
     while nxt < requests or waiting or decoding:
         while nxt < requests and arrivals[nxt] <= engine.now:
             waiting.append(nxt)
+            if free >= 1:
+                slotted[nxt] = arrivals[nxt]
+                free -= 1
             nxt += 1
         if not waiting and not decoding:
-            engine.now = arrivals[nxt]
+            engine.now, free = arrivals[nxt], np.inf
             continue
         admitted = len(waiting) if slots is None else max(slots - len(decoding), 0)
+        holding = min(admitted, len(waiting))
+        for k in range(front, holding):
+            r = waiting[k]
+            slotted[r] = min(slotted[r], engine.now) if np.isfinite(slotted[r]) else engine.now
+        front = holding
+        free = np.inf if slots is None else slots - len(decoding) - holding
         finished_prefill = engine.step(waiting, decoding, admitted)
+        front -= len(finished_prefill)
         now = engine.now
         for r in list(decoding):
             gaps.append(now - last_token[r])
@@ -181,7 +201,8 @@ def simulate(step_ms, rate_per_s: float, requests: int, prefill_tokens: float, o
     ttft = (first - arrivals)[keep]
     e2el = (done - arrivals)[keep]
     tpot = (e2el - ttft) / (outputs[keep] - 1)
-    return Simulated(ttft, tpot, np.asarray(gaps), e2el, engine.mean_batch())
+    return Simulated(ttft, tpot, np.asarray(gaps), e2el, engine.mean_batch(), (slotted - arrivals)[keep],
+                     (done - slotted)[keep])
 
 
 def simulate_closed(step_ms, concurrency: int, prefill_tokens: float, osl: int, chunk_tokens: float,

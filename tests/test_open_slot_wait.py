@@ -101,3 +101,31 @@ def test_a_latency_with_two_exclusive_waits_against_a_sample_of_it():
         one = Delay(*map(jnp.asarray, (weights, means, sigmas, busy, wait)))
         np.testing.assert_allclose([float(q) for q in delay_quantiles(none)], [float(q) for q in delay_quantiles(one)],
                                    rtol=1e-12)
+
+
+def test_the_simulated_server_holds_a_slot_from_admission_to_the_last_token():
+    """The simulated server's KV-slot bookkeeping (`simulator.simulate`, ``slot_wait_ms`` and
+    ``hold_ms``): a request's E2E latency is its slot wait plus its hold; at no time do more than
+    M requests hold a slot; without a limit nobody waits; and a request that finds a slot free
+    during the step it arrives in does not wait (regular arrivals far apart never do)."""
+    from simulator import simulate
+
+    def step(decoding, prefill_tokens):  # a toy engine step [ms]
+        return 10.0 + 0.05 * decoding + 0.002 * prefill_tokens
+
+    free = simulate(step, 20.0, 2_000, 500.0, 40.0, 512.0, warmup=0.0)
+    assert (free.slot_wait_ms == 0.0).all()
+    np.testing.assert_allclose(free.hold_ms, free.e2el_ms, rtol=1e-12)
+    sparse = simulate(step, 0.5, 500, 500.0, 40.0, 512.0, warmup=0.0, slots=2, arrival_cv=0.05)
+    assert (sparse.slot_wait_ms == 0.0).all()
+    busy = simulate(step, 15.0, 4_000, 500.0, 40.0, 512.0, warmup=0.0, slots=8, seed=3)
+    np.testing.assert_allclose(busy.slot_wait_ms + busy.hold_ms, busy.e2el_ms, rtol=1e-9)
+    assert 0.05 < (busy.slot_wait_ms > 0).mean() < 0.95 and (busy.hold_ms > 0).all()
+    # the holders over time: +1 when a slot is taken, -1 at the last token (released first at a tie)
+    rng = np.random.default_rng(3)
+    arrivals = np.cumsum(rng.exponential(1000.0 / 15.0, 4_000))  # simulate's own draws for this seed
+    taken, released = arrivals + busy.slot_wait_ms, arrivals + busy.e2el_ms
+    times = np.concatenate([released, taken])
+    order = np.lexsort((np.r_[np.zeros(len(released)), np.ones(len(taken))], times))
+    holders = np.cumsum(np.r_[-np.ones(len(released)), np.ones(len(taken))][order])
+    assert holders.max() == 8 and holders.min() >= 0

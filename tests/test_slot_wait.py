@@ -14,7 +14,7 @@ import pytest
 from scipy import stats
 
 import jaxpareto as jp
-from jaxpareto.physics.queueing import closed_slot_wait_turns
+from jaxpareto.physics.queueing import closed_slot_wait_chance, closed_slot_wait_turns
 
 
 def _exact_turns(batch, concurrency, slots):
@@ -31,6 +31,19 @@ def test_binomial_tails_match_their_sums(concurrency, slots, share):
     with jax.enable_x64(True):
         got = float(closed_slot_wait_turns(batch, float(concurrency), float(slots)))
     np.testing.assert_allclose(got, _exact_turns(batch, concurrency, slots), rtol=1e-9, atol=1e-14)
+
+
+@pytest.mark.parametrize("concurrency, slots", [(2, 1), (8, 3), (8, 7), (33, 8), (200, 150)])
+@pytest.mark.parametrize("share", [0.05, 0.35, 0.8, 0.999])
+def test_chance_of_waiting_is_the_binomial_tail(concurrency, slots, share):
+    """P(K >= M) against scipy's binomial survival function; 1 at Z = 0 where C > M, 0 where C <= M."""
+    batch = share * concurrency
+    with jax.enable_x64(True):
+        got = float(closed_slot_wait_chance(batch, float(concurrency), float(slots)))
+        assert float(closed_slot_wait_chance(float(concurrency), float(concurrency), float(slots))) == 1.0
+        assert float(closed_slot_wait_chance(batch, float(slots), float(slots))) == 0.0
+    want = stats.binom(concurrency - 1, share).sf(slots - 1)
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-14)
 
 
 def test_limits():
@@ -65,7 +78,8 @@ def test_derivative_matches_finite_differences():
 
 def _simulate(concurrency, slots, service_ms, think_ms, turns, seed):
     """C sessions alternating an exponential pause and a turn that holds one of M slots for an
-    exponential time (first come, first served). Returns (mean wait, mean sessions in their turn)."""
+    exponential time (first come, first served). Returns (mean wait, mean sessions in their turn,
+    share of turns that wait)."""
     rng = np.random.default_rng(seed)
     events = [(rng.exponential(think_ms), 0, s) for s in range(concurrency)]
     heapq.heapify(events)
@@ -94,7 +108,7 @@ def _simulate(concurrency, slots, service_ms, think_ms, turns, seed):
                 heapq.heappush(events, (time + rng.exponential(service_ms), 1, first))
             else:
                 busy -= 1
-    return float(np.mean(waits[1000:])), area / last
+    return float(np.mean(waits[1000:])), area / last, float(np.mean(np.asarray(waits[1000:]) > 0.0))
 
 
 @pytest.mark.parametrize("concurrency, slots, service_ms, think_ms", [
@@ -106,12 +120,15 @@ def _simulate(concurrency, slots, service_ms, think_ms, turns, seed):
 def test_wait_follows_a_simulated_finite_source_queue(concurrency, slots, service_ms, think_ms):
     """Within 10 % of the simulated queue where the fluid bound misses by 29-100 %; with fewer
     sessions the arrival theorem's binomial law of the others over-counts them (2 on one slot:
-    21 % over, 4 on one 18 %; not checked here)."""
-    wait, batch = _simulate(concurrency, slots, service_ms, think_ms, turns=60_000, seed=1)
+    21 % over, 4 on one 18 %; not checked here). The chance of waiting within 20 % (the same
+    over-count: up to 18 % over where most turns wait)."""
+    wait, batch, waited = _simulate(concurrency, slots, service_ms, think_ms, turns=60_000, seed=1)
     with jax.enable_x64(True):
         model = service_ms * float(closed_slot_wait_turns(batch, float(concurrency), float(slots)))
+        chance = float(closed_slot_wait_chance(batch, float(concurrency), float(slots)))
     fluid = service_ms * max(batch / slots - 1.0, 0.0)
     assert wait * 0.9 <= model <= wait * 1.1
+    assert chance == pytest.approx(waited, rel=0.2)  # 0.60, 0.057, 0.79, 0.22 against 0.52, 0.055, 0.67, 0.22
     assert abs(fluid - wait) > 0.2 * wait
 
 
@@ -121,7 +138,8 @@ def _agent_loop(memory_gb, think_time_s, seen_batch):
     return jp.sweep(gpu=gpus, model="llama-3.1-70b", tp=2, concurrency=8, think_time_s=think_time_s,
                     context_tokens=32768, hit_rate=0.0, prefill_model="shared", cache_model="lru", dtype="float64",
                     tol=1e-10, seen_batch=seen_batch,
-                    variables=["turns_per_s", "memory_wait_ms", "concurrency_max", "batch_eff"])
+                    variables=["turns_per_s", "memory_wait_ms", "memory_wait_probability", "concurrency_max",
+                               "batch_eff"])
 
 
 def test_more_memory_no_longer_slows_the_agent_loop():
@@ -137,6 +155,7 @@ def test_more_memory_no_longer_slows_the_agent_loop():
     assert paused.memory_wait_ms.values[0] > 0.2 * 16_000  # several seconds at 90 GB; fluid: none
     fluid = _agent_loop([90.0, 100.0], 30.0, "mean").squeeze()
     assert fluid.memory_wait_ms.values[0] == 0.0 and fluid.turns_per_s.values[1] < fluid.turns_per_s.values[0]
+    assert 0.3 < paused.memory_wait_probability.values[0] < 0.7 and fluid.memory_wait_probability.values[0] == 0.0
     busy = [_agent_loop([90.0, 100.0], 0.0, mode).squeeze() for mode in ("mean", "distribution")]
     np.testing.assert_allclose(busy[1].turns_per_s.values, busy[0].turns_per_s.values, rtol=1e-9)
     np.testing.assert_allclose(busy[1].memory_wait_ms.values, busy[0].memory_wait_ms.values, rtol=1e-9)

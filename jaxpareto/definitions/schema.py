@@ -44,6 +44,8 @@ OUTPUTS: dict[str, VariableInfo] = {
     "cache_lifetime_s": VariableInfo("s", "how long a paused session's cache survives (TTL, LRU T_c; inf: no eviction)"),
     "gpu_utilization": VariableInfo("1", "share of the GPU's achievable compute used by prefill and decode"),
     "memory_wait_ms": VariableInfo("ms", "wait per turn for KV memory or the engine's running limit, part of TTFT (LRU cache model, measured profile, Poisson arrivals)"),
+    "memory_wait_probability": VariableInfo("1", "chance that a turn waits for KV memory or the engine's running "
+                                                 "limit (memory_wait_ms is the mean wait over every turn)"),
     "request_throughput": VariableInfo("requests/s", "requests (turns) served per second: X, or the arrival "
                                                      "rate under Poisson arrivals"),
     **{f"p{p}_{metric}_ms": VariableInfo("ms", f"P{p} of {label} (length spread, batch seen and, under Poisson "

@@ -157,6 +157,7 @@ def evaluate_disaggregated(point: GridPoint, workload: Workload, efficiency: Eff
         cache_lifetime_s=workload.cache_ttl_s + zero if options.cache_model == "ttl" else zero + jnp.inf,
         gpu_utilization=masked(utilization),
         memory_wait_ms=masked(zero),
+        memory_wait_probability=masked(zero),
         request_throughput=masked(turns_per_s),
         **{name: nan for name in PERCENTILE_VARIABLES},
         feasible=ok,

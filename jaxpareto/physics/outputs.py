@@ -36,6 +36,7 @@ class PointOutputs(NamedTuple):
     cache_lifetime_s: jax.Array
     gpu_utilization: jax.Array
     memory_wait_ms: jax.Array
+    memory_wait_probability: jax.Array
     request_throughput: jax.Array
     p50_ttft_ms: jax.Array
     p90_ttft_ms: jax.Array

@@ -43,8 +43,8 @@ from jaxpareto.physics.outputs import DECODE_COMPUTE, DECODE_MEMORY, DECODE_NONE
 from jaxpareto.physics.percentiles import PERCENTILES, TurnSpread, latency_percentiles, seen_batch_quantiles
 from jaxpareto.physics.prefill import PrefillWork, prefill_work
 from jaxpareto.physics.roots import INNER_ROOT_EPS
-from jaxpareto.physics.queueing import PrefillMix, batch_fano_factor, closed_slot_wait_turns, mg1_wait_ms, \
-    paused_sessions, prefill_mix, slot_wait_ms
+from jaxpareto.physics.queueing import PrefillMix, batch_fano_factor, closed_slot_wait_chance, closed_slot_wait_turns, \
+    mg1_wait_ms, paused_sessions, prefill_mix, slot_wait_ms
 
 
 
@@ -162,7 +162,8 @@ class TurnState(NamedTuple):
     (`jaxpareto.physics.open_engine.ArrivalSplit`; None elsewhere); ``slot_busy`` and
     ``slot_wait_ms`` the open loop's chance of waiting for a KV slot and that wait's mean over
     all requests (that mean in ``queue_wait_ms`` too, that chance not in ``queue_busy``, the
-    engine's; None in the closed loop).
+    engine's; None in the closed loop); ``memory_wait_chance`` the chance that a turn waits for
+    KV memory at all, in either loop (``memory_wait_ms`` is the mean over every turn).
     """
 
     latency_ms: jax.Array
@@ -190,6 +191,7 @@ class TurnState(NamedTuple):
     arrival_split: NamedTuple | None = None
     slot_busy: jax.Array | None = None
     slot_wait_ms: jax.Array | None = None
+    memory_wait_chance: jax.Array = 0.0
 
 
 def inner_unknowns(options: ModelOptions) -> tuple[tuple[str, float, float], ...]:
@@ -318,17 +320,20 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
     # the engine's scheduler holds the first token back d steps (an overlap scheduler: one)
     if turn.scheduler_delay_steps is not None:
         ttft = ttft + scheduler_wait_ms(turn.scheduler_delay_steps, tpot)
-    wait = zero
+    wait, chance = zero, zero
     if queue:
         if options.seen_batch == "distribution" and options.arrivals == "staggered":
             # a turn finding M others in theirs waits, as the batch it sees spreads around B
             queued = closed_slot_wait_turns(batch, concurrency, turn.slots)
-        else:  # the fluid bound: no wait while the mean B is under M
+            chance = closed_slot_wait_chance(batch, concurrency, turn.slots)
+        else:  # the fluid bound: no wait while the mean B is under M, and then every turn waits
             queued = jnp.maximum(batch / turn.slots, 1.0) - 1.0
+            chance = jnp.where(queued > 0.0, 1.0, 0.0)
         wait = (ttft + tpot * turn.osl) * queued
         ttft = ttft + wait
     return TurnState(ttft + tpot * turn.osl, wait, ttft, tpot, step, batch_run, work, lifetime, load, mix,
-                     queue_wait, queue_busy, *steps, seen, roots, service_scv, own_service, step_wait, law, split)
+                     queue_wait, queue_busy, *steps, seen, roots, service_scv, own_service, step_wait, law, split,
+                     memory_wait_chance=chance)
 
 
 def scheduler_wait_ms(delay_steps: jax.Array, tpot_ms: jax.Array) -> jax.Array:
@@ -387,7 +392,8 @@ def _with_slot_wait(state: TurnState, full: TurnState, saturated_tpot_ms: jax.Ar
     # the percentiles keep the slots' wait apart from the engine's (``queue_busy`` stays the engine's)
     return state._replace(ttft_ms=state.ttft_ms + wait, latency_ms=state.latency_ms + wait,
                           memory_wait_ms=state.memory_wait_ms + wait, queue_wait_ms=state.queue_wait_ms + wait,
-                          slot_busy=waits, slot_wait_ms=wait), fano
+                          slot_busy=waits, slot_wait_ms=wait,
+                          memory_wait_chance=1.0 - (1.0 - state.memory_wait_chance) * (1.0 - waits)), fano
 
 
 def turn_latency_ms(turn: TurnLatency, batch: jax.Array, options: ModelOptions = ModelOptions()) -> jax.Array:
@@ -768,6 +774,7 @@ def evaluate_point(
             workload.cache_ttl_s + zero if options.cache_model == "ttl" else zero + jnp.inf),
         gpu_utilization=masked(utilization),
         memory_wait_ms=masked(state.memory_wait_ms),
+        memory_wait_probability=masked(state.memory_wait_chance + zero),
         request_throughput=masked(turns_per_s),
         **percentile_outputs,
         request_goodput=goodput,

@@ -332,6 +332,33 @@ def closed_slot_wait_turns(batch: jax.Array, concurrency: jax.Array, slots: jax.
     return jnp.maximum(jnp.where(inside, queued, edge), 0.0) / m
 
 
+def closed_slot_wait_chance(batch: jax.Array, concurrency: jax.Array, slots: jax.Array) -> jax.Array:
+    """The closed loop's chance that a turn waits for one of M KV slots: P(K >= M), K ~
+    binomial(C - 1, B / C) the others in their turn (the arrival theorem, as in
+    `closed_slot_wait_turns`, whose mean wait is over every turn), the binomial tail
+
+        P(K >= M) = I_p(M, C - M),   p = B / C,
+
+    as a regularized incomplete beta function (`incomplete_beta`; C and M need not be integers).
+    1 at Z = 0 (p = 1) where C > M, 0 where C <= M (never M others).
+
+    Args:
+        batch: B, sessions in their turn (> 0). concurrency: C (>= 1). slots: M (>= 1; below 1
+            taken as 1).
+
+    Returns:
+        P(wait) in [0, 1].
+    """
+    others = jnp.maximum(concurrency - 1.0, 0.0)
+    m = jnp.maximum(slots, 1.0)
+    p = batch / jnp.maximum(concurrency, 1.0)
+    b = others - m + 1.0
+    inside = (p > 0.0) & (p < 1.0) & (b > 0.0)
+    p_in, b_in = jnp.where(inside, p, 0.5), jnp.where(inside, b, 1.0)
+    edge = jnp.where((p >= 1.0) & (b > 0.0), 1.0, 0.0)
+    return jnp.clip(jnp.where(inside, incomplete_beta(m, b_in, p_in), edge), 0.0, 1.0)
+
+
 def paused_sessions(rate_per_ms: jax.Array, think_time_ms: jax.Array, turns_per_session: jax.Array) -> jax.Array:
     """P = λ Z (N - 1) / N: sessions between two of their turns under Poisson session arrivals
     (Little's law over the pauses: λ / N sessions per ms, each pausing N - 1 times for Z)."""
