@@ -59,17 +59,20 @@ def test_limits():
         np.testing.assert_allclose(float(closed_slot_wait_turns(1.5, 6.0, 1.0)), 5.0 * 1.5 / 6.0, rtol=1e-12)
 
 
-def test_derivative_matches_finite_differences():
-    grad = jax.grad(closed_slot_wait_turns, argnums=(0, 1))
+@pytest.mark.parametrize("function", [closed_slot_wait_turns, closed_slot_wait_chance])
+def test_derivative_matches_finite_differences(function):
+    """The mean wait and the chance of waiting (an objective or a constraint of the gradient
+    search) against central differences in B and C."""
+    grad = jax.grad(function, argnums=(0, 1))
     with jax.enable_x64(True):
         for batch, concurrency, slots in [(2.8, 8.0, 3.0), (9.5, 32.0, 8.0), (1.2, 4.0, 1.0), (7.9999, 8.0, 3.0)]:
             by_batch, by_concurrency = (float(g) for g in grad(batch, concurrency, slots))
             h = 1e-6
-            fd_b = (float(closed_slot_wait_turns(batch + h, concurrency, slots))
-                    - float(closed_slot_wait_turns(batch - h, concurrency, slots))) / (2 * h)
-            fd_c = (float(closed_slot_wait_turns(batch, concurrency + 1e-4, slots))
-                    - float(closed_slot_wait_turns(batch, concurrency - 1e-4, slots))) / 2e-4
-            np.testing.assert_allclose(by_batch, fd_b, rtol=1e-5)
+            fd_b = (float(function(batch + h, concurrency, slots))
+                    - float(function(batch - h, concurrency, slots))) / (2 * h)
+            fd_c = (float(function(batch, concurrency + 1e-4, slots))
+                    - float(function(batch, concurrency - 1e-4, slots))) / 2e-4
+            np.testing.assert_allclose(by_batch, fd_b, rtol=1e-5, atol=1e-12)
             np.testing.assert_allclose(by_concurrency, fd_c, rtol=1e-3, atol=1e-6)
         # at the edges (every session in its turn; M others impossible) the derivative is finite
         for args in [(8.0, 8.0, 3.0), (3.0, 5.0, 5.0)]:

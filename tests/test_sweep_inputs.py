@@ -151,7 +151,7 @@ def test_an_in_memory_grid_larger_than_memory_is_refused_before_it_runs(monkeypa
     pages, real = {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 256}, os.sysconf  # a machine of 1 MB
     monkeypatch.setattr(os, "sysconf", lambda name: pages[name] if name in pages else real(name))
     grid = dict(gpu="h100-sxm", model="llama-3.1-8b", tp=1, concurrency=np.arange(1, 101), think_time_s=np.arange(100))
-    with pytest.raises(jp.JaxparetoError, match=r"grid: 10,000 points x 28 variables need about 0.0 GB.*sweep_to_zarr"):
+    with pytest.raises(jp.JaxparetoError, match=r"grid: 10,000 points x 29 variables need about 0.0 GB.*sweep_to_zarr"):
         jp.sweep(**grid)
     assert jp.sweep(**grid, variables=["ttft_ms"]).ttft_ms.size == 10_000  # 40 KB of outputs (and the flags) fit
     with pytest.raises(jp.JaxparetoError, match="num"):  # one axis of ten billion values is refused as written
