@@ -1,7 +1,8 @@
 """The open loop's wait for a KV slot (`jaxpareto.physics.queueing.slot_wait_ms`) and its place in
 the latency percentiles (`jaxpareto.physics.percentiles.Delay`): the chance of waiting against an
 independent float64 reference of the occupancy's negative binomial and the clusters' longer tail,
-and a latency with two exclusive waits against a Monte Carlo sample of it."""
+a latency with two exclusive waits against a Monte Carlo sample of it, and the simulated server's
+own record of each request's slot wait and hold (`simulator.simulate`)."""
 
 from __future__ import annotations
 
