@@ -179,7 +179,7 @@ def simulate(step_ms, rate_per_s: float, requests: int, prefill_tokens: float, o
         holding = min(admitted, len(waiting))
         for k in range(front, holding):
             r = waiting[k]
-            slotted[r] = min(slotted[r], engine.now) if np.isfinite(slotted[r]) else engine.now
+            slotted[r] = np.fmin(slotted[r], engine.now)  # NaN: not slotted on arrival
         front = holding
         free = np.inf if slots is None else slots - len(decoding) - holding
         finished_prefill = engine.step(waiting, decoding, admitted)

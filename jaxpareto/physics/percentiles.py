@@ -160,14 +160,15 @@ def delay_quantiles(delay: Delay, with_wait: bool = True) -> tuple[jax.Array, ..
     no kind's own quantile is below it, and the sum of the kinds' and the wait's
     (1 + q) / 2-quantiles is above it."""
     out = []
+    # P(W > x) <= (ρ + ρ_slot) exp(-x / the longer mean)
+    busy, longest = delay.busy, delay.wait_ms
+    if delay.slot_busy is not None:
+        busy = busy + delay.slot_busy
+        longest = jnp.maximum(longest, jnp.where(delay.slot_busy > 0, delay.slot_wait_ms, 0.0))
     for q, zq, zh in zip(_LEVELS, _ZQ, _ZH):
         lo = jnp.min(delay.means * jnp.exp(delay.sigmas * zq - 0.5 * delay.sigmas ** 2))
         upper_kind = jnp.max(delay.means * jnp.exp(delay.sigmas * zh - 0.5 * delay.sigmas ** 2))
-        if delay.slot_busy is None:
-            upper_wait = jnp.max(delay.wait_ms * jnp.log(jnp.maximum(2.0 * delay.busy / (1.0 - q), 1.0)))
-        else:  # P(W > x) <= (ρ + ρ_slot) exp(-x / the longer mean)
-            longest = jnp.maximum(delay.wait_ms, jnp.where(delay.slot_busy > 0, delay.slot_wait_ms, 0.0))
-            upper_wait = jnp.max(longest * jnp.log(jnp.maximum(2.0 * (delay.busy + delay.slot_busy) / (1.0 - q), 1.0)))
+        upper_wait = jnp.max(longest * jnp.log(jnp.maximum(2.0 * busy / (1.0 - q), 1.0)))
         log_t = increasing_quantile(lambda x: delay_cdf(delay, jnp.exp(x), with_wait), q - _LEVEL_TOLERANCE,
                                     jnp.log(lo), jnp.log(upper_kind + upper_wait), _BISECTIONS)
         out.append(jnp.exp(log_t))

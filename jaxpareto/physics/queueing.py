@@ -293,6 +293,19 @@ def slot_wait_ms(slots: jax.Array, rate_per_ms: jax.Array, hold_ms: jax.Array, h
     return jnp.where(stable, wait, jnp.inf), waits
 
 
+def _others_in_turn(batch, concurrency, slots):
+    """The binomial law of the others in their turn, K ~ binomial(C - 1, p = B / C), as the
+    incomplete betas of its tails take it: (C - 1, M, p, b = C - M, inside, p and b inside),
+    ``inside`` the betas' open domain (0 < p < 1 and b > 0: M others can be in their turn), where
+    p and b are kept (elsewhere harmless values: no 0 x inf derivatives)."""
+    others = jnp.maximum(concurrency - 1.0, 0.0)
+    m = jnp.maximum(slots, 1.0)
+    p = batch / jnp.maximum(concurrency, 1.0)
+    b = others - m + 1.0
+    inside = (p > 0.0) & (p < 1.0) & (b > 0.0)
+    return others, m, p, b, inside, jnp.where(inside, p, 0.5), jnp.where(inside, b, 1.0)
+
+
 def closed_slot_wait_turns(batch: jax.Array, concurrency: jax.Array, slots: jax.Array) -> jax.Array:
     """The closed loop's mean wait for one of M KV slots, in running turns S: W / S.
 
@@ -318,12 +331,7 @@ def closed_slot_wait_turns(batch: jax.Array, concurrency: jax.Array, slots: jax.
     Returns:
         W / S >= 0, the mean wait in units of the running turn.
     """
-    others = jnp.maximum(concurrency - 1.0, 0.0)
-    m = jnp.maximum(slots, 1.0)
-    p = batch / jnp.maximum(concurrency, 1.0)
-    b = others - m + 1.0  # the tails' second shape: > 0 where M others can be in their turn
-    inside = (p > 0.0) & (p < 1.0) & (b > 0.0)  # the incomplete betas' open domain (no 0 x inf derivatives)
-    p_in, b_in = jnp.where(inside, p, 0.5), jnp.where(inside, b, 1.0)
+    others, m, p, b, inside, p_in, b_in = _others_in_turn(batch, concurrency, slots)
     several = m > 1.0
     a_in = jnp.where(several, m - 1.0, 1.0)
     queued = others * p_in * jnp.where(several, incomplete_beta(a_in, b_in, p_in), 1.0) \
@@ -349,13 +357,8 @@ def closed_slot_wait_chance(batch: jax.Array, concurrency: jax.Array, slots: jax
     Returns:
         P(wait) in [0, 1].
     """
-    others = jnp.maximum(concurrency - 1.0, 0.0)
-    m = jnp.maximum(slots, 1.0)
-    p = batch / jnp.maximum(concurrency, 1.0)
-    b = others - m + 1.0
-    inside = (p > 0.0) & (p < 1.0) & (b > 0.0)
-    p_in, b_in = jnp.where(inside, p, 0.5), jnp.where(inside, b, 1.0)
-    edge = jnp.where((p >= 1.0) & (b > 0.0), 1.0, 0.0)
+    _, m, p, b, inside, p_in, b_in = _others_in_turn(batch, concurrency, slots)
+    edge = jnp.where((p >= 1.0) & (b > 0.0), 1.0, 0.0)  # every session in its turn: C - 1 >= M others
     return jnp.clip(jnp.where(inside, incomplete_beta(m, b_in, p_in), edge), 0.0, 1.0)
 
 
