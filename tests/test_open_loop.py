@@ -312,6 +312,7 @@ def test_validation_server_rows_in_the_open_loop():
     assert np.all(arrived.predicted.to_numpy()[ttft] > closed.predicted.to_numpy()[ttft])  # the queue
 
 
+@pytest.mark.slow  # reverse and forward mode through the open loop's predictions: about a minute
 def test_open_loop_predictions_have_reverse_mode_gradients():
     """Under ``arrivals="poisson"`` reverse mode differentiates the predictions as forward mode
     does. The rows kept in the closed loop are evaluated in the open loop too, at a stand-in rate
@@ -686,9 +687,11 @@ def test_an_idle_engine_has_no_step_in_progress():
     assert np.all(np.diff(rates.ttft_ms.values) > 0) and np.all(np.diff(rates.p99_ttft_ms.values) > 0)
 
 
+# the open loop's case compiles its shared engine's percentiles twice (about a minute): slow checks
 @pytest.mark.parametrize("arrivals", [dict(concurrency=32, think_time_s=2.0),
-                                      dict(request_rate=[0.05, 0.1, 0.2, 0.4, 0.7, 1.0, 2.0, 3.0],
-                                           arrivals="poisson", prefill_model="shared")])
+                                      pytest.param(dict(request_rate=[0.05, 0.1, 0.2, 0.4, 0.7, 1.0, 2.0, 3.0],
+                                                        arrivals="poisson", prefill_model="shared"),
+                                                   marks=pytest.mark.slow)])
 def test_a_percentile_at_the_hit_share_is_the_same_in_either_precision(arrivals):
     """Fixed lengths at hit rate 0.9: P90 falls where the CDF stays within rounding of 0.9
     between hits and misses. It is the hits' upper end in float32 and float64 alike (float32 had

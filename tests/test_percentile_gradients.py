@@ -187,7 +187,15 @@ def _central_reverse_forward(case, forward_mode=True):
     return central, reverse, forward, steps > 0  # think time 0 and the open loop's hit rate 0 sit at their range's end
 
 
-@pytest.mark.parametrize("case", CASES)
+# each case compiles a reverse-mode program of the whole model for 15-70 s: the default run
+# differentiates one closed loop and the open loop's shared engine (the percentiles' richest
+# path); the other three run with the slow checks (scripts/slow_checks.sh)
+IN_SLOW_CHECKS = ("shared engine and LRU, closed loop", "seed, Poisson arrivals, fixed lengths",
+                  "shared engine, closed loop, no pauses")
+
+
+@pytest.mark.parametrize("case", [pytest.param(case, marks=pytest.mark.slow) if case in IN_SLOW_CHECKS else case
+                                  for case in CASES])
 def test_point_percentiles_match_central_differences(case):
     """Through the whole model (the closed loop's implicit B included): the gradient of a sum
     of log-percentiles against float64 central differences, in reverse and forward mode (for
