@@ -63,6 +63,33 @@ def test_second_sweep_of_as_many_sub_batches_does_not_recompile():
             np.testing.assert_array_equal(picked[name].values.squeeze(), alone[name].values.squeeze())
 
 
+def test_small_sweeps_asking_for_other_variables_share_one_program():
+    """A small block computes its tier of outputs (every mean, or every output where a percentile
+    is asked for) and keeps those asked for: other variables, same tier, no compilation, and the
+    same bits as a sweep keeping everything. A large block compiles only what it keeps."""
+    from jaxpareto.mapper import SHARED_OUTPUTS_MAX_POINTS, shared_outputs
+
+    kwargs = dict(gpu="h100-sxm", model="llama-3.1-8b", tp=[1, 2], concurrency=[3, 17], think_time_s=1.5,
+                  context_tokens=[4096, 8192], hit_rate=0.5, isl_cv=0.5, osl_cv=0.5)
+    every = jp.sweep(**kwargs)
+    for variables in (["ttft_ms"], ["tpot_ms", "batch_eff"], ["p99_ttft_ms"], ["p90_tpot_ms", "turns_per_s"]):
+        before = evaluate_block._cache_size()
+        kept = jp.sweep(**kwargs, variables=variables)
+        if variables != ["ttft_ms"]:  # the first of each tier may compile it (the means' tier)
+            assert evaluate_block._cache_size() == before, variables
+        assert set(variables) <= set(kept.data_vars)
+        for name in variables:
+            np.testing.assert_array_equal(kept[name].values, every[name].values, err_msg=name)
+        assert not {*kept.data_vars} - {*variables, "feasible", "converged", "infeasible_reason"}
+    assert "p99_ttft_ms" not in shared_outputs(("ttft_ms", "tpot_ms"))
+    assert set(shared_outputs(("p99_ttft_ms",))) > set(shared_outputs(("ttft_ms",)))
+    large = dict(kwargs, concurrency=np.arange(1, SHARED_OUTPUTS_MAX_POINTS // 2 + 1))  # 2 x 4,096 x 2 points
+    jp.sweep(**large, variables=["ttft_ms"])
+    before = evaluate_block._cache_size()
+    jp.sweep(**large, variables=["tpot_ms"])
+    assert evaluate_block._cache_size() == before + 1
+
+
 def _cli(*args, cwd):
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     return subprocess.run([sys.executable, "-m", "jaxpareto.cli.app", *args], cwd=cwd, env=env,
