@@ -64,9 +64,10 @@ def test_second_sweep_of_as_many_sub_batches_does_not_recompile():
 
 
 def test_small_sweeps_asking_for_other_variables_share_one_program():
-    """A small block computes its tier of outputs (every mean, or every output where a percentile
+    """A small grid computes its tier of outputs (every mean, or every output where a percentile
     is asked for) and keeps those asked for: other variables, same tier, no compilation, and the
-    same bits as a sweep keeping everything. A large block compiles only what it keeps."""
+    same bits as a sweep keeping everything. A larger grid compiles only what it keeps, in blocks
+    of any size."""
     from jaxpareto.mapper import SHARED_OUTPUTS_MAX_POINTS, shared_outputs
 
     kwargs = dict(gpu="h100-sxm", model="llama-3.1-8b", tp=[1, 2], concurrency=[3, 17], think_time_s=1.5,
@@ -84,10 +85,11 @@ def test_small_sweeps_asking_for_other_variables_share_one_program():
     assert "p99_ttft_ms" not in shared_outputs(("ttft_ms", "tpot_ms"))
     assert set(shared_outputs(("p99_ttft_ms",))) > set(shared_outputs(("ttft_ms",)))
     large = dict(kwargs, concurrency=np.arange(1, SHARED_OUTPUTS_MAX_POINTS // 2 + 1))  # 2 x 4,096 x 2 points
-    jp.sweep(**large, variables=["ttft_ms"])
-    before = evaluate_block._cache_size()
-    jp.sweep(**large, variables=["tpot_ms"])
-    assert evaluate_block._cache_size() == before + 1
+    for chunk_points in (1 << 20, 1024):  # one block; blocks of a sub-batch each
+        jp.sweep(**large, variables=["ttft_ms"], chunk_points=chunk_points)
+        before = evaluate_block._cache_size()
+        jp.sweep(**large, variables=["tpot_ms"], chunk_points=chunk_points)
+        assert evaluate_block._cache_size() == before + 1, chunk_points
 
 
 def _cli(*args, cwd):
