@@ -78,7 +78,7 @@ def shared_outputs(outputs: tuple[str, ...]) -> tuple[str, ...]:
     percentiles where none is asked for (their code is left out, as `_kept` leaves it), else every
     output. Measured on an open-loop sweep with an empty compilation cache: one mean 18.2 s, every
     mean 17.3 s; one percentile 18.7 s, every output 26.0 s (a sweep asking for one percentile
-    compiles 40 % longer the first time, and no more for any other selection of its tier)."""
+    compiles 40 % longer the first time, and not at all for another selection of its tier)."""
     if {*PERCENTILE_VARIABLES} & {*outputs}:
         return OUTPUT_NAMES
     return tuple(name for name in OUTPUT_NAMES if name not in PERCENTILE_VARIABLES)
