@@ -399,6 +399,9 @@ class GridProblem:
                        for a in self.table]
         self.shape = tuple(v.shape[0] for v in self.values)
         self.block = chunk_shape(self.shape, chunk_points, whole_axes)
+        # what a flat block computes: a small grid's tier of outputs (`shared_outputs`), else its own
+        small = math.prod(self.shape) <= SHARED_OUTPUTS_MAX_POINTS and point_fn is evaluate_point
+        self.computed_outputs = shared_outputs(self.outputs) if small else self.outputs
         self.scalars = shared_scalars(workload, efficiency, solver, self.dtype)
         if factored is None:
             # an iterative solver only in the closed, aggregated loop without inner roots: elsewhere
@@ -439,12 +442,9 @@ class GridProblem:
             return evaluate_factored(tables, values, self.scalars, outputs=self.outputs, options=self.options,
                                      point_fn=self.point_fn, table=self.table)
         tables, values, extents = block_inputs(self.table, tables, values)
-        n_points = block_points(math.prod(self.block))
-        computed = self.outputs
-        if self.size <= SHARED_OUTPUTS_MAX_POINTS and self.point_fn is evaluate_point:
-            computed = shared_outputs(self.outputs)
-        out = evaluate_block(tables, values, extents, self.scalars, n_points=n_points, outputs=computed,
-                             options=self.options, point_fn=self.point_fn, table=self.table)
+        out = evaluate_block(tables, values, extents, self.scalars, n_points=block_points(math.prod(self.block)),
+                             outputs=self.computed_outputs, options=self.options, point_fn=self.point_fn,
+                             table=self.table)
         return {name: out[name] for name in self.outputs}
 
     def crop(self, origin, out: dict[str, jax.Array]) -> dict[str, np.ndarray]:
