@@ -10,6 +10,11 @@ of three models on the same supported rows:
 - the measured profile with the seed's factors (the physics alone);
 - the measured profile with the Hopper-fitted factors (``--calibration``, or fitted here).
 
+It then scores the runs of the engines that prefill first (``Engine.prefill_first``: SGLang) as
+their benchmark ran them, each burst of requests one wave a turn (``arrivals="synchronised"``,
+`jaxpareto.physics.engine.wave_turn`), their factors refitted so on the same training rows, next
+to the staggered steady state of the calibration above.
+
 Errors are split by partition (train = Hopper runs of the models measured when the shipped fit was made;
 test = Blackwell, every run of MiniMax-M2.5 and Qwen3.5-397B, every disaggregated run and every
 attention-DP run, each apart), layout (tensor or expert parallel, attention DP, or disaggregated), engine, GPU, model family and concurrency band. Throughput is each run's output tokens/s, C x OSL / (TTFT + (OSL - 1) TPOT)
@@ -38,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from jaxpareto.definitions.calibration_file import calibration_factors, calibration_options  # noqa: E402
+from jaxpareto.definitions.engine import resolve_engine  # noqa: E402
 from jaxpareto.definitions.options import GEMM_RATES, ModelOptions  # noqa: E402
 from jaxpareto.definitions.settings import Efficiency  # noqa: E402
 from jaxpareto.measure.calibrate import calibrate, train_mask  # noqa: E402
@@ -151,6 +157,37 @@ def mape_table(wide: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     return pd.DataFrame(records)
 
 
+def waves(rows: pd.DataFrame, test: np.ndarray, staggered: pd.DataFrame, within_memory: pd.Series,
+          measured: ModelOptions, args) -> list:
+    """The aggregated runs of the engines that prefill first, scored as one wave a turn (their
+    benchmark's requests start together; such an engine prefills the whole burst before it
+    decodes again, `jaxpareto.physics.engine.wave_turn`) with their factors refitted so on the
+    training rows, beside the staggered scores of the same runs (``staggered``: `runs` of the
+    calibration, ``within_memory`` its runs that KV memory holds), and TTFT's growth with C so."""
+    first = [name for name in engine_names(rows) if resolve_engine(name).prefill_first]
+    keep = (rows["engine"].isin(first) & rows["mode"].ne("disagg")).to_numpy()
+    if not keep.any():
+        return []
+    chosen = rows[keep].reset_index(drop=True)
+    options = measured._replace(arrivals="synchronised")
+    fit = calibrate(chosen, options=options, train=args.train, steps=args.steps, learning_rate=0.1)
+    wide = runs(chosen, comparison_table(prediction_fn(chosen, options=options), fit.efficiency), test[keep])
+    same = staggered["run"].isin(wide["run"])
+    before = mape_table(staggered[same], ["partition"]).set_index("partition")
+    after = mape_table(wide, ["partition"]).set_index("partition")
+    table = pd.concat({"staggered": before.drop(columns="runs"), "one wave": after}, axis=1)
+    table.columns = [f"{metric}, {kind}" for kind, metric in table.columns]
+    factors = fit.efficiency if isinstance(fit.efficiency, dict) else {first[0]: fit.efficiency}
+    overheads = ", ".join(f"{name} {float(factors[name].ttft_overhead_ms):.0f} ms" for name in first if name in factors)
+    title = (f"aggregated runs of the engines that prefill first ({', '.join(first)}), as one wave a turn, "
+             f"refitted on the same training rows (fitted TTFT overhead: {overheads})")
+    held = wide["run"].map(dict(zip(staggered["run"], within_memory))).fillna(False).astype(bool)
+    growth = ttft_growth(wide, held)
+    growth = growth[growth["group"].isin(["all", "osl"])]
+    return [(title, table.reset_index()),
+            ("TTFT's growth with concurrency of those runs as one wave a turn (as the table above)", growth)]
+
+
 def markdown(frame: pd.DataFrame) -> str:
     cols = list(frame.columns)
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join(" --- " for _ in cols) + "|"]
@@ -215,6 +252,7 @@ def main(argv=None) -> int:
     sections.append(("TTFT's growth with concurrency, measured and predicted (measured profile, fitted on Hopper; "
                      f"C = {GROWTH_CONCURRENCY[0]}-{GROWTH_CONCURRENCY[1]} within KV memory)",
                      ttft_growth(final, within_memory)))
+    sections += waves(rows, test, final, within_memory, measured, args)
     dp = rows["attention_dp"].gt(1).to_numpy()
     if dp.any():  # the lockstep the product assumes for staggered turns, on the same runs
         dp_rows = rows[dp].reset_index(drop=True)

@@ -102,17 +102,23 @@ def _prefill(waiting: deque, left: np.ndarray, chunk_tokens: float, decoding: in
 class _Engine:
     """The simulated server's steps and clock, shared by the open and closed loops: each step
     prefills first-come first-served (`_prefill`), decodes one token of every decoding request
-    and lasts ``step_ms(decoding, prefill tokens)``; the clock keeps the time-weighted batch."""
+    and lasts ``step_ms(decoding, prefill tokens)``; the clock keeps the time-weighted batch.
+    With ``prefill_first`` (SGLang's scheduler) a step with prompts waiting is a prefill batch
+    of its own, ``step_ms(0, prefill tokens)``, and the decoding requests wait for the next step
+    without one (``decoded`` tells the caller which kind the last step was)."""
 
-    def __init__(self, step_ms, left: np.ndarray, chunk_tokens: float, decode_in_budget: bool):
+    def __init__(self, step_ms, left: np.ndarray, chunk_tokens: float, decode_in_budget: bool,
+                 prefill_first: bool = False):
         self.step_ms, self.left, self.chunk_tokens, self.decode_in_budget = step_ms, left, chunk_tokens, decode_in_budget
+        self.prefill_first, self.decoded = prefill_first, True
         self.now, self.batch_time, self.busy_time = 0.0, 0.0, 0.0
 
     def step(self, waiting: deque, decoding: dict, admitted: int | None = None) -> list[int]:
         """Run one step; the clock ends at its end. Returns the requests whose prefill it finished."""
-        prefill, finished = _prefill(waiting, self.left, self.chunk_tokens, len(decoding), self.decode_in_budget,
-                                     admitted)
-        n = len(decoding)
+        self.decoded = not (self.prefill_first and waiting)
+        prefill, finished = _prefill(waiting, self.left, self.chunk_tokens, len(decoding) if self.decoded else 0,
+                                     self.decode_in_budget, admitted)
+        n = len(decoding) if self.decoded else 0
         dt = self.step_ms(n, prefill)
         self.now += dt
         self.batch_time += n * dt
@@ -207,14 +213,15 @@ def simulate(step_ms, rate_per_s: float, requests: int, prefill_tokens: float, o
 
 def simulate_closed(step_ms, concurrency: int, prefill_tokens: float, osl: int, chunk_tokens: float,
                     decode_in_budget: bool = False, rounds: int = 20, warmup_rounds: int = 2,
-                    osl_cv: float = 0.0, seed: int = 0) -> Simulated:
+                    osl_cv: float = 0.0, seed: int = 0, prefill_first: bool = False) -> Simulated:
     """A benchmark at fixed concurrency through the engine of `simulate`: ``concurrency`` clients
     send their first requests at once (aiperf's ``--concurrency``, ``vllm bench serve
     --max-concurrency``), each the next one as soon as its last one ends, ``warmup_rounds`` x C
     requests left out of the statistics and ``rounds`` x C measured (AIConfigurator's benchmark
     template: ``--num-requests`` 20 C after ``--warmup-request-count`` 2 C). Fixed prompt lengths;
-    output lengths fixed (``ignore_eos``) unless ``osl_cv`` spreads them lognormally. Returns
-    `Simulated` of the measured requests (``itl_ms`` empty)."""
+    output lengths fixed (``ignore_eos``) unless ``osl_cv`` spreads them lognormally;
+    ``prefill_first``: prompts waiting are prefilled in batches of their own before the next
+    decode step (`_Engine`). Returns `Simulated` of the measured requests (``itl_ms`` empty)."""
     rng = np.random.default_rng(seed)
     total = (warmup_rounds + rounds) * concurrency
     outputs = np.maximum(np.round(lognormal(rng, osl, osl_cv, total)), 2).astype(int)
@@ -226,11 +233,11 @@ def simulate_closed(step_ms, concurrency: int, prefill_tokens: float, osl: int, 
     arrived[:concurrency] = 0.0
     issued = concurrency
     decoding: dict[int, int] = {}
-    engine = _Engine(step_ms, left, chunk_tokens, decode_in_budget)
+    engine = _Engine(step_ms, left, chunk_tokens, decode_in_budget, prefill_first)
     while waiting or decoding:
         finished_prefill = engine.step(waiting, decoding)
         now = engine.now
-        for r in list(decoding):
+        for r in list(decoding) if engine.decoded else ():
             decoding[r] -= 1
             if decoding[r] == 0:
                 done[r] = now

@@ -1,8 +1,9 @@
 """``arrivals="synchronised"``: a benchmark at fixed concurrency and fixed lengths, whose requests
-keep the lockstep groups of its first burst (`jaxpareto.physics.engine.synchronised_turn`),
-against the simulated benchmark of `tests/simulator.py` (`simulate_closed`, fed the model's own
-step times)."""
+keep the lockstep groups of its first burst (`jaxpareto.physics.engine.synchronised_turn`), or
+in an engine that prefills first one wave (`jaxpareto.physics.engine.wave_turn`), against the
+simulated benchmark of `tests/simulator.py` (`simulate_closed`, fed the model's own step times)."""
 
+import numpy as np
 import pytest
 
 import jaxpareto as jp
@@ -12,9 +13,9 @@ from simulator import model_step, simulate_closed
 GPU, MODEL = "h100-sxm", "llama-3.1-8b"
 
 
-def _model(context, osl, chunk, counted, concurrency, arrivals="synchronised"):
-    engine = engines()["vllm"].model_copy(update={"name": "bench", "prefill_chunk_tokens": chunk,
-                                                   "decode_tokens_in_budget": counted})
+def _model(context, osl, chunk, counted, concurrency, arrivals="synchronised", base="vllm"):
+    engine = engines()[base].model_copy(update={"name": "bench", "prefill_chunk_tokens": chunk,
+                                                 "decode_tokens_in_budget": counted})
     ds = jp.sweep(GPU, MODEL, tp=1, concurrency=concurrency, think_time_s=0.0, context_tokens=context, osl=osl,
                   hit_rate=0.0, prefill_model="shared", arrivals=arrivals, engine=[engine], dtype="float64")
     return ds.squeeze([d for d in ds.dims if d != "concurrency"])
@@ -66,3 +67,54 @@ def test_one_output_token_has_a_decode_steps_tpot():
     for name in ("output_tokens_per_s_per_user", "p50_tpot_ms", "p99_tpot_ms", "p99_e2el_ms"):
         assert (lockstep[name] > 0).all() and bool(lockstep[name].notnull().all()), name
         assert bool(((lockstep[name] < float("inf"))).all()), name
+
+
+@pytest.mark.parametrize(("context", "osl", "chunk", "concurrency", "ttft_rel"), [
+    (512, 512, 8192, [1, 4, 16, 64, 128], 1e-3),  # one batch up to 16 prompts, then trains of them
+    (1024, 128, 8192, [8, 128], 1e-3),
+    (2048, 256, 4096, [4, 32], 1e-3),  # two prompts a batch
+    (16384, 512, 8192, [1, 4, 16], 1e-3),  # each prompt two whole batches
+    (8193, 128, 8192, [1, 4], 0.08),  # a train whose last batch is a few tokens: the prompts' ends not even in time
+    (1000, 32, 4096, [16, 104], 0.02),  # prefill-bound: most of a turn in the wave's prefill
+])
+def test_a_prefill_first_engine_keeps_the_burst_one_wave(context, osl, chunk, concurrency, ttft_rel):
+    """An engine that runs waiting prefills first (SGLang's scheduler, ``prefill_first``) prefills
+    the whole burst while decoding waits, and the wave comes back whole: TTFT and TPOT as the
+    simulated benchmark with the same scheduler gives them (TTFT within ``ttft_rel``, TPOT 3 %),
+    TTFT rising in proportion to C where the groups of an engine that decodes beside its prompts
+    stay at one step's."""
+    ds = _model(context, osl, chunk, False, concurrency, base="sglang")
+    step = model_step(GPU, MODEL, context)
+    for i, c in enumerate(concurrency):
+        sim = simulate_closed(step, c, context, osl, float(chunk), prefill_first=True)
+        model = ds.isel(concurrency=i)
+        assert float(model.ttft_ms) == pytest.approx(sim.ttft_ms.mean(), rel=ttft_rel), c
+        assert float(model.tpot_ms) == pytest.approx(sim.tpot_ms.mean(), rel=0.03), c
+
+
+def test_the_wave_grows_with_the_burst_where_the_groups_do_not():
+    """512-token prompts, 16 a batch: from 16 to 128 sessions the wave's TTFT grows about as the
+    burst (its mean position in a train of C / 16 batches, (C / 16 + 1) / 2 of them: 4.5x), the
+    groups' stays within a step's growth; a table of both engines gives each its own turn."""
+    concurrency = [16, 128]
+    wave = _model(512, 512, 8192, False, concurrency, base="sglang")
+    groups = _model(512, 512, 8192, False, concurrency, base="vllm")
+    ratio = float(wave.ttft_ms[1] / wave.ttft_ms[0])
+    assert 4.0 < ratio < 5.0
+    assert float(groups.ttft_ms[1] / groups.ttft_ms[0]) < 1.5
+    both = jp.sweep(GPU, MODEL, tp=1, concurrency=concurrency, think_time_s=0.0, context_tokens=512, osl=512,
+                    hit_rate=0.0, prefill_model="shared", arrivals="synchronised", dtype="float64",
+                    engine=[engines()[name].model_copy(update={"name": name, "prefill_chunk_tokens": 8192,
+                                                                "decode_tokens_in_budget": False})
+                            for name in ("sglang", "vllm")])
+    for name, alone in (("sglang", wave), ("vllm", groups)):
+        np.testing.assert_allclose(both.sel(engine=name).squeeze().ttft_ms, alone.ttft_ms, rtol=1e-9)
+        np.testing.assert_allclose(both.sel(engine=name).squeeze().tpot_ms, alone.tpot_ms, rtol=1e-9)
+
+
+def test_sglang_alone_of_the_shipped_engines_prefills_first():
+    """The shipped engines' schedulers, each with its source: SGLang's runs a prefill batch before
+    the next decode step whenever requests wait; vLLM V1's and TensorRT-LLM's decode beside them."""
+    shipped = engines()
+    assert shipped["sglang"].prefill_first and "prefill_first" in shipped["sglang"].sources
+    assert not any(shipped[name].prefill_first for name in ("vllm", "trtllm", "seed"))

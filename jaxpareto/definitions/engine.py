@@ -61,6 +61,14 @@ class Engine(Definition):
             in what is left); False (default): all P go to prefill (SGLang's chunked prefill,
             whose prefill batches run as steps of their own by default). Under the shared engine only
             (`jaxpareto.physics.engine.prefill_budget_tokens`).
+        prefill_first: whether the engine runs waiting prompts' prefill batches before any decode
+            step, its prefill batches carrying no decode tokens (SGLang's scheduler: "Run prefill
+            first if possible", ``Scheduler.get_next_batch_to_run``; mixed steps only with
+            ``--enable-mixed-chunk``); False (default): decode tokens ride in every step and
+            prompts fill the budget beside them (vLLM V1, TensorRT-LLM). It decides how a burst
+            of turns that start together evolves (``arrivals="synchronised"``): one wave,
+            prefilled while decoding waits (`jaxpareto.physics.engine.wave_turn`), or the lockstep
+            groups of a step's budget (`jaxpareto.physics.engine.synchronised_turn`).
         max_running_requests: requests one engine instance (a TP group, an attention-DP rank
             or a pipeline) runs at once at most (vLLM ``max_num_seqs``, TensorRT-LLM
             ``max_batch_size``, SGLang ``max_running_requests``); 0: only KV memory limits
@@ -108,6 +116,7 @@ class Engine(Definition):
     activation_reserve_gb: float = pydantic.Field(default=0.0, ge=0)
     prefill_chunk_tokens: int = pydantic.Field(default=0, ge=0)
     decode_tokens_in_budget: bool = False
+    prefill_first: bool = False
     max_running_requests: int = pydantic.Field(default=0, ge=0)
     # engine steps: a few (multi-step scheduling, an overlap scheduler); past 1,000 a slip, not a scheduler
     scheduler_delay_steps: float = pydantic.Field(default=0.0, ge=0, le=1000, allow_inf_nan=False)
@@ -140,6 +149,8 @@ class Engine(Definition):
             prefill_chunk_tokens=float(self.prefill_chunk_tokens),
             # none: no term in the program (a mixed table takes 0: the budget is all prefill's)
             decode_tokens_in_budget=1.0 if self.decode_tokens_in_budget else None,
+            # none: no wave in the program (a mixed table takes 0: the lockstep groups)
+            prefill_first=1.0 if self.prefill_first else None,
             max_running_requests=float(self.max_running_requests),
             # none: no term in the program (an engine table that mixes takes 0 for it, `stack_params`)
             scheduler_delay_steps=float(self.scheduler_delay_steps) if self.scheduler_delay_steps > 0 else None,
@@ -166,7 +177,8 @@ class EngineParams:
     engine sets and 0.0 where the shared factor applies. ``scheduler_delay_steps`` is None for an
     engine without one, so that a program of such engines carries no delay term at all;
     ``decode_tokens_in_budget`` is 1.0 where the engine counts decode tokens against its step
-    budget, None where it does not (0 where a table mixes the two);
+    budget, None where it does not (0 where a table mixes the two); ``prefill_first`` likewise
+    1.0 where the engine runs waiting prefills first;
     ``gemm_kernels`` is 1 + the index of the engine's kernels in
     `jaxpareto.definitions.hardware.GEMM_KERNELS`, None for an engine that names none (0 where a
     table mixes the two: the GPU's own measurements); ``cuda_graph_batch_step`` is None for an
@@ -184,6 +196,7 @@ class EngineParams:
     efficiency_mask: Efficiency
     gemm_kernels: jax.Array | float | None = None
     decode_tokens_in_budget: jax.Array | float | None = None
+    prefill_first: jax.Array | float | None = None
     cuda_graph_batch_step: jax.Array | float | None = None
 
 

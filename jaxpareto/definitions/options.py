@@ -82,7 +82,9 @@ class ModelOptions(NamedTuple):
             first burst, each filling a prefill step, as in a benchmark at fixed concurrency with
             fixed prompt and output lengths and no pause, or pauses all alike; spread lengths or
             pauses break the groups up into the staggered state; for the shared engine;
-            `jaxpareto.physics.engine.synchronised_turn`). The open loop: "poisson" (requests
+            `jaxpareto.physics.engine.synchronised_turn`; an engine that prefills first,
+            ``Engine.prefill_first`` as SGLang's, keeps the burst one wave instead:
+            `jaxpareto.physics.engine.wave_turn`). The open loop: "poisson" (requests
             arrive at ``request_rate`` per second whatever the server does, as in ``vllm bench
             serve --request-rate`` and MLPerf's server scenario; `jaxpareto.physics.queueing`).
         serving: where prefill runs (`jaxpareto.physics.disaggregation`): "aggregated" (the

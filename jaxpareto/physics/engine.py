@@ -407,3 +407,63 @@ def synchronised_turn(step: DecodeStep, batch: jax.Array, prefill_tokens: jax.Ar
     # every request of a group sees the same steps: no chunks land at random in its decode steps
     # (the percentiles' spread of the staggered engine: none here, the steps given as decode steps)
     return EngineTurn(ttft, tpot, share, own_ttft, decode, decode, 0.0 * batch, 0.0 * batch)
+
+
+def wave_turn(step: DecodeStep, alone: DecodeStep, batch: jax.Array, prefill_tokens: jax.Array, osl: jax.Array,
+              chunk_tokens: jax.Array, prefill_ms_per_token: jax.Array, eta_decode: jax.Array,
+              elementwise_overhead: jax.Array, prefill_experts=None) -> EngineTurn:
+    """TTFT and TPOT when the B sessions' turns start together in an engine that runs waiting
+    prefills before any decode step (``arrivals="synchronised"`` with
+    `jaxpareto.definitions.engine.Engine` ``prefill_first``; docs/model.md, "How turns fall in time").
+
+    SGLang's scheduler forms a prefill batch whenever prompts wait and runs it before the running
+    requests' next decode step ("Run prefill first if possible", ``Scheduler.get_next_batch_to_run``,
+    python/sglang/srt/managers/scheduler.py), and its prefill batches carry no decode tokens unless
+    ``--enable-mixed-chunk`` is set. A burst of B prompts of L tokens is then one train of prefill
+    batches of at most P tokens each (``chunked_prefill_size``; a prompt cut at a batch's end goes
+    on in the next), W = B L tokens in all, while decoding waits; the B requests then decode in the
+    same steps, end their OSL tokens together and come back together: the burst stays one wave,
+    turn after turn (the lockstep groups of `synchronised_turn` form only where decode steps run
+    between the groups' prefills). With T_p(p) = T(0, p) a batch of p prefill tokens alone, the
+    train takes
+
+        S = ⌊W / P⌋ T_p(P) + T_p(W - ⌊W / P⌋ P)   (its last batch partial, if any),
+
+    and its prompts end evenly through it, from the first one's end F (T_p(min(W, P)), or for a
+    prompt longer than a batch its ⌊L / P⌋ full batches and a last one that the next prompt fills,
+    `whole_steps_ms`) to the last one's, S:
+
+        TTFT = (F + S) / 2,   TPOT = (S - TTFT) / (OSL - 1) + T(B, 0),
+
+    a request's OSL - 1 decode steps coming after the rest of the train. Every request of the wave
+    sees the same steps: as in `synchronised_turn` the percentiles spread by the lengths only
+    (the wave's own spread of TTFT, uniform from F to S, is not in them).
+
+    Args:
+        step: the decode step at the batch B. alone: the step at a batch of 0 (a prefill batch's
+            weights and fixed terms, no decode tokens).
+        batch: B [sessions] (> 0). prefill_tokens: L per turn [tokens] (> 0).
+        osl: output tokens per turn. chunk_tokens: P, a prefill batch's token budget.
+        prefill_ms_per_token: c_p [ms].
+        eta_decode, elementwise_overhead: of eq. 3.
+        prefill_experts: p -> the routed experts a prefill batch's p tokens touch (`shared_turn`'s,
+            taken at a decode batch of 0), or None.
+    """
+    batch_alone = step_time(alone, eta_decode, elementwise_overhead, prefill_ms_per_token, prefill_experts)
+    tokens = jnp.maximum(prefill_tokens, 1e-6)
+    budget = jnp.maximum(chunk_tokens, MIN_PREFILL_BUDGET_TOKENS)
+    sessions = jnp.maximum(batch, 1e-6)
+    total = sessions * tokens  # W
+    full = jnp.floor(total / budget)
+    rest = total - full * budget
+    train = full * batch_alone(budget) + jnp.where(rest > 0.0, batch_alone(jnp.maximum(rest, 1e-6)), 0.0)  # S
+    # the first prompt's end: its batch, or a longer prompt's own batches (the next prompt, where
+    # there is one, filling its last)
+    longer = whole_steps_ms(batch_alone, tokens, budget, 0.0, jnp.clip(sessions - 1.0, 0.0, 1.0))
+    first = jnp.minimum(jnp.where(tokens <= budget, batch_alone(jnp.minimum(total, budget)), longer), train)  # F
+    ttft = 0.5 * (first + train)
+    decode = step_time(step, eta_decode, elementwise_overhead, prefill_ms_per_token)(0.0)  # T(B, 0)
+    decode_steps = jnp.maximum(osl - 1.0, 0.0)
+    tpot = jnp.where(decode_steps > 0, (train - ttft) / jnp.maximum(decode_steps, 1.0) + decode, decode)
+    share = train / (train + decode_steps * decode)  # the share of a turn's cycle in prefill batches
+    return EngineTurn(ttft, tpot, share, ttft, decode, decode, 0.0 * batch, 0.0 * batch)

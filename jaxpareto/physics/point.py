@@ -28,7 +28,7 @@ from jaxpareto.physics.costs import PrefillAttention, engine_efficiency, lone_pr
 from jaxpareto.physics.decode import BatchLaw, DecodeCoefficients, DecodeStep, decode_step, seen_batch, tpot_lines
 from jaxpareto.physics.disaggregated_point import evaluate_disaggregated
 from jaxpareto.physics.engine import LOAD_BRACKET, fed_decode_batch, prefill_budget_tokens, shared_turn, \
-    synchronised_turn
+    synchronised_turn, wave_turn
 from jaxpareto.physics.intensity import operational_intensity
 from jaxpareto.physics.joint import JointSystem
 from jaxpareto.physics.layout import expert_exchange, fills_budget, layout_costs, layout_splits, pipeline_costs, \
@@ -86,6 +86,8 @@ class TurnLatency(NamedTuple):
         decode_in_budget: 1 where the engine's decode tokens take their share of
             ``chunk_tokens`` (`jaxpareto.physics.engine.prefill_budget_tokens`), 0 where not; None: no term
             (static).
+        prefill_first: 1 where the engine runs waiting prefills before any decode step
+            (`jaxpareto.definitions.engine.Engine`), 0 where not; None: no term (static).
         attention: ``prefill_ms_per_token``'s parts where attention's FLOPs are counted
             (`jaxpareto.physics.costs.PrefillAttention`: the LRU model's effective hit rate
             re-weights a hit's and a miss's attention), else None (static).
@@ -117,6 +119,7 @@ class TurnLatency(NamedTuple):
     expert_ranks: jax.Array | None = None
     scheduler_delay_steps: jax.Array | None = None
     decode_in_budget: jax.Array | None = None
+    prefill_first: jax.Array | None = None
     attention: PrefillAttention | None = None
 
 
@@ -289,6 +292,12 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
             engine = synchronised_turn(step, batch_run, work.tokens, turn.osl, turn.chunk_tokens,
                                        rate_ms, turn.decode.eta_decode,
                                        turn.decode.elementwise_overhead, experts_beyond(seen), turn.decode_in_budget)
+            if turn.prefill_first is not None:  # an engine that prefills first keeps the burst one wave
+                alone = decode_step(turn.decode, 0.0 * seen, options.expert_routing)
+                wave = wave_turn(step, alone, batch_run, work.tokens, turn.osl, turn.chunk_tokens, rate_ms,
+                                 turn.decode.eta_decode, turn.decode.elementwise_overhead,
+                                 experts_beyond(0.0 * seen))
+                engine = jax.tree_util.tree_map(lambda w, g: jnp.where(turn.prefill_first > 0, w, g), wave, engine)
         elif open_loop:  # requests arrive at λ: the bulk-service steps (`jaxpareto.physics.open_engine`)
             engine = poisson_turn(step, turn.rate_per_ms, work.tokens, turn.osl, budget,
                                   rate_ms, turn.decode.eta_decode, turn.decode.elementwise_overhead,
@@ -603,6 +612,7 @@ def evaluate_point(
     zero = 0.0 * tokens
     delay_steps = scheduler_delay_steps(engine)  # None: no engine of the table sets one, no term
     in_budget = None if engine is None else engine.decode_tokens_in_budget  # None likewise
+    first = None if engine is None else engine.prefill_first  # None likewise
     isolated_ttft = prefill_alone_ms(costs, tokens, chunk_tokens, efficiency, options) + fill_ms
     turn = TurnLatency(
         ttft_ms=isolated_ttft,
@@ -619,6 +629,7 @@ def evaluate_point(
         expert_ranks=None if ranks is None else ranks + zero,
         scheduler_delay_steps=None if delay_steps is None else delay_steps + zero,
         decode_in_budget=None if in_budget is None else in_budget + zero,
+        prefill_first=None if first is None else first + zero,
         attention=costs.attention,
     )
     if options.prefill_model == "shared" or options.cache_model == "lru" or measured:
