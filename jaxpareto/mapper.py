@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
+from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.axes import AXIS_TABLE, Axis, GridPoint
 from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.definitions.program_memory import release_programs_near_map_limit
@@ -320,6 +321,27 @@ def evaluate_factored(tables: dict[str, object], values: dict[str, jax.Array], s
     return {name: value.reshape(-1) for name, value in out.items()}
 
 
+#: Blocks beyond which a grid must not be cut into blocks of less than a sub-batch each: every
+#: block is a launch of its own and, in a store, a chunk file per variable
+MAX_SMALL_BLOCKS = 256
+
+
+def check_block_count(grid_shape: Sequence[int], block: Sequence[int], chunk_points: int) -> None:
+    """Refuse blocks of less than a sub-batch that cut a grid into more than `MAX_SMALL_BLOCKS`
+    (a ``chunk_points`` of 7 makes 30,000 launches and 800,000 chunk files of a 210,000-point
+    sweep, which then runs minutes instead of seconds).
+
+    Raises:
+        JaxparetoError: naming ``chunk_points`` and the least value allowed.
+    """
+    count = math.prod(-(-extent // size) for extent, size in zip(grid_shape, block))
+    if chunk_points < SUB_BATCH and count > MAX_SMALL_BLOCKS:
+        raise JaxparetoError("chunk_points", f"{chunk_points:,} points a block cut this grid of "
+                                             f"{math.prod(grid_shape):,} points into {count:,} blocks, each a launch "
+                                             f"of its own and a chunk file per variable in a store: give at least "
+                                             f"{SUB_BATCH:,} (one sub-batch; default {DEFAULT_CHUNK_POINTS:,})")
+
+
 def chunk_shape(grid_shape: Sequence[int], max_points: int = DEFAULT_CHUNK_POINTS,
                 whole: Sequence[int] = ()) -> tuple[int, ...]:
     """Block shape: the ``whole`` axes in full, then whole trailing axes while they fit in
@@ -399,6 +421,7 @@ class GridProblem:
                        for a in self.table]
         self.shape = tuple(v.shape[0] for v in self.values)
         self.block = chunk_shape(self.shape, chunk_points, whole_axes)
+        check_block_count(self.shape, self.block, chunk_points)
         # what a flat block computes: a small grid's tier of outputs (`shared_outputs`), else its own
         small = math.prod(self.shape) <= SHARED_OUTPUTS_MAX_POINTS and point_fn is evaluate_point
         self.computed_outputs = shared_outputs(self.outputs) if small else self.outputs

@@ -49,6 +49,8 @@ def test_a_feasible_interval_between_two_grid_points_is_found():
         assert exact.concurrency == found.concurrency == want
         assert found.value == pytest.approx(exact.value, rel=1e-6)
         assert found.binding == exact.binding
+        # the sense a latency or a throughput takes when none is given: min and max
+        assert jp.optimize(**SCENARIO, **{k: v for k, v in kw.items() if k != "sense"}).concurrency == want
 
 
 @pytest.mark.parametrize("context, think, slo, best", [

@@ -115,6 +115,8 @@ def test_pareto_errors_and_selection(capsys, spec, tmp_path):
     assert code == 0 and "hit_rate=0.3" in out  # range values are rounded: 0.3, not 0.30000000000000004
     code, out, _ = run(capsys, "pareto", store, "--x", "ttft_ms", "--minimize", "ttft_ms")
     assert code == 0 and "min ttft_ms" in out
+    code, out, _ = run(capsys, "pareto", store, "--x", "ttft_ms")  # a latency is minimised unless told
+    assert code == 0 and "(min ttft_ms and max output_tokens_per_s_per_gpu)" in out
     # an objective not given keeps the report's, with its direction (it had reset to the default)
     reported = tmp_path / "r.zarr"
     report = '\n[report]\nx = "output_tokens_per_s_per_user"\ny = "turns_per_s"\nminimize = []\n'
@@ -126,6 +128,7 @@ def test_pareto_errors_and_selection(capsys, spec, tmp_path):
         (("pareto", store, "--sel", "tp=2"), "is a dimension of the front"),
         (("pareto", store, "--sel", "gpu=b200"), "'b200' is not on the grid"),
         (("pareto", store, "--dims", "tp,foo"), "unknown dimension 'foo'"),
+        (("pareto", store, "--dims", ""), "need one or more distinct dimensions"),  # had fallen back silently
         (("pareto", store, "--sel", "foo=1"), "unknown axis 'foo' in 'foo=1'"),
         (("pareto", store, "--sel", "hit_rate"), "expected AXIS=VALUE, got 'hit_rate'"),
         (("pareto", store, "--csv", tmp_path / "nodir" / "f.csv"), "does not exist"),

@@ -248,6 +248,17 @@ def test_size_deployment():
     assert rate.feasible and rate.replicas * rate.turns_per_s_per_replica >= 50
     none = jp.size_deployment("l40s", "llama-3.1-405b", 2.0, 32768, 0.9, sessions=10, constraints=SLO)
     assert not none.feasible and none.reason.startswith("memory")
+    assert result.note == rate.note == ""
+
+
+def test_sizing_without_an_slo_where_sessions_wait_for_memory_says_so():
+    """Where sessions wait for KV memory (the LRU model), a replica without an SLO admits all the
+    search allows: the answer is the search's limit, and a note says so with the TTFT it costs."""
+    result = jp.size_deployment("h100-sxm", "llama-3.1-70b", 2.0, 32768, 0.9, sessions=100, tp=(4, 8),
+                                concurrency=(1, 256), cache_model="lru")
+    assert result.feasible and result.options["capacity"].max() == 256
+    assert result.note.startswith("note: no SLO was given") and "limit of 256" in result.note
+    assert f"{float(result.options.set_index('tp').loc[result.tp, 'ttft_ms']):,.0f} ms" in result.note
     # DeepSeek-V3's 673 GB do not fit 8 H100s: the reason says how many GPUs the weights need
     wide = jp.size_deployment("h100-sxm", "deepseek-v3", 2.0, 32768, 0.9, sessions=100)
     assert not wide.feasible and "673 GB of weights" in wide.reason and "e.g. 16 and 32" in wide.reason

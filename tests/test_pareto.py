@@ -9,6 +9,7 @@ from hypothesis.extra import numpy as hnp
 
 import jaxpareto as jp
 from jaxpareto.dataset.pareto import front_mask
+from jaxpareto.definitions.schema import best_sense
 
 
 def brute_force(x, y, valid):
@@ -81,6 +82,17 @@ def test_dataset_front_groups_and_flags(small_grid):
                     hit_rate=0.9)
     np.testing.assert_array_equal(got.transpose("tp", "concurrency").values.ravel(), expected)
     assert expected.sum() >= 2
+
+
+def test_latencies_and_costs_are_minimised_unless_told(small_grid):
+    """A latency (``*_ms``) or a cost objective is minimised by default, any other maximised: the
+    front of TTFT against turns/s is the lowest-TTFT one, as with ``maximize=(False, True)``."""
+    assert jp.pareto_front(small_grid, x="ttft_ms", y="turns_per_s").equals(
+        jp.pareto_front(small_grid, x="ttft_ms", y="turns_per_s", maximize=(False, True)))
+    assert not jp.pareto_front(small_grid, x="ttft_ms", y="turns_per_s").equals(
+        jp.pareto_front(small_grid, x="ttft_ms", y="turns_per_s", maximize=(True, True)))
+    assert [best_sense(name) for name in ("p99_ttft_ms", "gpu_cost_per_turn_usd", "cache_lifetime_s", "turns_per_s")] \
+        == ["min", "min", "max", "max"]
 
 
 def test_minimise_and_other_dims(small_grid):

@@ -93,10 +93,17 @@ def test_session_preset_runs_from_the_cli(capsys, tmp_path):
     printed = capsys.readouterr().out
     assert "most tasks/s" in printed and "Pareto frontier" in printed
     # 70B bf16 weights exceed one H100: the three TP 1 configurations, counted once each, not per turn
-    assert "infeasible: 3 (weights exceed memory 3); unconverged: 0" in printed
+    assert "infeasible configurations: 3 of 9 (each at its first infeasible turn) (weights exceed memory 3); " \
+           "unconverged: 0" in printed and "no task completes" not in printed
     import xarray as xr
 
     ds = xr.open_zarr(out)
+    assert ds.task_feasible.sel(tp=1).values.sum() == 0 and bool(ds.task_feasible.sel(tp=[4, 8]).all())
+    # a session whose later turns pass the model's context: no task completes, and the summary says so
+    spec.write_text(spec.read_text().replace("turns = 6", "turns = 100"))
+    assert main(["sweep", str(spec)]) == 0
+    printed = capsys.readouterr().out
+    assert "infeasible configurations: 9 of 9" in printed and "note: no task completes" in printed
     assert "turn" in ds.dims and "api_cost_per_task_usd" in ds and "gpu_cost_per_task_usd" in ds
     spec.write_text(spec.read_text().replace("[session]", "[session]\nkv_demand = \"sometimes\""))
     assert main(["sweep", str(spec)]) == 2

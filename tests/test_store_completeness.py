@@ -1,6 +1,7 @@
 """An interrupted store is never read as a result: readers refuse it (or mark what was not
 computed), Ctrl-C ends with one line, and a resumed run says so."""
 
+import json
 import signal
 import subprocess
 import sys
@@ -82,12 +83,16 @@ def test_a_resumed_run_says_so_and_counts_only_its_own_work(tmp_path, capsys):
     group.attrs["jaxpareto_complete"] = False
     zarr.consolidate_metadata(path)
     capsys.readouterr()
+    # a description edited between the runs describes the sweep, it does not change it: resumed,
+    # and the store then holds the spec as it reads now
+    spec.write_text('description = "edited between the runs"\n' + spec.read_text())
     assert main(["sweep", str(spec), "--out", str(path), "--no-progress"]) == 0
     out = capsys.readouterr().out
     total = 2 * 4 * 3 * 2 * 2 * 2
     assert f"resumed {path}: {total // 2:,} configurations were computed by an earlier run, {total // 2:,} by this one" \
         in out
     assert open_sweep(path).attrs["jaxpareto_complete"]
+    assert json.loads(open_sweep(path).attrs["spec"])["description"] == "edited between the runs"
 
 
 def test_ctrl_c_ends_with_one_line_saying_how_to_resume(tmp_path):

@@ -60,6 +60,10 @@ def test_refuses_existing_and_different_spec(tmp_path):
         jp.sweep_to_zarr(path, **{**GRID, "hit_rate": [0.0, 0.5]})
     with pytest.raises(jp.JaxparetoError, match=r"different inputs \(changed: variables\)"):
         jp.sweep_to_zarr(path, **GRID, variables=["ttft_ms"])
+    whole = tmp_path / "whole.zarr"  # a sweep written whole is a sweep, but not one a stream resumes
+    jp.to_zarr(jp.sweep(**GRID), whole)
+    with pytest.raises(jp.JaxparetoError, match=r"a sweep written whole \(`to_zarr`\), which a streamed sweep"):
+        jp.sweep_to_zarr(whole, **GRID)
     other = tmp_path / "other"
     other.mkdir()
     (other / "keep.txt").write_text("user data")

@@ -157,3 +157,16 @@ def test_an_in_memory_grid_larger_than_memory_is_refused_before_it_runs(monkeypa
     with pytest.raises(jp.JaxparetoError, match="num"):  # one axis of ten billion values is refused as written
         parse_spec({"grid": {"gpu": ["h100-sxm"], "model": ["llama-3.1-8b"], "tp": [1],
                              "concurrency": {"start": 1, "stop": 100, "num": 10**10}}})
+
+
+def test_blocks_of_a_few_points_over_a_large_grid_are_refused_before_compute():
+    """A chunk of 7 points cut a 210,000-point sweep into 30,000 launches and 800,000 chunk files;
+    under one sub-batch (1,024 points) a grid may be cut into at most 256 blocks, so that small
+    blocks stay available to small grids (a test's several blocks)."""
+    grid = dict(gpu="h100-sxm", model="llama-3.1-8b", tp=[1, 2, 4, 8], concurrency=list(range(1, 257)),
+                context_tokens=[1000, 2000, 4000, 8000])
+    with pytest.raises(jp.JaxparetoError, match=r"chunk_points.*4,096 points into 1,024 blocks.*at least 1,024"):
+        jp.sweep(**grid, chunk_points=7)
+    assert jp.sweep(**grid, chunk_points=1024).sizes["concurrency"] == 256
+    small = jp.sweep(**{**grid, "concurrency": list(range(1, 17)), "context_tokens": 1000}, chunk_points=7)
+    assert bool(small.feasible.all())

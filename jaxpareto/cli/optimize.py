@@ -17,6 +17,7 @@ from jaxpareto.cli._common import (FLOAT_FORMAT, SearchMethod, add_csv_option, a
 from jaxpareto.dataset.store import to_zarr
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.options import DP_PREFILLS, SEARCH_METHODS, SERVING_MODES
+from jaxpareto.definitions.schema import best_sense
 from jaxpareto.definitions.settings import Workload
 from jaxpareto.definitions.spec import load_spec
 from jaxpareto.search.constraints import NUMERIC_OUTPUTS
@@ -130,7 +131,7 @@ def _budget(args: argparse.Namespace, kwargs: dict) -> int:
     shown = ["layout", "replicas", "concurrency", "sessions", args.objective, "ttft_ms", "tpot_ms"]
     shown = [c for c in dict.fromkeys(shown) if c in table]
     print()
-    print(_wrapped(f"best layouts of {args.gpu_budget} GPUs per serving mode ({args.sense} {args.objective}). A layout "
+    print(_wrapped(f"best layouts of {args.gpu_budget} GPUs per serving mode ({args.sense or best_sense(args.objective)} {args.objective}). A layout "
                    "is one replica, TP G, S pipeline stages of TP G (TP G x PP S), D attention-DP ranks of TP G "
                    "with the experts over E GPUs (DP D x TP G, EP E; EP 1: each expert split over them), or P "
                    "prefill workers and D decode workers "
@@ -178,7 +179,7 @@ def _scenario_defaults() -> dict:
     parser = argparse.ArgumentParser()
     add_scenario_options(parser, required=False)
     parser.add_argument("--objective", default="output_tokens_per_s_per_gpu")
-    parser.add_argument("--sense", default="max")
+    parser.add_argument("--sense", default=None)
     parser.add_argument("--gpu-budget", type=int, default=None)
     parser.add_argument("--serving", default=None)
     parser.add_argument("--top", type=int, default=5)
@@ -241,8 +242,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     add_scenario_options(p, required=False)
     p.add_argument("--objective", default="output_tokens_per_s_per_gpu", choices=NUMERIC_OUTPUTS, metavar="OUTPUT",
                    help="output to optimise, one scenario (default output_tokens_per_s_per_gpu)")
-    p.add_argument("--sense", default="max", choices=("max", "min"),
-                   help="maximise or minimise the objective, one scenario (default max)")
+    p.add_argument("--sense", default=None, choices=("max", "min"),
+                   help="maximise or minimise the objective, one scenario (default: minimise a latency *_ms or a "
+                        "cost *_usd, maximise any other)")
     p.add_argument("--gpu-budget", type=int, metavar="GPUS",
                    help="one scenario: fill this many GPUs with replicas of each layout (a TP choice dividing it, "
                         "attention-DP ranks for a MoE model, or prefill and decode pools) and rank the layouts (the best concurrency per replica of each)")

@@ -61,7 +61,8 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
     given_minimize = args.minimize or []
     minimize = [*given_minimize, *(name for name in stored.get("minimize", [])
                                    if name in kept and name not in given_minimize)]
-    dims = args.dims.split(",") if args.dims else stored.get("dims") or list(default_dims(ds.dims))
+    dims = [d.strip() for d in args.dims.split(",") if d.strip()] if args.dims is not None else \
+        stored.get("dims") or list(default_dims(ds.dims))  # an empty --dims is refused by the report, not skipped
     report = Report(x, y, dims, minimize, [str(v) for v in ds.data_vars], axes)
     headline = {k: v for k, v in stored.get("headline", {}).items() if k not in report.dims}
     requested = _parse_selection(args.sel or [], ds)
@@ -82,7 +83,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--x", help=f"x objective (default: the sweep's report, with its direction, else {DEFAULT_X})")
     p.add_argument("--y", help=f"y objective (default: the sweep's report, with its direction, else {DEFAULT_Y})")
     p.add_argument("--minimize", action="append", metavar="NAME",
-                   help="minimise this objective (repeatable; an objective given is maximised unless named here)")
+                   help="minimise this objective (repeatable; an objective given is maximised unless named here; a "
+                        "latency *_ms or a cost *_usd is always minimised)")
     p.add_argument("--dims", help=f"comma-separated front dimensions (default {','.join(DEFAULT_DIMS)}, and a "
                                   "layout store's pp,ep,dp_attention or a disaggregated store's "
                                   "prefill_tp,prefill_workers,decode_workers)")

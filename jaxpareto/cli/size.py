@@ -22,7 +22,7 @@ def _cmd_size(args: argparse.Namespace) -> int:
     target = f"{args.sessions} concurrent sessions" if args.sessions else f"{args.turns_per_s} turns/s"
     if result.feasible:
         print(textwrap.fill(f"{target} of {args.model} on {args.gpu}: {result.gpus} GPUs = {result.replicas} "
-                            f"replicas x TP {result.tp}, {result.sessions_per_replica} sessions and "
+                            f"{'replica' if result.replicas == 1 else 'replicas'} x TP {result.tp}, {result.sessions_per_replica} sessions and "
                             f"{result.turns_per_s_per_replica:,.2f} turns/s per replica", width=100,
                             subsequent_indent="  "))
     else:
@@ -33,6 +33,8 @@ def _cmd_size(args: argparse.Namespace) -> int:
         shown = result.options.apply(lambda column: column.where(column.notna(), "-") if column.dtype == object
                                      else column)
         print("\n" + shown.to_string(index=False, na_rep="-"))
+    if result.note:
+        print(textwrap.fill(result.note, width=100, subsequent_indent="  "))
     if result.feasible:
         chosen = result.options[result.options["tp"].eq(result.tp)].iloc[0]
         note = prefill_overcommit_note(float(chosen["gpu_utilization"]), prefill_model_of(args))

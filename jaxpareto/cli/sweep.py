@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import textwrap
 import time
 from pathlib import Path
 
@@ -74,7 +75,15 @@ def _cmd_session(args: argparse.Namespace, spec) -> int:
     first = reason.isel(turn=(reason > 0).argmax("turn"))
     infeasible = int((first > 0).sum())
     unconverged = int((ds.feasible & ~ds.converged).any("turn").sum())
-    print(f"infeasible: {infeasible:,}{_reasons(first) if infeasible else ''}; unconverged: {unconverged:,}")
+    configurations = int(np.prod([ds.sizes[a] for a in axes if a != "turn"]))
+    print(f"infeasible configurations: {infeasible:,} of {configurations:,} (each at its first infeasible turn)"
+          f"{_reasons(first) if infeasible else ''}; unconverged: {unconverged:,}")
+    if not bool(ds.task_feasible.any()):
+        last = int(ds.turn.max())
+        print(textwrap.fill(f"note: no task completes: every configuration has an infeasible turn or no session that "
+                            f"KV memory holds for the whole task, so tasks_per_s and task_time_s are NaN throughout "
+                            f"(the per-turn variables stand; turns 1-{last}, context up to "
+                            f"{int(ds.context_tokens.max()):,} tokens)", width=100, subsequent_indent="  "))
     where = {k: v for k, v in selection.items() if k != "turn"}
     top = best_task_configuration(ds.sel(where))
     if top is not None:

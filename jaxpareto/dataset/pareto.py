@@ -16,7 +16,8 @@ import xarray as xr
 
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.axes import DISAGGREGATION_AXES, LAYOUT_AXES, load_axis
-from jaxpareto.definitions.schema import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y, FLAG_VARIABLES, NOT_OBJECTIVES
+from jaxpareto.definitions.schema import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y, FLAG_VARIABLES, NOT_OBJECTIVES, \
+    lower_is_better
 
 TABLE_METRICS = (
     "ttft_ms", "tpot_ms", "latency_ms", "batch_eff", "concurrency_eff", "turns_per_s", "kv_per_session_gb",
@@ -84,7 +85,7 @@ def pareto_front(
     x: str = DEFAULT_X,
     y: str = DEFAULT_Y,
     dims: Sequence[str] | None = None,
-    maximize: tuple[bool, bool] = (True, True),
+    maximize: tuple[bool, bool] | None = None,
 ) -> xr.DataArray:
     """Mark the Pareto-optimal points of every group of a sweep.
 
@@ -95,7 +96,9 @@ def pareto_front(
         dims: the dimensions the front is taken over (the configuration choices); the front
             is computed separately for each combination of the other dimensions. Default:
             ``tp`` and the load (``concurrency``, or ``request_rate`` under Poisson arrivals).
-        maximize: per objective, True to maximise, False to minimise.
+        maximize: per objective, True to maximise, False to minimise; None (default): a latency
+            (``*_ms``) or a cost (``*_usd``) minimised, any other maximised
+            (`jaxpareto.definitions.schema.lower_is_better`).
 
     Returns:
         Boolean DataArray named ``pareto_front``, dimensioned like ``ds[x]``.
@@ -106,6 +109,8 @@ def pareto_front(
     if not isinstance(ds, xr.Dataset):
         raise JaxparetoError("ds", f"expected an xarray.Dataset (a sweep), got {type(ds).__name__}")
     dims = default_dims(ds.dims) if dims is None else dims
+    if maximize is None:
+        maximize = (not lower_is_better(x), not lower_is_better(y))
     if not isinstance(maximize, (tuple, list)) or len(maximize) != 2 or \
             not all(isinstance(m, (bool, np.bool_)) for m in maximize):
         raise JaxparetoError("maximize", f"expected two booleans (x, y), got {maximize!r}")

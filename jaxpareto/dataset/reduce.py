@@ -22,7 +22,7 @@ import xarray as xr
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.dataset.pareto import DEFAULT_X, DEFAULT_Y, default_dims, front_mask
 from jaxpareto.definitions.axes import AXIS_BY_NAME, coordinate_attrs
-from jaxpareto.definitions.schema import OUTPUTS, QUANTITIES
+from jaxpareto.definitions.schema import OUTPUTS, QUANTITIES, lower_is_better
 from jaxpareto.dataset.plan import as_plan
 from jaxpareto.definitions.checks import check_number
 from jaxpareto.mapper import block_shaped
@@ -33,7 +33,7 @@ def pareto_sweep(
     x: str = DEFAULT_X,
     y: str = DEFAULT_Y,
     dims: Sequence[str] | None = None,
-    maximize: tuple[bool, bool] = (True, True),
+    maximize: tuple[bool, bool] | None = None,
     max_front_points: int = 64,
     **kwargs,
 ) -> xr.Dataset:
@@ -43,7 +43,8 @@ def pareto_sweep(
     (whose ``variables`` are ignored: the reduction computes what it needs), plus:
 
     Args:
-        x, y: objectives (output names); ``maximize`` says which are maximised.
+        x, y: objectives (output names); ``maximize`` says which are maximised (None, the
+            default: as `jaxpareto.pareto_front` takes them, latencies and costs minimised).
         dims: the configuration axes the front is taken over (default tp and the load:
             concurrency, or request_rate under Poisson arrivals).
         max_front_points: front points kept per cell, ordered from the worst x to the best
@@ -71,6 +72,8 @@ def pareto_sweep(
             raise JaxparetoError("dims", f"unknown dimension {d!r}", axes)
     if len(set(dims)) != len(dims) or not dims:
         raise JaxparetoError("dims", f"need one or more distinct axes, got {list(dims)}")
+    if maximize is None:
+        maximize = (not lower_is_better(x), not lower_is_better(y))
     if len(tuple(maximize)) != 2:
         raise JaxparetoError("maximize", f"expected two booleans (x, y), got {maximize!r}")
     keep = check_number("max_front_points", max_front_points, low=1, integer=True)

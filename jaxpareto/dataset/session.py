@@ -99,7 +99,9 @@ def session_sweep(
         Dataset over (gpu, model, engine, tp, concurrency, think_time_s, turn, hit_rate) with the core
         variables per turn (``context_tokens`` a coordinate along ``turn``), and per task
         (no ``turn`` dimension): ``task_time_s``, ``tasks_per_s``, ``output_tokens_per_task``,
-        ``prefill_tokens_per_task``, ``task_concurrency_eff``.
+        ``prefill_tokens_per_task``, ``task_concurrency_eff``, and ``task_feasible``, False where
+        a turn is infeasible (a context beyond the model's maximum, no session in KV memory...) or
+        memory holds no session for the whole task: there the task's time and rate are NaN.
 
     Raises:
         JaxparetoError: invalid inputs, named.
@@ -147,6 +149,9 @@ def session_sweep(
         units="s", long_name="task time sum_j (R(j) + Z), seed eq. 6")
     ds["tasks_per_s"] = (c_task / task_time).where(feasible).assign_attrs(
         units="tasks/s", long_name="task throughput C_eff / task time = X_turn / N, seed eq. 6")
+    ds["task_feasible"] = feasible.assign_attrs(
+        units="1", long_name="the task completes: every turn feasible and a whole task's session held in KV memory "
+                             "(else its task variables are NaN)")
     ds["task_concurrency_eff"] = c_task.assign_attrs(units="sessions",
                                                      long_name="sessions the KV memory holds for a whole task")
     ds["output_tokens_per_task"] = xr.full_like(c_task, n * osl, dtype=float).assign_attrs(

@@ -58,10 +58,17 @@ def _quiet():
         yield
 
 
+#: Attributes that describe a sweep without determining its values: a CLI spec's own text (its
+#: description among it) and its report. Out of the fingerprint, and refreshed when a store resumes.
+DESCRIPTIVE_ATTRS = ("spec", "report")
+
+
 def fingerprint(plan: SweepPlan, block: Sequence[int]) -> str:
-    """Hash of everything that determines the store's contents (not the creation time)."""
+    """Hash of everything that determines the store's contents (not the creation time, nor
+    `DESCRIPTIVE_ATTRS`)."""
     attrs = plan.attrs()
-    attrs.pop("created")
+    for name in ("created", *DESCRIPTIVE_ATTRS):
+        attrs.pop(name, None)
     content = {
         "attrs": attrs,
         "coords": {k: np.asarray(v).tolist() for k, v in plan.coords.items()},
@@ -139,11 +146,11 @@ def check_new_output(path: Path, overwrite: bool) -> None:
 
 def _differences(group: zarr.Group, plan: SweepPlan, block: Sequence[int]) -> list[str]:
     """What differs between a stored sweep and ``plan``: its attributes (scalars, definitions,
-    options, a spec's report and description), axes' values, variables and chunking, by name."""
+    options), axes' values, variables and chunking, by name."""
     names = []
     for name, value in plan.attrs().items():
         # as JSON text: NaN equals NaN, as the fingerprint sees them
-        if name != "created" and json.dumps(group.attrs.get(name), sort_keys=True) != json.dumps(value, sort_keys=True):
+        if name not in ("created", *DESCRIPTIVE_ATTRS) and json.dumps(group.attrs.get(name), sort_keys=True) != json.dumps(value, sort_keys=True):
             names.append(name)
     for name, values in plan.coords.items():
         stored = np.asarray(group[name][:]) if name in group else None
@@ -168,21 +175,25 @@ def _open_existing(path: Path, key: str, overwrite: bool, plan: SweepPlan,
         return None
     try:
         group = zarr.open_group(path, mode="r+", zarr_format=3)
-        found = group.attrs.get("jaxpareto_fingerprint")
+        found, title = group.attrs.get("jaxpareto_fingerprint"), group.attrs.get("title")
     except Exception:  # not a zarr v3 store at all
-        found = None
+        found = title = None
     if found is None:
-        raise JaxparetoError("out", f"{path} is a zarr store but not a jaxpareto sweep; choose another path or "
-                                    "pass overwrite=True (CLI: --overwrite)")
+        what = ("a sweep written whole (`to_zarr`), which a streamed sweep does not resume" if title else
+                "a zarr store but not a jaxpareto sweep")
+        raise JaxparetoError("out", f"{path} is {what}; choose another path or pass overwrite=True (CLI: "
+                                    "--overwrite)")
     if found != key:
         differ = _differences(group, plan, block)
         what = (f"changed: {', '.join(differ)}" if differ else
-                "grid, scalars, definitions, dtype, solver, variables, chunking, or a spec's report or description")
+                "grid, scalars, definitions, dtype, solver, variables or chunking")
         raise JaxparetoError("out", f"{path} holds a sweep of different inputs ({what}); resuming it would mix two "
                                     "sweeps. Choose another path or pass overwrite=True (CLI: --overwrite)")
     if group.attrs.get("jaxpareto_complete"):
         raise JaxparetoError("out", f"{path} already exists and is complete; pass overwrite=True "
                                     "(CLI: --overwrite) to compute it again")
+    # the spec as it reads now (a description edited between the runs): it describes, not determines
+    group.attrs.update({name: value for name, value in plan.attrs().items() if name in DESCRIPTIVE_ATTRS})
     return group
 
 

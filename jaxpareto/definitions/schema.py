@@ -11,6 +11,19 @@ class VariableInfo(NamedTuple):
     long_name: str
 
 
+def lower_is_better(name: str) -> bool:
+    """Whether an output is best low: a time in ms (latencies, waits and their percentiles) or a
+    cost in USD. The Pareto fronts and the optimiser minimise such an objective unless told
+    otherwise, and maximise every other one (throughputs, rates, hit rates)."""
+    return name.endswith(("_ms", "_usd"))
+
+
+def best_sense(name: str) -> str:
+    """The direction an objective is optimised in unless given: "min" where `lower_is_better`,
+    else "max"."""
+    return "min" if lower_is_better(name) else "max"
+
+
 # The Pareto front's default objectives (both maximised) and the dimensions it is taken over.
 DEFAULT_X = "output_tokens_per_s_per_user"
 DEFAULT_Y = "output_tokens_per_s_per_gpu"

@@ -107,7 +107,7 @@ class OptimizeSpec(_Table):
     """``jaxpareto optimize``: objective, SLOs and the choices searched per scenario."""
 
     objective: str = "output_tokens_per_s_per_gpu"
-    sense: Literal["max", "min"] = "max"
+    sense: Literal["max", "min"] | None = None  # None: "min" for a latency or a cost, else "max"
     constraints: dict[str, list[str | float]] = pydantic.Field(default_factory=dict)
     tp: list[int] | None = None
     concurrency: list[int] | None = None
@@ -182,7 +182,8 @@ class OutputSpec(_Table):
 class ReportSpec(_Table):
     """What the CLI prints: the frontier of one headline cell of the grid.
 
-    ``minimize`` names the objectives (x and/or y) to minimise rather than maximise.
+    ``minimize`` names the objectives (x and/or y) to minimise rather than maximise; a latency
+    (``*_ms``) or a cost (``*_usd``) is minimised whether named or not.
     """
 
     x: str = DEFAULT_X

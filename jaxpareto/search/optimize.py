@@ -48,7 +48,7 @@ from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.engine import Engine, resolve_engine
 from jaxpareto.definitions.hardware import Hardware
 from jaxpareto.definitions.options import SEARCH_METHODS, SERVING_MODES, ModelOptions
-from jaxpareto.definitions.schema import PERCENTILE_VARIABLES
+from jaxpareto.definitions.schema import PERCENTILE_VARIABLES, best_sense
 from jaxpareto.definitions.settings import SOLVERS, Workload
 from jaxpareto.search.constraints import (HARDWARE_VARIABLES, NUMERIC_OUTPUTS, Constraint,  # noqa: F401
                                           OptimizeResult, concurrency_range, parse_constraints,
@@ -94,7 +94,7 @@ def optimize(
     hit_rate=AXIS_BY_NAME["hit_rate"].default,
     *,
     objective: str = "output_tokens_per_s_per_gpu",
-    sense: str = "max",
+    sense: str | None = None,
     constraints: Mapping | None = None,
     tp: Sequence[int] = TP_CHOICES,
     concurrency: tuple[int, int] | int = CONCURRENCY_RANGE,
@@ -112,7 +112,9 @@ def optimize(
             ``think_time_s``, ``context_tokens``, ``hit_rate`` or another scenario axis given
             by keyword, e.g. ``engine``) searches every combination and returns a Dataset.
         think_time_s, context_tokens, hit_rate: the workload (as in `jaxpareto.sweep`).
-        objective: output to optimise; ``sense`` "max" (default) or "min".
+        objective: output to optimise; ``sense`` "max" or "min" (None, the default: "min" for a
+            latency ``*_ms`` or a cost ``*_usd``, else "max":
+            `jaxpareto.definitions.schema.best_sense`).
         constraints: SLOs ``{output: ("<=" | ">=", limit)}``; memory (C <= concurrency_max)
             always applies. ``slo=`` (keyword, as `jaxpareto.sweep` takes it: ``{metric: ms}``)
             adds its targets as "<=" constraints.
@@ -160,6 +162,7 @@ def optimize(
     """
     if objective not in NUMERIC_OUTPUTS:
         raise JaxparetoError("objective", f"unknown output {objective!r}", NUMERIC_OUTPUTS)
+    sense = best_sense(objective) if sense is None else sense
     if sense not in ("max", "min"):
         raise JaxparetoError("sense", f"unknown sense {sense!r}", ("max", "min"))
     check_method(method)

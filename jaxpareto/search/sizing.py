@@ -58,6 +58,9 @@ class SizingResult:
         turns_per_s_per_replica: its turn throughput at that concurrency.
         options: one row per TP choice (capacity, replicas, GPUs, metrics at capacity).
         reason: why nothing is feasible ("" when feasible).
+        note: what the answer rests on where a user would not expect it ("" otherwise): without
+            an SLO, a replica whose sessions may all wait for KV memory (the LRU cache model, the
+            measured profile) is as large as the search's upper limit, its TTFT the wait.
     """
 
     feasible: bool
@@ -68,6 +71,7 @@ class SizingResult:
     turns_per_s_per_replica: float
     options: pd.DataFrame
     reason: str
+    note: str = ""
 
 
 def size_deployment(
@@ -171,5 +175,12 @@ def size_deployment(
             reason = "SLO: no (TP, concurrency) meets " + slos
         return SizingResult(False, None, None, None, None, math.nan, options, reason)
     best = usable.sort_values(["gpus", "tp"], kind="stable").iloc[0]
+    note = ""
+    if not cons and target_sessions is not None and float(best.capacity) >= hi:
+        note = (f"note: no SLO was given, and a replica admits every session up to the search's limit of {hi:,} "
+                f"(its sessions wait for KV memory rather than being turned away), so its capacity is that limit; "
+                f"at the {int(best.sessions_per_replica):,} sessions a replica runs here TTFT is "
+                f"{float(best.ttft_ms):,.0f} ms. Give SLOs (--slo ttft_ms<=2000, or constraints=) to size for a "
+                "latency")
     return SizingResult(True, int(best.tp), int(best.replicas), int(best.gpus), int(best.sessions_per_replica),
-                        float(best.turns_per_s_per_replica), options, "")
+                        float(best.turns_per_s_per_replica), options, "", note)
