@@ -90,8 +90,10 @@ def _one_scenario(args: argparse.Namespace) -> int:
                   args.csv, args.overwrite, "scenario")
         return 1
     metrics = {k: v for k, v in result.metrics.items() if k in SHOWN}
+    sense = args.sense or best_sense(args.objective)
     print(_wrapped(f"{args.model} on {args.gpu}: TP {result.tp}, concurrency {result.concurrency}: "
-                   f"{result.objective} {result.value:,.4g}; " + ", ".join(f"{k} {v:,.4g}" for k, v in metrics.items())))
+                   f"{sense} {result.objective} {result.value:,.4g}; "
+                   + ", ".join(f"{k} {v:,.4g}" for k, v in metrics.items())))
     print(f"binding: {', '.join(result.binding) or 'none'} ({result.method} search)")
     note = prefill_overcommit_note(result.metrics["gpu_utilization"], prefill_model_of(args))
     if note:
