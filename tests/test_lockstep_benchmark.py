@@ -69,27 +69,31 @@ def test_one_output_token_has_a_decode_steps_tpot():
         assert bool(((lockstep[name] < float("inf"))).all()), name
 
 
-@pytest.mark.parametrize(("context", "osl", "chunk", "concurrency", "ttft_rel"), [
-    (512, 512, 8192, [1, 4, 16, 64, 128], 1e-3),  # one batch up to 16 prompts, then trains of them
-    (1024, 128, 8192, [8, 128], 1e-3),
-    (2048, 256, 4096, [4, 32], 1e-3),  # two prompts a batch
-    (16384, 512, 8192, [1, 4, 16], 1e-3),  # each prompt two whole batches
-    (8193, 128, 8192, [1, 4], 0.08),  # a train whose last batch is a few tokens: the prompts' ends not even in time
-    (1000, 32, 4096, [16, 104], 0.02),  # prefill-bound: most of a turn in the wave's prefill
+@pytest.mark.parametrize(("context", "osl", "chunk", "concurrency", "ttft_rel", "tpot_rel"), [
+    (512, 512, 8192, [1, 4, 16, 64, 128], 1e-3, 1e-3),  # one batch up to 16 prompts, then trains of them
+    (512, 512, 8192, [17, 20, 24], 1e-3, 1e-3),  # a last batch partly filled: its prompts end at S
+    (512, 2, 8192, [20, 64], 1e-3, 1e-3),  # one decode step: TPOT is nearly all the rest of the train
+    (1024, 128, 8192, [8, 128], 1e-3, 1e-3),
+    (2048, 256, 4096, [4, 32], 1e-3, 1e-3),  # two prompts a batch
+    (3000, 128, 8192, [5], 1e-3, 1e-3),
+    (16384, 512, 8192, [1, 4, 16], 1e-3, 1e-3),  # each prompt two whole batches
+    (8193, 128, 8192, [1, 4], 1e-3, 1e-3),  # a train whose last batch is a few tokens
+    (1000, 32, 4096, [16, 104], 0.01, 0.01),  # prefill-bound: most of a turn in the wave's prefill
+    (6000, 64, 8192, [3, 5], 0.09, 0.04),  # uneven: at C = 5 two prompts end in the third batch, one in each before
 ])
-def test_a_prefill_first_engine_keeps_the_burst_one_wave(context, osl, chunk, concurrency, ttft_rel):
+def test_a_prefill_first_engine_keeps_the_burst_one_wave(context, osl, chunk, concurrency, ttft_rel, tpot_rel):
     """An engine that runs waiting prefills first (SGLang's scheduler, ``prefill_first``) prefills
     the whole burst while decoding waits, and the wave comes back whole: TTFT and TPOT as the
-    simulated benchmark with the same scheduler gives them (TTFT within ``ttft_rel``, TPOT 3 %),
-    TTFT rising in proportion to C where the groups of an engine that decodes beside its prompts
-    stay at one step's."""
+    simulated benchmark with the same scheduler gives them (exactly where as many prompts end in
+    each full batch; within 9 % and 4 % where they do not), TTFT rising in proportion to C where
+    the groups of an engine that decodes beside its prompts stay at one step's."""
     ds = _model(context, osl, chunk, False, concurrency, base="sglang")
     step = model_step(GPU, MODEL, context)
     for i, c in enumerate(concurrency):
         sim = simulate_closed(step, c, context, osl, float(chunk), prefill_first=True)
         model = ds.isel(concurrency=i)
         assert float(model.ttft_ms) == pytest.approx(sim.ttft_ms.mean(), rel=ttft_rel), c
-        assert float(model.tpot_ms) == pytest.approx(sim.tpot_ms.mean(), rel=0.03), c
+        assert float(model.tpot_ms) == pytest.approx(sim.tpot_ms.mean(), rel=tpot_rel), c
 
 
 def test_the_wave_grows_with_the_burst_where_the_groups_do_not():

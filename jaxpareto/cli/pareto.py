@@ -84,7 +84,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--y", help=f"y objective (default: the sweep's report, with its direction, else {DEFAULT_Y})")
     p.add_argument("--minimize", action="append", metavar="NAME",
                    help="minimise this objective (repeatable; an objective given is maximised unless named here; a "
-                        "latency *_ms or a cost *_usd is always minimised)")
+                        "latency *_ms, task_time_s or a cost *_usd is always minimised)")
     p.add_argument("--dims", help=f"comma-separated front dimensions (default {','.join(DEFAULT_DIMS)}, and a "
                                   "layout store's pp,ep,dp_attention or a disaggregated store's "
                                   "prefill_tp,prefill_workers,decode_workers)")

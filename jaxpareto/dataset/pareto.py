@@ -97,7 +97,7 @@ def pareto_front(
             is computed separately for each combination of the other dimensions. Default:
             ``tp`` and the load (``concurrency``, or ``request_rate`` under Poisson arrivals).
         maximize: per objective, True to maximise, False to minimise; None (default): a latency
-            (``*_ms``) or a cost (``*_usd``) minimised, any other maximised
+            (``*_ms``), a task time or a cost (``*_usd``) minimised, any other maximised
             (`jaxpareto.definitions.schema.lower_is_better`).
 
     Returns:

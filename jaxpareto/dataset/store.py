@@ -150,7 +150,8 @@ def _differences(group: zarr.Group, plan: SweepPlan, block: Sequence[int]) -> li
     names = []
     for name, value in plan.attrs().items():
         # as JSON text: NaN equals NaN, as the fingerprint sees them
-        if name not in ("created", *DESCRIPTIVE_ATTRS) and json.dumps(group.attrs.get(name), sort_keys=True) != json.dumps(value, sort_keys=True):
+        stored = json.dumps(group.attrs.get(name), sort_keys=True)
+        if name not in ("created", *DESCRIPTIVE_ATTRS) and stored != json.dumps(value, sort_keys=True):
             names.append(name)
     for name, values in plan.coords.items():
         stored = np.asarray(group[name][:]) if name in group else None
@@ -186,7 +187,8 @@ def _open_existing(path: Path, key: str, overwrite: bool, plan: SweepPlan,
     if found != key:
         differ = _differences(group, plan, block)
         what = (f"changed: {', '.join(differ)}" if differ else
-                "grid, scalars, definitions, dtype, solver, variables or chunking")
+                "no input differs by name: a store of another jaxpareto version, whose fingerprint was taken "
+                "otherwise")
         raise JaxparetoError("out", f"{path} holds a sweep of different inputs ({what}); resuming it would mix two "
                                     "sweeps. Choose another path or pass overwrite=True (CLI: --overwrite)")
     if group.attrs.get("jaxpareto_complete"):

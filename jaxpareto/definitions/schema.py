@@ -11,11 +11,17 @@ class VariableInfo(NamedTuple):
     long_name: str
 
 
+#: Outputs in seconds that are latencies (a session's task time), best low; the others in seconds
+#: (a cache's lifetime) are best high
+LATENCIES_IN_S = ("task_time_s",)
+
+
 def lower_is_better(name: str) -> bool:
-    """Whether an output is best low: a time in ms (latencies, waits and their percentiles) or a
-    cost in USD. The Pareto fronts and the optimiser minimise such an objective unless told
-    otherwise, and maximise every other one (throughputs, rates, hit rates)."""
-    return name.endswith(("_ms", "_usd"))
+    """Whether an output is best low: a time in ms (latencies, waits and their percentiles), a
+    session's task time or a cost in USD. The Pareto fronts and the optimiser minimise such an
+    objective unless told otherwise, and maximise every other one (throughputs, rates, hit
+    rates, a cache's lifetime)."""
+    return name.endswith(("_ms", "_usd")) or name in LATENCIES_IN_S
 
 
 def best_sense(name: str) -> str:

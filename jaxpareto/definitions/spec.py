@@ -183,7 +183,7 @@ class ReportSpec(_Table):
     """What the CLI prints: the frontier of one headline cell of the grid.
 
     ``minimize`` names the objectives (x and/or y) to minimise rather than maximise; a latency
-    (``*_ms``) or a cost (``*_usd``) is minimised whether named or not.
+    (``*_ms``), a task time (``task_time_s``) or a cost (``*_usd``) is minimised whether named or not.
     """
 
     x: str = DEFAULT_X

@@ -429,15 +429,20 @@ def wave_turn(step: DecodeStep, alone: DecodeStep, batch: jax.Array, prefill_tok
 
         S = ⌊W / P⌋ T_p(P) + T_p(W - ⌊W / P⌋ P)   (its last batch partial, if any),
 
-    and its prompts end evenly through it, from the first one's end F (T_p(min(W, P)), or for a
-    prompt longer than a batch its ⌊L / P⌋ full batches and a last one that the next prompt fills,
-    `whole_steps_ms`) to the last one's, S:
+    and a prompt ends with the batch that holds its last token: the n_f = ⌊⌊W / P⌋ P / L⌋ prompts
+    whose last token falls in a full batch end, on average, halfway between the first one's batch,
+    ⌈L / P⌉, and theirs' last, ⌈n_f L / P⌉ (as many to a batch: exact where L divides P or P
+    divides L), and the others with the partial batch, at S:
 
-        TTFT = (F + S) / 2,   TPOT = (S - TTFT) / (OSL - 1) + T(B, 0),
+        TTFT = (n_f / B) T_p(P) (⌈L / P⌉ + ⌈n_f L / P⌉) / 2 + (1 - n_f / B) S,
+        TPOT = (S - TTFT) / (OSL - 1) + T(B, 0),
 
-    a request's OSL - 1 decode steps coming after the rest of the train. Every request of the wave
-    sees the same steps: as in `synchronised_turn` the percentiles spread by the lengths only
-    (the wave's own spread of TTFT, uniform from F to S, is not in them).
+    a request's OSL - 1 decode steps coming after the rest of the train. B counts at least one
+    session (one prompt is never prefilled in part). Every request of the wave sees the same
+    steps: as in `synchronised_turn` the percentiles spread by the lengths only (the wave's own
+    spread of TTFT, from its first batch to S, is not in them), and the turn's R = TTFT + OSL TPOT
+    (seed eq. 1) counts one TPOT, which carries (S - TTFT) / (OSL - 1) of the train, more than a
+    benchmark's TTFT + (OSL - 1) TPOT: throughput is a third low at OSL 2, 3 % at OSL 16.
 
     Args:
         step: the decode step at the batch B. alone: the step at a batch of 0 (a prefill batch's
@@ -452,18 +457,20 @@ def wave_turn(step: DecodeStep, alone: DecodeStep, batch: jax.Array, prefill_tok
     batch_alone = step_time(alone, eta_decode, elementwise_overhead, prefill_ms_per_token, prefill_experts)
     tokens = jnp.maximum(prefill_tokens, 1e-6)
     budget = jnp.maximum(chunk_tokens, MIN_PREFILL_BUDGET_TOKENS)
-    sessions = jnp.maximum(batch, 1e-6)
+    sessions = jnp.maximum(batch, 1.0)  # a prompt is prefilled whole (an attention-DP rank's B may be under 1)
     total = sessions * tokens  # W
     full = jnp.floor(total / budget)
     rest = total - full * budget
-    train = full * batch_alone(budget) + jnp.where(rest > 0.0, batch_alone(jnp.maximum(rest, 1e-6)), 0.0)  # S
-    # the first prompt's end: its batch, or a longer prompt's own batches (the next prompt, where
-    # there is one, filling its last)
-    longer = whole_steps_ms(batch_alone, tokens, budget, 0.0, jnp.clip(sessions - 1.0, 0.0, 1.0))
-    first = jnp.minimum(jnp.where(tokens <= budget, batch_alone(jnp.minimum(total, budget)), longer), train)  # F
-    ttft = 0.5 * (first + train)
+    full_batch = batch_alone(budget)
+    train = full * full_batch + jnp.where(rest > 0.0, batch_alone(jnp.maximum(rest, 1e-6)), 0.0)  # S
+    # the prompts whose last token falls in a full batch, and their batches' mean index
+    ended = jnp.minimum(jnp.floor(full * budget / tokens), sessions)  # n_f
+    first, last = jnp.ceil(tokens / budget), jnp.ceil(ended * tokens / budget)
+    in_full = jnp.where(ended > 0, full_batch * 0.5 * (first + last), 0.0)
+    share = ended / sessions
+    ttft = share * in_full + (1.0 - share) * train
     decode = step_time(step, eta_decode, elementwise_overhead, prefill_ms_per_token)(0.0)  # T(B, 0)
     decode_steps = jnp.maximum(osl - 1.0, 0.0)
     tpot = jnp.where(decode_steps > 0, (train - ttft) / jnp.maximum(decode_steps, 1.0) + decode, decode)
-    share = train / (train + decode_steps * decode)  # the share of a turn's cycle in prefill batches
-    return EngineTurn(ttft, tpot, share, ttft, decode, decode, 0.0 * batch, 0.0 * batch)
+    prefilling = train / (train + decode_steps * decode)  # the share of a turn's cycle in prefill batches
+    return EngineTurn(ttft, tpot, prefilling, ttft, decode, decode, 0.0 * batch, 0.0 * batch)
