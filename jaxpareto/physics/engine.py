@@ -431,7 +431,7 @@ def wave_turn(step: DecodeStep, alone: DecodeStep, batch: jax.Array, prefill_tok
 
     and a prompt ends with the batch that holds its last token: the n_f = ⌊⌊W / P⌋ P / L⌋ prompts
     whose last token falls in a full batch end, on average, halfway between the first one's batch,
-    ⌈L / P⌉, and theirs' last, ⌈n_f L / P⌉ (as many to a batch: exact where L divides P or P
+    ⌈L / P⌉, and their last one's, ⌈n_f L / P⌉ (as many to a batch: exact where L divides P or P
     divides L), and the others with the partial batch, at S:
 
         TTFT = (n_f / B) T_p(P) (⌈L / P⌉ + ⌈n_f L / P⌉) / 2 + (1 - n_f / B) S,
