@@ -122,3 +122,16 @@ def test_sglang_alone_of_the_shipped_engines_prefills_first():
     shipped = engines()
     assert shipped["sglang"].prefill_first and "prefill_first" in shipped["sglang"].sources
     assert not any(shipped[name].prefill_first for name in ("vllm", "trtllm", "seed"))
+
+
+@pytest.mark.parametrize("base", ["vllm", "sglang"])
+def test_a_lone_session_prefills_its_whole_prompt_whatever_its_pauses(base):
+    """One session with a pause between its turns is active a share of the time (B < 1), but its
+    prompt is prefilled whole: TTFT as without the pause (it had been B x the prompt's)."""
+    engine = engines()[base].model_copy(update={"name": "bench"})
+    kwargs = dict(gpu=GPU, model=MODEL, tp=1, concurrency=1, context_tokens=4096, osl=256, hit_rate=0.0,
+                  prefill_model="shared", arrivals="synchronised", engine=[engine], dtype="float64")
+    paused = jp.sweep(**kwargs, think_time_s=5.0).squeeze()
+    busy = jp.sweep(**kwargs, think_time_s=0.0).squeeze()
+    assert float(paused.batch_eff) < 0.5
+    assert float(paused.ttft_ms) == pytest.approx(float(busy.ttft_ms), rel=1e-6)

@@ -349,7 +349,9 @@ def synchronised_turn(step: DecodeStep, batch: jax.Array, prefill_tokens: jax.Ar
     (P' = P - c (B - 1): its own session is not decoding): its tokens fill m = L / P' of them, and
     its TTFT is its ⌊L / P'⌋ whole steps and a last one for the tokens left, which the train's
     next prompt fills to a full step but for the train's last prompt (1 in B), whose last step
-    runs alone, T(B, r). Every step is taken at the whole batch B (an upper bound where requests wait). The
+    runs alone, T(B, r). Every step is taken at the whole batch B (an upper bound where requests wait),
+    and B counts at least one session for the prompts (a time-average B under 1, with a think time
+    or on an attention-DP rank, still prefills whole prompts). The
     simulated benchmark, `tests/simulator.py`'s `simulate_closed`, keeps such groups (where a
     budget that is not a multiple of L lets them straddle steps, TTFT is low: docs/model.md); any
     spread of the output lengths breaks them up (``arrivals="staggered"`` is then the steady state).
@@ -364,7 +366,7 @@ def synchronised_turn(step: DecodeStep, batch: jax.Array, prefill_tokens: jax.Ar
     """
     t = step_time(step, eta_decode, elementwise_overhead, prefill_ms_per_token, prefill_experts)
     tokens = jnp.maximum(prefill_tokens, 1e-6)
-    sessions = jnp.maximum(batch, 1e-6)
+    sessions = jnp.maximum(batch, 1.0)  # a prompt is prefilled whole (B under 1: a think time, an attention-DP rank)
     # P': a step's budget less the decode tokens of the sessions not in its prefill, where the
     # engine counts them; a group of g in its prefill leaves B - g decoding, so g fits while
     # g L <= P - c (B - g) (c = 1 counting): k = floor((P - c B) / (L - c))
