@@ -171,7 +171,7 @@ def waves(rows: pd.DataFrame, test: np.ndarray, staggered: pd.DataFrame, within_
     chosen = rows[keep].reset_index(drop=True)
     options = measured._replace(arrivals="synchronised")
     fit = calibrate(chosen, options=options, train=args.train, steps=args.steps, learning_rate=0.1)
-    wide = runs(chosen, comparison_table(prediction_fn(chosen, options=options), fit.efficiency), test[keep])
+    wide = runs(chosen, fit.after, test[keep])  # the fit's own table of its factors (no second predictor)
     same = staggered["run"].isin(wide["run"])
     before = mape_table(staggered[same], ["partition"]).set_index("partition")
     after = mape_table(wide, ["partition"]).set_index("partition")

@@ -20,7 +20,7 @@ from jaxpareto.definitions.checks import check_output_folder
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.options import ATTENTION, CACHE_MODELS, GEMM_RATES, PAUSE_DISTRIBUTIONS, PREFILL_MODELS, \
     PROFILES, ROOFLINES, SEARCH_METHODS, SEEN_BATCHES
-from jaxpareto.definitions.schema import lower_is_better
+from jaxpareto.definitions.schema import default_maximize
 from jaxpareto.definitions.settings import SOLVERS
 from jaxpareto.definitions.axes import AXES
 from jaxpareto.search.problem import OPTIMUM_TITLE
@@ -211,8 +211,8 @@ class Report:
             if name not in (x, y):
                 raise JaxparetoError("minimize", f"{name!r} is neither objective", (x, y))
         self.x, self.y, self.dims = x, y, dims
-        # a latency or a cost is minimised whether named or not (`lower_is_better`)
-        self.maximize = tuple(name not in minimize and not lower_is_better(name) for name in (x, y))
+        # a latency or a cost is minimised whether named or not (`default_maximize`)
+        self.maximize = tuple(name not in minimize and best for name, best in zip((x, y), default_maximize(x, y)))
 
     def cell(self, coords: Mapping[str, Sequence], headline: Mapping, source: str) -> dict:
         """The headline cell (`jaxpareto.dataset.selection.headline_cell`) outside the front's dims."""

@@ -67,6 +67,7 @@ def _print_table(ds, csv: str | None, overwrite: bool) -> None:
 
 
 def _one_scenario(args: argparse.Namespace) -> int:
+    args.sense = args.sense or best_sense(args.objective)  # the direction taken, for the search and the print
     kwargs = scenario_kwargs(args)
     for option in ("method", "solver"):
         if getattr(args, option):
@@ -90,9 +91,8 @@ def _one_scenario(args: argparse.Namespace) -> int:
                   args.csv, args.overwrite, "scenario")
         return 1
     metrics = {k: v for k, v in result.metrics.items() if k in SHOWN}
-    sense = args.sense or best_sense(args.objective)
     print(_wrapped(f"{args.model} on {args.gpu}: TP {result.tp}, concurrency {result.concurrency}: "
-                   f"{sense} {result.objective} {result.value:,.4g}; "
+                   f"{args.sense} {result.objective} {result.value:,.4g}; "
                    + ", ".join(f"{k} {v:,.4g}" for k, v in metrics.items())))
     print(f"binding: {', '.join(result.binding) or 'none'} ({result.method} search)")
     note = prefill_overcommit_note(result.metrics["gpu_utilization"], prefill_model_of(args))
@@ -133,7 +133,7 @@ def _budget(args: argparse.Namespace, kwargs: dict) -> int:
     shown = ["layout", "replicas", "concurrency", "sessions", args.objective, "ttft_ms", "tpot_ms"]
     shown = [c for c in dict.fromkeys(shown) if c in table]
     print()
-    print(_wrapped(f"best layouts of {args.gpu_budget} GPUs per serving mode ({args.sense or best_sense(args.objective)} {args.objective}). A layout "
+    print(_wrapped(f"best layouts of {args.gpu_budget} GPUs per serving mode ({args.sense} {args.objective}). A layout "
                    "is one replica, TP G, S pipeline stages of TP G (TP G x PP S), D attention-DP ranks of TP G "
                    "with the experts over E GPUs (DP D x TP G, EP E; EP 1: each expert split over them), or P "
                    "prefill workers and D decode workers "

@@ -17,7 +17,7 @@ import xarray as xr
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.axes import DISAGGREGATION_AXES, LAYOUT_AXES, load_axis
 from jaxpareto.definitions.schema import DEFAULT_DIMS, DEFAULT_X, DEFAULT_Y, FLAG_VARIABLES, NOT_OBJECTIVES, \
-    lower_is_better
+    default_maximize
 
 TABLE_METRICS = (
     "ttft_ms", "tpot_ms", "latency_ms", "batch_eff", "concurrency_eff", "turns_per_s", "kv_per_session_gb",
@@ -110,7 +110,7 @@ def pareto_front(
         raise JaxparetoError("ds", f"expected an xarray.Dataset (a sweep), got {type(ds).__name__}")
     dims = default_dims(ds.dims) if dims is None else dims
     if maximize is None:
-        maximize = (not lower_is_better(x), not lower_is_better(y))
+        maximize = default_maximize(x, y)
     if not isinstance(maximize, (tuple, list)) or len(maximize) != 2 or \
             not all(isinstance(m, (bool, np.bool_)) for m in maximize):
         raise JaxparetoError("maximize", f"expected two booleans (x, y), got {maximize!r}")

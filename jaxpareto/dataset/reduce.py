@@ -22,7 +22,7 @@ import xarray as xr
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.dataset.pareto import DEFAULT_X, DEFAULT_Y, default_dims, front_mask
 from jaxpareto.definitions.axes import AXIS_BY_NAME, coordinate_attrs
-from jaxpareto.definitions.schema import OUTPUTS, QUANTITIES, lower_is_better
+from jaxpareto.definitions.schema import OUTPUTS, QUANTITIES, default_maximize
 from jaxpareto.dataset.plan import as_plan
 from jaxpareto.definitions.checks import check_number
 from jaxpareto.mapper import block_shaped
@@ -73,7 +73,7 @@ def pareto_sweep(
     if len(set(dims)) != len(dims) or not dims:
         raise JaxparetoError("dims", f"need one or more distinct axes, got {list(dims)}")
     if maximize is None:
-        maximize = (not lower_is_better(x), not lower_is_better(y))
+        maximize = default_maximize(x, y)
     if len(tuple(maximize)) != 2:
         raise JaxparetoError("maximize", f"expected two booleans (x, y), got {maximize!r}")
     keep = check_number("max_front_points", max_front_points, low=1, integer=True)

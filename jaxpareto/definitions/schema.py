@@ -24,6 +24,11 @@ def lower_is_better(name: str) -> bool:
     return name.endswith(("_ms", "_usd")) or name in LATENCIES_IN_S
 
 
+def default_maximize(*names: str) -> tuple[bool, ...]:
+    """Per objective, whether it is maximised unless told: not where `lower_is_better`."""
+    return tuple(not lower_is_better(name) for name in names)
+
+
 def best_sense(name: str) -> str:
     """The direction an objective is optimised in unless given: "min" where `lower_is_better`,
     else "max"."""
