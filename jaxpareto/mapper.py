@@ -50,7 +50,7 @@ from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.definitions.program_memory import release_programs_near_map_limit
 from jaxpareto.definitions.settings import DEFAULT_CHUNK_POINTS, Efficiency, Solver, Workload
 from jaxpareto.definitions.schema import PERCENTILE_VARIABLES
-from jaxpareto.physics.point import PointOutputs, evaluate_point, inner_unknowns
+from jaxpareto.physics.point import PointOutputs, evaluate_point
 
 # points vmapped at once (a sub-batch): a vmapped while-loop runs as long as its slowest point, so
 # narrow sub-batches confine a slow point's cost (the damped iteration's long climbs, a joint
@@ -292,9 +292,9 @@ def evaluate_factored(tables: dict[str, object], values: dict[str, jax.Array], s
 
     An iterative solver's loop, vmapped axis by axis, would run the whole block as long as its
     slowest point. Its batching rule (`jaxpareto.physics.chunked`) folds the axes into one flat
-    batch and steps that in chunks of `LOOP_CHUNK` points instead, while what comes before and
-    after the loop stays factored: the seed's damped solver runs about 5x faster than flat on
-    the benchmark grid. The program depends on the block's shape, so it is used for large
+    batch and steps that in chunks of `LOOP_CHUNK` points instead (or, where R(B) holds inner
+    roots, through refilled lanes), while what comes before and after the loop stays factored:
+    the seed's damped solver runs about 5x faster than flat on the benchmark grid. The program depends on the block's shape, so it is used for large
     blocks only (`FACTORED_MIN_POINTS`).
 
     Args:
@@ -402,9 +402,9 @@ class GridProblem:
         point_fn: the scalar model (default `evaluate_point`).
         factored: evaluate blocks with `evaluate_factored` (True), with `evaluate_block`
             (False), or the first for blocks of at least `FACTORED_MIN_POINTS` under the exact
-            solver, or under an iterative one in the closed, aggregated loop where R(B) holds no
-            inner roots (None, the default: elsewhere the loop is nearly all of the cost, and
-            factored blocks measured 1.2-2.4x slower than flat).
+            solver, or under an iterative one in the closed, aggregated loop (None, the default:
+            elsewhere the loop is nearly all of the cost, and factored blocks measured 1.2-2.4x
+            slower than flat).
     """
 
     def __init__(self, definitions, axes, workload, efficiency, solver, *, dtype="float32",
@@ -427,10 +427,13 @@ class GridProblem:
         self.computed_outputs = shared_outputs(self.outputs) if small else self.outputs
         self.scalars = shared_scalars(workload, efficiency, solver, self.dtype)
         if factored is None:
-            # an iterative solver only in the closed, aggregated loop without inner roots: elsewhere
-            # (inner roots, the open loop's heavy-tailed iterations, disaggregated serving) the
-            # loop is most of the cost and factored blocks measured 1.2-2.4x slower than flat
-            loop_ok = not inner_unknowns(options) and not options.open_loop and options.serving == "aggregated"
+            # an iterative solver only in the closed, aggregated loop: elsewhere (the open loop's
+            # heavy-tailed iterations, disaggregated serving) the loop is most of the cost and
+            # factored blocks measured 1.2-2.4x slower than flat. Where R(B) holds inner roots the
+            # factored block's one flat batch runs through refilled lanes
+            # (`jaxpareto.physics.chunked.LANES`): 1.1-3x faster than flat on the models
+            # benchmark grid, for a first compilation up to twice as long
+            loop_ok = not options.open_loop and options.serving == "aggregated"
             factored = math.prod(self.block) >= FACTORED_MIN_POINTS and (solver.name == "exact" or loop_ok)
         self.factored = bool(factored)
 

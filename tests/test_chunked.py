@@ -1,12 +1,14 @@
 """`jaxpareto.physics.chunked`: a scalar while-loop solve under any nesting of vmaps gives what a
-plain vmap gives, point by point, while its loop runs in chunks of `LOOP_CHUNK` points."""
+plain vmap gives, point by point, while its loop runs in chunks of `LOOP_CHUNK` points (or
+through refilled lanes)."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxpareto.physics.chunked import LOOP_CHUNK, NARROWEST, NARROWEST_AGAIN, NARROWING, Loop, LoopParts, chunked
+from jaxpareto.physics.chunked import (LOOP_CHUNK, NARROWEST, NARROWEST_AGAIN, NARROWING, Loop, LoopParts,
+                                       chunked)
 
 
 def heron_parts(args):
@@ -36,6 +38,7 @@ def heron(args):
 CHUNKED = chunked(heron)
 MASKED = chunked(Loop(heron_parts))  # its own masked loop over the whole batch
 NARROWED = chunked(Loop(heron_parts, narrowings=2))
+REFILLED = chunked(Loop(heron_parts, lanes=256))  # 256 lanes, refilled
 
 
 def test_without_vmap_it_is_the_solve():
@@ -152,3 +155,42 @@ def test_narrowed_loop_under_nested_vmaps_and_jvp():
     tangent = jax.vmap(lambda x: jax.jvp(lambda y: NARROWED((y, jnp.float32(1e-6)))["root"], (x,),
                                          (jnp.float32(1.0),))[1])
     np.testing.assert_allclose(tangent(a[:600]), 0.5 / np.sqrt(np.asarray(a[:600])), rtol=1e-4)
+
+
+@pytest.mark.parametrize("n", [100, 256, 257, 3 * LOOP_CHUNK + 5])
+def test_refilled_loop_equals_plain_vmap(n):
+    """Through refilled lanes a `Loop` gives a plain vmap's results bit for bit (this loop's few
+    operations round alike in any batch), whatever the order of slow and fast points (slow ones
+    among many fast, the slowest first or last, every point slow, points that never step), in
+    one loop of the lanes' width over the whole batch (no chunks); a batch no wider than the
+    lanes runs as a masked batch."""
+    rng = np.random.default_rng(n)
+    a = np.geomspace(1e-3, 1e6, n)
+    a[rng.random(n) < 0.02] = 1e30  # ~50 steps against ~10
+    a = rng.permutation(a)
+    tol = jnp.float32(1e-6)
+    run = jax.jit(jax.vmap(REFILLED, in_axes=((0, None),)))
+    plain = jax.jit(jax.vmap(heron, in_axes=((0, None),)))
+    for case in (a, np.concatenate([[1e30], a[1:]]), np.concatenate([a[:-1], [1e30]]), np.full(n, 1e30),
+                 np.where(np.arange(n) % 3 == 0, 1.0, a)):  # a = 1: stops at its first step
+        case = jnp.asarray(case, jnp.float32)
+        got, want = run((case, tol)), plain((case, tol))
+        for key in want:
+            np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    loops = _loops(jax.make_jaxpr(jax.vmap(REFILLED, in_axes=((0, None),)))((case, tol)).jaxpr)
+    assert "scan" not in {name for name, _ in loops}, loops
+    assert any((min(n, 256),) in shapes for _, shapes in loops), loops  # the lanes' width
+
+
+def _loops(jaxpr) -> list:
+    """The while and scan equations of ``jaxpr`` (nested ones too), each as (name, the shapes of
+    its outputs)."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name in ("while", "scan"):
+            found.append((eqn.primitive.name, {v.aval.shape for v in eqn.outvars}))
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (tuple, list)) else (param,):
+                if hasattr(sub, "jaxpr") and hasattr(sub, "consts"):
+                    found += _loops(sub.jaxpr)
+    return found

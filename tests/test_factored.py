@@ -1,7 +1,8 @@
 """Factored block evaluation (`jaxpareto.mapper.evaluate_factored`, one vmap per axis) against the
 flat one (`evaluate_block`, every point on its own): the same outputs to float rounding (the damped
-iteration: to its tolerance), the same infeasible points and flags, chosen for large blocks
-without inner roots, and the same results on four CPU devices as on one."""
+iteration: to its tolerance), the same infeasible points and flags, chosen for large blocks of
+the closed loop (where R(B) holds inner roots, its loop through refilled lanes), and the same
+results on four CPU devices as on one."""
 
 import textwrap
 
@@ -12,6 +13,8 @@ import xarray as xr
 import jaxpareto as jp
 import jaxpareto.mapper as mapper
 from jaxpareto.dataset.plan import plan_sweep
+from jaxpareto.physics import closed_loop
+from jaxpareto.physics.point import joint_system, latency_function
 
 from devices import run_on_cpu_devices
 
@@ -80,6 +83,34 @@ def test_factored_equals_flat(monkeypatch, grid, rtol, steps):
     assert_same_to_rounding(factored, flat, rtol, steps)
 
 
+# R(B) with inner roots: the factored block's one flat batch runs through refilled lanes (here 64
+# lanes for blocks of 600 points, so that lanes are refilled many times over)
+LANE_GRID = dict(gpu="h100-sxm", model=["llama-3.1-70b", "llama-3.1-8b"], tp=[1, 4], concurrency=list(range(1, 600, 8)),
+                 think_time_s=[0.0, 5.0], context_tokens=[8192, 65536], hit_rate=[0.0, 0.9], chunk_points=600,
+                 variables=["ttft_ms", "tpot_ms", "batch_eff", "hit_rate_eff", "feasible", "converged", "iterations"])
+
+
+@pytest.mark.parametrize("options", [dict(prefill_model="shared", cache_model="lru", solver="newton"),
+                                     dict(prefill_model="shared", solver="damped")], ids=["newton", "damped"])
+def test_refilled_lanes_equal_flat(monkeypatch, options):
+    """Through refilled lanes the inner-root models give what the flat blocks give, to their
+    solver's tolerance (the same points stop within a step or two of the same count)."""
+    monkeypatch.setattr(closed_loop, "LANES", 64)
+    closed_loop._iterative_solve.cache_clear()  # its loops keep the lanes they were made with
+    try:
+        grid = {**LANE_GRID, **options}
+        factored = sweep(True, monkeypatch, grid)
+        loop = closed_loop._iterative_solve(latency_function(plan_sweep(**grid).options), options["solver"], False,
+                                            joint_system(plan_sweep(**grid).options))
+        assert loop.lanes == 64
+        flat = sweep(False, monkeypatch, grid)
+    finally:
+        closed_loop._iterative_solve.cache_clear()
+    assert 0 < int(factored.feasible.sum()) < factored.feasible.size
+    assert np.ptp(factored.iterations.values[factored.feasible.values]) > 10  # lanes free at many steps
+    assert_same_to_rounding(factored, flat, 2e-5, 2)
+
+
 @pytest.mark.slow
 def test_factored_reduced_sweep_keeps_the_same_fronts(monkeypatch):
     """The on-device reduction reads a factored block (no sub-batch padding) as a flat one."""
@@ -110,7 +141,8 @@ def test_factored_for_large_blocks_where_it_pays():
     assert plan_sweep(**large).problem().factored  # exact, 98,304-point blocks
     assert plan_sweep(**{**large, "solver": "damped"}).problem().factored  # its loop runs in chunks
     for inner in ({"prefill_model": "shared"}, {"cache_model": "lru", "pause_distribution": "lognormal"}):
-        assert not plan_sweep(**{**large, "solver": "damped", **inner}).problem().factored  # the loop is the cost
+        for solver in ("damped", "newton"):  # their loop runs through refilled lanes
+            assert plan_sweep(**{**large, "solver": solver, **inner}).problem().factored
     # the open loop's heavy-tailed iterations: flat for the damped solver, factored for the exact one
     open_loop = {**{k: v for k, v in large.items() if k not in ("concurrency", "think_time_s")}, "arrivals": "poisson",
                  "request_rate": list(np.geomspace(0.05, 40.0, 1024))}

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxpareto.definitions.settings import Solver
-from jaxpareto.physics.chunked import Loop, LoopParts, chunked
+from jaxpareto.physics.chunked import LANES, Loop, LoopParts, chunked
 from jaxpareto.physics.joint import JointSolution, JointSystem, joint_loop
 
 
@@ -323,11 +323,17 @@ def _iterative_solve(latency_ms, solver_name, open_loop, joint) -> Loop:
         return damped_loop(lambda b: _target(latency_ms, False, b, inputs), jnp.ones_like(inputs.concurrency_eff),
                            solver)
 
-    # the damped iteration narrows its batches where its steps are many and each costly (R(B)'s
-    # inner roots solved afresh at every step), the open loop twice (its heavy-tailed step counts,
-    # under any solver name: the open loop has no joint solve); the seed's cheap steps and
-    # Newton's few do not repay compiling the step twice
-    return Loop(parts, narrowings=2 if open_loop else int(joint is not None and solver_name != "newton"))
+    # where R(B) holds inner roots (damped or joint), a step is costly: a batch wider than the
+    # lanes runs through refilled lanes (it costs its points' own steps, not its slowest point's
+    # times its width), a narrower one (a flat sub-batch) narrows once under the damped solver
+    # (its many steps repay a second compilation of the step; Newton's few did not); the open
+    # loop narrows twice (its heavy-tailed step counts, under any solver name: the open loop has
+    # no joint solve; nearly all of its cost lies outside the loop, and lanes ran it no faster);
+    # the seed's steps are too cheap to repay either
+    if open_loop:
+        return Loop(parts, narrowings=2)
+    return Loop(parts, narrowings=int(joint is not None and solver_name != "newton"),
+                lanes=0 if joint is None else LANES)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2, 3, 4))

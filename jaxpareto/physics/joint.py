@@ -141,6 +141,12 @@ def joint_loop(system: JointSystem, latency_inputs, concurrency_eff: jax.Array, 
         target = concurrency_eff * latency / (latency + think_time_ms)  # C_eff ρ (seed eq. 4)
         return jnp.concatenate([jnp.stack([target - z[0]]), inner])
 
+    def linearised(z):
+        """The residuals at z and their Jacobian, from one forward-mode pass (k + 1 tangents
+        beside one primal)."""
+        basis = jnp.eye(z.shape[0], dtype=z.dtype)
+        return jax.vmap(lambda t: jax.jvp(residuals, (z,), (t,)), out_axes=(None, 1))(basis)
+
     def done(z, g, a_step):
         # an inner root is solved when its Newton step is small against its size (they are
         # logarithms of T_c and 1 - ρ), or its residual is within a few tol of 0: where its
@@ -156,8 +162,12 @@ def joint_loop(system: JointSystem, latency_inputs, concurrency_eff: jax.Array, 
         return ~finished & jnp.isfinite(g).all() & (i < limit)
 
     def step(state):
-        z, g, (lo, hi), (a_lo, a_hi, tried), (reach, heading), i, _ = state
-        jacobian = jax.jacfwd(residuals)(z)
+        # G and its Jacobian at the z the step starts from, in one pass: the state's G is the last
+        # step's (at the z it started from; it stops the loop where it is not finite), so a step
+        # evaluates the system once (evaluating G again at the z it reaches, for the test, ran
+        # 1.5x slower: XLA recomputed that z's chain of choices in every fusion reading it)
+        z, _, (lo, hi), (a_lo, a_hi, tried), (reach, heading), i, _ = state
+        g, jacobian = linearised(z)
         b, g_b, g_a = z[0], g[0], g[1:]
         j_aa, j_ab, j_ba = jacobian[1:, 1:], jacobian[1:, 0], jacobian[0, 1:]
         # eliminate the inner roots: their Newton step at fixed B and their change per unit B
@@ -224,7 +234,8 @@ def joint_loop(system: JointSystem, latency_inputs, concurrency_eff: jax.Array, 
         shifted = jnp.abs(z_next[1:] - a) > solver.tol * jnp.maximum(jnp.abs(a), 1.0)
         moved = (jnp.abs(z_next[0] - b) > solver.tol * b) | (jnp.cumsum(shifted) - shifted > 0)
         a_lo, a_hi, tried = jnp.where(moved, lows, a_lo), jnp.where(moved, highs, a_hi), tried & ~moved
-        return z_next, residuals(z_next), (lo, hi), (a_lo, a_hi, tried), (reach, heading), i + ~finished, finished
+        counted = ~finished & jnp.isfinite(g).all()  # a step finding G not finite stops, uncounted
+        return z_next, g, (lo, hi), (a_lo, a_hi, tried), (reach, heading), i + counted, finished
 
     def start():
         z0 = jnp.concatenate([jnp.stack([one]), system.start(latency_inputs, one)])
