@@ -164,8 +164,9 @@ def joint_loop(system: JointSystem, latency_inputs, concurrency_eff: jax.Array, 
     def step(state):
         # G and its Jacobian at the z the step starts from, in one pass: the state's G is the last
         # step's (at the z it started from; it stops the loop where it is not finite), so a step
-        # evaluates the system once (evaluating G again at the z it reaches, for the test, ran
-        # 1.5x slower: XLA recomputed that z's chain of choices in every fusion reading it)
+        # evaluates the system once, not again at the z it reaches for the test (evaluating the
+        # Jacobian there too, to carry it to the next step, ran 1.5x slower: XLA recomputed that
+        # z's chain of choices in every fusion reading it)
         z, _, (lo, hi), (a_lo, a_hi, tried), (reach, heading), i, _ = state
         g, jacobian = linearised(z)
         b, g_b, g_a = z[0], g[0], g[1:]
