@@ -39,3 +39,13 @@ def _programs_within_the_map_limit():
 
     release_programs_near_map_limit()
     yield
+
+
+@pytest.fixture
+def programs_kept(monkeypatch):
+    """No release of compiled programs near the process's mapping limit during the test
+    (jaxpareto.definitions.program_memory): a worker that ran many programs before may pass it
+    between two calls whose compilations the test counts."""
+    for module in ("jaxpareto.mapper", "jaxpareto.search.problem", "jaxpareto.search.layouts",
+                   "jaxpareto.measure.predict"):
+        monkeypatch.setattr(f"{module}.release_programs_near_map_limit", lambda *args, **kwargs: False)

@@ -70,7 +70,7 @@ def test_a_second_peak_of_the_lru_collapse_is_found(context, think, slo, best):
     assert bracket.concurrency == exhaustive.concurrency and bracket.value == pytest.approx(exhaustive.value, rel=1e-6)
 
 
-def test_limits_are_traced_and_nothing_is_listed_without_slos():
+def test_limits_are_traced_and_nothing_is_listed_without_slos(programs_kept):
     kw = dict(tp=(1, 2), concurrency=(1, 256), method="bracket")
     jp.optimize(**SCENARIO, **kw, constraints={"ttft_ms": ("<=", 500.0)})
     compiled = bracket_search._cache_size()

@@ -38,7 +38,8 @@ def heron(args):
 CHUNKED = chunked(heron)
 MASKED = chunked(Loop(heron_parts))  # its own masked loop over the whole batch
 NARROWED = chunked(Loop(heron_parts, narrowings=2))
-REFILLED = chunked(Loop(heron_parts, lanes=256))  # 256 lanes, refilled
+REFILLED = chunked(Loop(heron_parts, lanes=256))  # 256 lanes, refilled, their last 32 apart
+REFILLED_NARROWED = chunked(Loop(heron_parts, lanes=4096, narrowings=1))  # their last 512, then 64
 
 
 def test_without_vmap_it_is_the_solve():
@@ -162,24 +163,28 @@ def test_refilled_loop_equals_plain_vmap(n):
     """Through refilled lanes a `Loop` gives a plain vmap's results bit for bit (this loop's few
     operations round alike in any batch), whatever the order of slow and fast points (slow ones
     among many fast, the slowest first or last, every point slow, points that never step), in
-    one loop of the lanes' width over the whole batch (no chunks); a batch no wider than the
-    lanes runs as a masked batch."""
+    loops of the lanes' width over the whole batch (no chunks) and of the narrower tail; a batch
+    no wider than the lanes runs as a masked batch."""
     rng = np.random.default_rng(n)
     a = np.geomspace(1e-3, 1e6, n)
     a[rng.random(n) < 0.02] = 1e30  # ~50 steps against ~10
     a = rng.permutation(a)
     tol = jnp.float32(1e-6)
-    run = jax.jit(jax.vmap(REFILLED, in_axes=((0, None),)))
     plain = jax.jit(jax.vmap(heron, in_axes=((0, None),)))
-    for case in (a, np.concatenate([[1e30], a[1:]]), np.concatenate([a[:-1], [1e30]]), np.full(n, 1e30),
-                 np.where(np.arange(n) % 3 == 0, 1.0, a)):  # a = 1: stops at its first step
-        case = jnp.asarray(case, jnp.float32)
-        got, want = run((case, tol)), plain((case, tol))
-        for key in want:
-            np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    for fn in (REFILLED, REFILLED_NARROWED):
+        run = jax.jit(jax.vmap(fn, in_axes=((0, None),)))
+        for case in (a, np.concatenate([[1e30], a[1:]]), np.concatenate([a[:-1], [1e30]]), np.full(n, 1e30),
+                     np.where(np.arange(n) % 3 == 0, 1.0, a)):  # a = 1: stops at its first step
+            case = jnp.asarray(case, jnp.float32)
+            got, want = run((case, tol)), plain((case, tol))
+            for key in want:
+                np.testing.assert_array_equal(got[key], want[key], err_msg=key)
     loops = _loops(jax.make_jaxpr(jax.vmap(REFILLED, in_axes=((0, None),)))((case, tol)).jaxpr)
     assert "scan" not in {name for name, _ in loops}, loops
     assert any((min(n, 256),) in shapes for _, shapes in loops), loops  # the lanes' width
+    if n > 4096:  # the lanes' last 512 apart, then their last 64
+        loops = _loops(jax.make_jaxpr(jax.vmap(REFILLED_NARROWED, in_axes=((0, None),)))((case, tol)).jaxpr)
+        assert all(any((w,) in shapes for _, shapes in loops) for w in (4096, 512, 64)), loops
 
 
 def _loops(jaxpr) -> list:

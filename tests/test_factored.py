@@ -96,7 +96,9 @@ def test_refilled_lanes_equal_flat(monkeypatch, options):
     """Through refilled lanes the inner-root models give what the flat blocks give, to their
     solver's tolerance (the same points stop within a step or two of the same count)."""
     monkeypatch.setattr(closed_loop, "LANES", 64)
-    closed_loop._iterative_solve.cache_clear()  # its loops keep the lanes they were made with
+    # its loops keep the lanes they were made with (and a program compiled before keeps its own:
+    # this grid's variables and block are this test's alone)
+    closed_loop._iterative_solve.cache_clear()
     try:
         grid = {**LANE_GRID, **options}
         factored = sweep(True, monkeypatch, grid)

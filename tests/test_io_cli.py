@@ -40,7 +40,7 @@ def test_schema(small_grid):
     assert small_grid.iterations.dtype == np.int32
 
 
-def test_second_sweep_of_as_many_sub_batches_does_not_recompile():
+def test_second_sweep_of_as_many_sub_batches_does_not_recompile(programs_kept):
     kwargs = dict(gpu="h100-sxm", model="llama-3.1-70b", tp=[1, 2, 4], concurrency=[1, 5, 9, 33],
                   think_time_s=[0.0, 1.0], context_tokens=[1000, 2000], hit_rate=[0.0, 0.5])
     jp.sweep(**kwargs)
@@ -63,7 +63,7 @@ def test_second_sweep_of_as_many_sub_batches_does_not_recompile():
             np.testing.assert_array_equal(picked[name].values.squeeze(), alone[name].values.squeeze())
 
 
-def test_small_sweeps_asking_for_other_variables_share_one_program():
+def test_small_sweeps_asking_for_other_variables_share_one_program(programs_kept):
     """A small grid computes its tier of outputs (every mean, or every output where a percentile
     is asked for) and keeps those asked for: other variables, same tier, no compilation, and the
     same bits as a sweep keeping everything. A larger grid compiles only what it keeps, in blocks

@@ -26,8 +26,8 @@ named benchmark grid in 115-126 ms against 89-93 ms so.
 A `Loop` whose steps are costly can instead run through refilled lanes (``lanes``): a batch
 wider than `LANES` is not cut into chunks but stepped `LANES` points at a time, a lane whose
 point stops taking the next point waiting (stream compaction with refill, as a GPU's persistent
-threads take work from a queue). The batch then costs its points' own steps, not its slowest
-point's steps times its width: the factored evaluation of a grid whose R(B) holds inner roots
+threads take work from a queue), its last lanes narrowed once no point waits. The batch then
+costs its points' own steps, not its slowest point's steps times its width: the factored evaluation of a grid whose R(B) holds inner roots
 (the shared engine, the LRU time of lognormal pauses), whose whole block is one flat batch, ran
 1.1-3x faster on the models benchmark grid than flat sub-batches, narrowed or not (the joint
 solves 1.6-3x, the damped ones 1.1-2.2x).
@@ -118,7 +118,7 @@ class Loop(NamedTuple):
     narrowing compiles the step once more: worth it where steps are many and costly).
     ``lanes``: 0, or step a flat batch wider than this through this many lanes, each refilled
     with the next point waiting as soon as its own stops (`_refilled_loop`; such a batch is not
-    cut into chunks, nor narrowed: ``narrowings`` applies to narrower batches).
+    cut into chunks: its last lanes are narrowed once, then ``narrowings`` times more).
     """
 
     parts: Callable
@@ -198,7 +198,7 @@ def _masked_loop(loop: Loop, tree, batched: tuple[bool, ...], leaves: list):
     start = jax.vmap(lambda *xs: loop.parts(jax.tree_util.tree_unflatten(tree, list(xs))).start(),
                      in_axes=axes)(*leaves)
     if loop.lanes and n > loop.lanes:
-        state = _refilled_loop(going, stepped, batched, leaves, start, n, loop.lanes)
+        state = _refilled_loop(going, stepped, batched, leaves, start, n, loop.lanes, loop.narrowings)
     else:
         state = _narrowed(going, stepped, batched, leaves, start, n, levels=loop.narrowings)
     return jax.vmap(per_point("finish"), in_axes=(*axes, 0))(*leaves, state)
@@ -241,15 +241,18 @@ def _narrowed(going, stepped, batched, leaves, state, n: int, live=None, levels:
     return jax.lax.cond(still.any(), narrowed, lambda state: state, state)
 
 
-def _refilled_loop(going, stepped, batched, leaves, state, n: int, lanes: int):
+def _refilled_loop(going, stepped, batched, leaves, state, n: int, lanes: int, narrowings: int):
     """Step the ``n`` points through ``lanes`` lanes until every one has stopped: each lane
     holds one point still going, and a lane whose point stops writes its state back and takes
     the next point waiting (their indices gathered once, in order, by `jnp.nonzero`), its inputs
-    and start state gathered into the lane. A batch so costs about the sum of its points' own
-    steps over the lanes, and its last points' steps at the lanes' width, where a masked batch
-    costs its slowest point's steps times its width (narrowing the lanes once none waits, as
-    `_narrowed` narrows a batch, compiled the step twice for no gain: a step's cost is mostly
-    its fixed part, `LANES`)."""
+    and start state gathered into the lane. Once no point waits and at most 1 lane in
+    `NARROWING` still goes, those lanes alone are gathered into a batch that much narrower and
+    stepped as `_narrowed` steps a batch (narrowed ``narrowings`` times more). A batch so costs
+    about the sum of its points' own steps over the lanes, where a masked batch costs its
+    slowest point's steps times its width; and a point that crawls to ``max_iter`` (the damped
+    solve where its map's slope is near 1: 10,000 steps) costs its steps at the narrow width,
+    not at the lanes' (whose step costs a fixed part, `LANES`: 7 s against 1.4 s so on a grid
+    of 183,168 points)."""
     waiting = going(leaves, state)
     count = waiting.sum()
     order = jnp.nonzero(waiting, size=n, fill_value=n)[0]  # the points to step, n: none
@@ -265,8 +268,10 @@ def _refilled_loop(going, stepped, batched, leaves, state, n: int, lanes: int):
         return ([_select(where, new, old) if b else new for new, old, b in zip(lane_leaves, into[0], batched)],
                 jax.tree_util.tree_map(lambda new, old: _select(where, new, old), lane_state, into[1]))
 
+    width = max(lanes // NARROWING, 1)  # the tail's
+
     def more(carry):
-        return (carry[3] < count) | (carry[4] < n).any()
+        return (carry[3] < count) | ((carry[4] < n).sum() > width)
 
     def update(carry):
         state, lane_leaves, lane_state, ptr, index = carry
@@ -285,9 +290,16 @@ def _refilled_loop(going, stepped, batched, leaves, state, n: int, lanes: int):
         return state, lane_leaves, lane_state, ptr + free.sum(), index
 
     index = order[:lanes]
-    state, *_ = jax.lax.while_loop(
+    state, lane_leaves, lane_state, _, index = jax.lax.while_loop(
         more, update, (state, *gather(index), jnp.minimum(count, lanes), index))
-    return state
+    # no point waits and few lanes go: those alone, in a narrower batch, to their end
+    live = index < n
+    kept = jnp.nonzero(live, size=width, fill_value=0)[0]
+    tail = jnp.arange(width) < live.sum()
+    tail_state = _narrowed(going, stepped, batched, [leaf[kept] if b else leaf for leaf, b in zip(lane_leaves, batched)],
+                           jax.tree_util.tree_map(lambda a: a[kept], lane_state), width, tail, narrowings)
+    back = jnp.where(tail, index[kept], n)  # the fill goes nowhere
+    return jax.tree_util.tree_map(lambda a, b: a.at[back].set(b, mode="drop"), state, tail_state)
 
 
 def _select(mask, new, old):

@@ -325,8 +325,9 @@ def _iterative_solve(latency_ms, solver_name, open_loop, joint) -> Loop:
 
     # where R(B) holds inner roots (damped or joint), a step is costly: a batch wider than the
     # lanes runs through refilled lanes (it costs its points' own steps, not its slowest point's
-    # times its width), a narrower one (a flat sub-batch) narrows once under the damped solver
-    # (its many steps repay a second compilation of the step; Newton's few did not); the open
+    # times its width; its last lanes narrowed), a batch no wider (a flat sub-batch) masked; the
+    # damped solver narrows once more (its many steps, up to max_iter where its map's slope is
+    # near 1, repay another compilation of the step; Newton's few did not); the open
     # loop narrows twice (its heavy-tailed step counts, under any solver name: the open loop has
     # no joint solve; nearly all of its cost lies outside the loop, and lanes ran it no faster);
     # the seed's steps are too cheap to repay either
