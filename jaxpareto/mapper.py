@@ -294,8 +294,8 @@ def evaluate_factored(tables: dict[str, object], values: dict[str, jax.Array], s
     slowest point. Its batching rule (`jaxpareto.physics.chunked`) folds the axes into one flat
     batch and steps that in chunks of `LOOP_CHUNK` points instead (or, where R(B) holds inner
     roots, through refilled lanes), while what comes before and after the loop stays factored:
-    the seed's damped solver runs about 5x faster than flat on the benchmark grid. The program depends on the block's shape, so it is used for large
-    blocks only (`FACTORED_MIN_POINTS`).
+    the seed's damped solver runs about 5x faster than flat on the benchmark grid. The program
+    depends on the block's shape, so it is used for large blocks only (`FACTORED_MIN_POINTS`).
 
     Args:
         tables: categorical axis -> the block's parameters stacked (rows = the block's extent).

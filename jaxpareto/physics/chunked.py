@@ -27,10 +27,10 @@ A `Loop` whose steps are costly can instead run through refilled lanes (``lanes`
 wider than `LANES` is not cut into chunks but stepped `LANES` points at a time, a lane whose
 point stops taking the next point waiting (stream compaction with refill, as a GPU's persistent
 threads take work from a queue), its last lanes narrowed once no point waits. The batch then
-costs its points' own steps, not its slowest point's steps times its width: the factored evaluation of a grid whose R(B) holds inner roots
-(the shared engine, the LRU time of lognormal pauses), whose whole block is one flat batch, ran
-1.1-3x faster on the models benchmark grid than flat sub-batches, narrowed or not (the joint
-solves 1.6-3x, the damped ones 1.1-2.2x).
+costs its points' own steps, not its slowest point's steps times its width: the factored
+evaluation of a grid whose R(B) holds inner roots (the shared engine, the LRU time of lognormal
+pauses), whose whole block is one flat batch, ran 1.1-3x faster on the models benchmark grid
+than flat sub-batches, narrowed or not (the joint solves 1.6-3x, the damped ones 1.1-2.5x).
 
 A `Loop` may also narrow its batch (``narrowings``): all points are stepped until at most 1 in
 `NARROWING` are still going, then those are gathered into a batch that much narrower and stepped
@@ -296,8 +296,9 @@ def _refilled_loop(going, stepped, batched, leaves, state, n: int, lanes: int, n
     live = index < n
     kept = jnp.nonzero(live, size=width, fill_value=0)[0]
     tail = jnp.arange(width) < live.sum()
-    tail_state = _narrowed(going, stepped, batched, [leaf[kept] if b else leaf for leaf, b in zip(lane_leaves, batched)],
-                           jax.tree_util.tree_map(lambda a: a[kept], lane_state), width, tail, narrowings)
+    tail_leaves = [leaf[kept] if b else leaf for leaf, b in zip(lane_leaves, batched)]
+    tail_state = _narrowed(going, stepped, batched, tail_leaves, jax.tree_util.tree_map(lambda a: a[kept], lane_state),
+                           width, tail, narrowings)
     back = jnp.where(tail, index[kept], n)  # the fill goes nowhere
     return jax.tree_util.tree_map(lambda a, b: a.at[back].set(b, mode="drop"), state, tail_state)
 

@@ -109,7 +109,8 @@ class JointSolution(NamedTuple):
 
     Attributes:
         batch: B kept. converged: the stopping test holds there. iterations: Newton steps.
-        residual: |B_target - B| / B there. inner: the inner roots a, shape (k,).
+        residual: |B_target - B| / B at the last point evaluated (B kept, but where the step
+            limit stopped the loop: the B before it). inner: the inner roots a, shape (k,).
     """
 
     batch: jax.Array
@@ -224,7 +225,8 @@ def joint_loop(system: JointSystem, latency_inputs, concurrency_eff: jax.Array, 
         # or B pinned by sure signs on both sides within tol (a kink in R(B), where G_0 jumps)
         pinned_b = (hi - lo <= solver.tol * b) & (jnp.abs(b_next - b) <= solver.tol * b)
         finished = done(z, g, a_fixed) & ((jnp.abs(h) <= solver.tol * b) | pinned_b)
-        z_next = jnp.where(finished, z, jnp.concatenate([jnp.stack([b_next]), inner]))
+        # a G not finite stops the loop where it is (as the test after the step before did)
+        z_next = jnp.where(finished | ~jnp.isfinite(g).all(), z, jnp.concatenate([jnp.stack([b_next]), inner]))
         # the reach doubles while Newton's step is refused for its length alone (a map whose
         # slope is near 1, where the undamped steps crawl)
         longer = jnp.where(take, STEP_LIMIT, jnp.where(inside(newton) & ((newton - b) * h > 0), 2.0 * reach, reach))
