@@ -102,8 +102,8 @@ def test_refilled_lanes_equal_flat(monkeypatch, options):
     try:
         grid = {**LANE_GRID, **options}
         factored = sweep(True, monkeypatch, grid)
-        loop = closed_loop._iterative_solve(latency_function(plan_sweep(**grid).options), options["solver"], False,
-                                            joint_system(plan_sweep(**grid).options))
+        model = plan_sweep(**grid).options
+        loop = closed_loop._iterative_solve(latency_function(model), options["solver"], False, joint_system(model))
         assert loop.lanes == 64
         flat = sweep(False, monkeypatch, grid)
     finally:

@@ -219,8 +219,7 @@ def _narrowed(going, stepped, batched, leaves, state, n: int, live=None, levels:
     def update(carry):
         state, still = carry
         new = stepped(leaves, state)
-        state = jax.tree_util.tree_map(
-            lambda a, b: jnp.where(still.reshape(still.shape + (1,) * (a.ndim - 1)), a, b), new, state)
+        state = jax.tree_util.tree_map(lambda a, b: _select(still, a, b), new, state)
         return state, still & going(leaves, state)
 
     still = going(leaves, state) if live is None else live & going(leaves, state)
@@ -229,16 +228,25 @@ def _narrowed(going, stepped, batched, leaves, state, n: int, live=None, levels:
         return state
 
     def narrowed(state):
-        index = jnp.nonzero(still, size=width, fill_value=0)[0]
-        kept = jnp.arange(width) < still.sum()
-        narrow = [leaf[index] if b else leaf for leaf, b in zip(leaves, batched)]
-        inner = _narrowed(going, stepped, batched, narrow, jax.tree_util.tree_map(lambda a: a[index], state), width,
-                          kept, levels - 1, NARROWEST_AGAIN)
-        back = jnp.where(kept, index, n)  # the fill goes nowhere
-        return jax.tree_util.tree_map(lambda a, b: a.at[back].set(b, mode="drop"), state, inner)
+        return _gathered(going, stepped, batched, leaves, state, still, width, levels - 1, NARROWEST_AGAIN)
 
     # a batch whose points have all stopped skips the gathering
     return jax.lax.cond(still.any(), narrowed, lambda state: state, state)
+
+
+def _gathered(going, stepped, batched, leaves, state, still, width: int, levels: int, floor: int):
+    """The batch's points still going (``still``, at most ``width`` of them) gathered into a
+    batch of ``width``, stepped to their end by `_narrowed` (``levels`` and ``floor`` its own)
+    and scattered back into ``state`` (the narrower batch's fill is neither stepped nor written
+    back)."""
+    n = still.shape[0]
+    index = jnp.nonzero(still, size=width, fill_value=0)[0]
+    kept = jnp.arange(width) < still.sum()
+    narrow = [leaf[index] if b else leaf for leaf, b in zip(leaves, batched)]
+    inner = _narrowed(going, stepped, batched, narrow, jax.tree_util.tree_map(lambda a: a[index], state), width,
+                      kept, levels, floor)
+    back = jnp.where(kept, index, n)  # the fill goes nowhere
+    return jax.tree_util.tree_map(lambda a, b: a.at[back].set(b, mode="drop"), state, inner)
 
 
 def _refilled_loop(going, stepped, batched, leaves, state, n: int, lanes: int, narrowings: int):
@@ -294,13 +302,8 @@ def _refilled_loop(going, stepped, batched, leaves, state, n: int, lanes: int, n
         more, update, (state, *gather(index), jnp.minimum(count, lanes), index))
     # no point waits and few lanes go: those alone, in a narrower batch, to their end
     live = index < n
-    kept = jnp.nonzero(live, size=width, fill_value=0)[0]
-    tail = jnp.arange(width) < live.sum()
-    tail_leaves = [leaf[kept] if b else leaf for leaf, b in zip(lane_leaves, batched)]
-    tail_state = _narrowed(going, stepped, batched, tail_leaves, jax.tree_util.tree_map(lambda a: a[kept], lane_state),
-                           width, tail, narrowings)
-    back = jnp.where(tail, index[kept], n)  # the fill goes nowhere
-    return jax.tree_util.tree_map(lambda a, b: a.at[back].set(b, mode="drop"), state, tail_state)
+    lane_state = _gathered(going, stepped, batched, lane_leaves, lane_state, live, width, narrowings, NARROWEST)
+    return jax.tree_util.tree_map(lambda a, b: a.at[jnp.where(live, index, n)].set(b, mode="drop"), state, lane_state)
 
 
 def _select(mask, new, old):
