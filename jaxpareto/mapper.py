@@ -98,8 +98,13 @@ def stack_params(rows: Sequence, dtype="float32"):
 
 
 def shared_scalars(workload: Workload, efficiency: Efficiency, solver: Solver, dtype="float32"):
-    """The shared scalars as 0-d arrays of the compute dtype (max_iter stays int32)."""
+    """The shared scalars as 0-d arrays of the compute dtype (max_iter stays int32). A host tier
+    of 0 GB goes in as None: the program leaves the tier out (`jaxpareto.physics.point.TurnLatency`
+    ``tier_slots``), which under lognormal pauses is an inner root of R(B) the fewer (the same
+    numbers: an empty tier adds no hits)."""
     as_float = functools.partial(np.asarray, dtype=np.dtype(dtype))
+    if workload.tier_capacity_gb is not None and not np.any(np.asarray(workload.tier_capacity_gb)):
+        workload = dataclasses.replace(workload, tier_capacity_gb=None)
     return (
         jax.tree_util.tree_map(as_float, workload),
         jax.tree_util.tree_map(as_float, efficiency),

@@ -16,6 +16,8 @@ import pytest
 
 import jaxpareto as jp
 from jaxpareto.definitions.options import ModelOptions
+from jaxpareto.definitions.settings import Efficiency, Solver, Workload
+from jaxpareto.mapper import shared_scalars
 from jaxpareto.physics.joint import MAX_ITERATIONS, _solve_small
 from jaxpareto.physics.point import inner_unknowns, joint_system
 
@@ -127,6 +129,10 @@ def test_inner_unknowns_follow_the_options():
     assert [n for n, _, _ in inner_unknowns(ModelOptions(prefill_model="shared", cache_model="lru",
                                                          pause_distribution="lognormal"))] == \
         ["gpu_log_lifetime", "tier_log_lifetime", "prefill_load"]
+    # without a host tier (a turn's tier_slots None) the tier's LRU time is not an unknown
+    assert [n for n, _, _ in inner_unknowns(ModelOptions(cache_model="lru", pause_distribution="lognormal"),
+                                            host_tier=False)] == ["gpu_log_lifetime"]
+    assert len(joint_system(ModelOptions(cache_model="lru", pause_distribution="lognormal"), False).lows) == 1
     assert joint_system(ModelOptions(prefill_model="shared", arrivals="poisson")) is None  # the open loop
     assert joint_system(ModelOptions(prefill_model="shared")) is joint_system(ModelOptions(prefill_model="shared"))
 
@@ -137,3 +143,23 @@ def test_small_solve_is_forward_substitution():
         matrix = np.tril(rng.uniform(-1, 1, (k, k))) + np.diag(rng.uniform(1, 2, k))
         rhs = rng.uniform(-1, 1, k)
         np.testing.assert_allclose(np.asarray(_solve_small(matrix, rhs)), np.linalg.solve(matrix, rhs), rtol=1e-5)
+
+
+# the damped solver's lognormal programs compile for about 12 s each: slow
+@pytest.mark.parametrize("solver", ["newton", pytest.param("damped", marks=pytest.mark.slow)])
+def test_an_empty_host_tier_is_left_out_of_the_program(solver):
+    # a sweep without a host tier (0 GB, the default) leaves the tier's terms out of its program:
+    # under lognormal pauses one inner root fewer, for either solver. The numbers are those of a
+    # tier too small to hold anything, whose program keeps the tier's root
+    assert shared_scalars(Workload(), Efficiency(), Solver())[0].tier_capacity_gb is None
+    assert shared_scalars(Workload(tier_capacity_gb=1.0), Efficiency(), Solver())[0].tier_capacity_gb == 1.0
+    grid = dict(_random_grid(11), gpu="h100-sxm", model="llama-3.1-70b")
+    options = dict(cache_model="lru", pause_distribution="lognormal", variables=OUTPUTS + ("iterations",))
+    without = jp.sweep(**grid, **options, solver=solver)
+    tiny = jp.sweep(**grid, **options, solver=solver, tier_capacity_gb=1e-9, tier_bandwidth_gbs=64.0)
+    feasible = without.feasible.values
+    assert (feasible == tiny.feasible.values).all() and feasible.sum() > 50
+    assert (without.converged.values == tiny.converged.values).all()
+    assert np.abs(without.iterations.values - tiny.iterations.values).max() <= 1
+    for variable in OUTPUTS:
+        assert np.nanmax(_error(without, tiny, variable)) < 1e-4, variable

@@ -74,7 +74,8 @@ class JointSystem(NamedTuple):
 
     Attributes:
         latency: (latency inputs, B, a) -> (R [ms], residuals f_i (k,)).
-        start: (latency inputs, B) -> the inner roots solved at B, shape (k,).
+        start: (latency inputs, B) -> (R [ms], residuals (k,), the inner roots (k,)) with the
+            inner roots solved at B.
         lows, highs: the inner unknowns' brackets (tuples of k floats).
     """
 
@@ -137,10 +138,12 @@ def joint_loop(system: JointSystem, latency_inputs, concurrency_eff: jax.Array, 
     lows, highs = jnp.asarray(system.lows), jnp.asarray(system.highs)
     one = jnp.ones_like(concurrency_eff)
 
-    def residuals(z):
-        latency, inner = system.latency(latency_inputs, z[0], z[1:])
+    def system_residuals(latency, inner, b):
         target = concurrency_eff * latency / (latency + think_time_ms)  # C_eff ρ (seed eq. 4)
-        return jnp.concatenate([jnp.stack([target - z[0]]), inner])
+        return jnp.concatenate([jnp.stack([target - b]), inner])
+
+    def residuals(z):
+        return system_residuals(*system.latency(latency_inputs, z[0], z[1:]), z[0])
 
     def linearised(z):
         """The residuals at z and their Jacobian, from one forward-mode pass (k + 1 tangents
@@ -241,8 +244,9 @@ def joint_loop(system: JointSystem, latency_inputs, concurrency_eff: jax.Array, 
         return z_next, g, (lo, hi), (a_lo, a_hi, tried), (reach, heading), i + counted, finished
 
     def start():
-        z0 = jnp.concatenate([jnp.stack([one]), system.start(latency_inputs, one)])
-        g0 = residuals(z0)
+        # the turn that solves the inner roots at B = 1 gives G there too
+        latency, inner, a0 = system.start(latency_inputs, one)
+        z0, g0 = jnp.concatenate([jnp.stack([one]), a0]), system_residuals(latency, inner, one)
         upward = g0[0] >= 0.0
         bracket0 = (jnp.where(upward, one, 0.0 * one), jnp.where(upward, jnp.maximum(concurrency_eff, one), one))
         return (z0, g0, bracket0, (lows + 0.0 * one, highs + 0.0 * one, lows < lows),

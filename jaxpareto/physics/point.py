@@ -65,7 +65,9 @@ class TurnLatency(NamedTuple):
             ``max_running_requests``. kv_slots: the sessions the KV memory holds active (None:
             ``slots``); the LRU model's paused sessions compete for what the running ones leave.
         think_time_s: Z [s]. pause_sigma: lognormal σ.
-        tier_slots: session caches the host tier holds. tier_load_ms: one context's KV from it [ms].
+        tier_slots: session caches the host tier holds; None (static): no tier (its terms, and
+            under lognormal pauses its LRU root, left out of the program). tier_load_ms: one
+            context's KV from it [ms].
         chunk_tokens: prefill tokens per engine step (shared prefill).
         ttft_fixed_ms: the opt-in fixed TTFT terms (request overhead, all-reduce latency) [ms].
         ttft_overhead_ms: the request overhead alone (the engine times its steps itself) [ms].
@@ -106,7 +108,7 @@ class TurnLatency(NamedTuple):
     kv_slots: jax.Array | None = None
     think_time_s: jax.Array = 0.0
     pause_sigma: jax.Array = 1.0
-    tier_slots: jax.Array = 0.0
+    tier_slots: jax.Array | None = None
     tier_load_ms: jax.Array = 0.0
     chunk_tokens: jax.Array = Workload.prefill_chunk_tokens  # the field's default
     ttft_fixed_ms: jax.Array = 0.0
@@ -197,16 +199,19 @@ class TurnState(NamedTuple):
     memory_wait_chance: jax.Array = 0.0
 
 
-def inner_unknowns(options: ModelOptions) -> tuple[tuple[str, float, float], ...]:
+def inner_unknowns(options: ModelOptions, host_tier: bool = True) -> tuple[tuple[str, float, float], ...]:
     """The inner roots R(B) holds under ``options``, as (name, low, high) of their brackets, in
     the order `turn_state` takes and returns them: the LRU characteristic time of lognormal
-    pauses, ln(T_c / Z), in the GPU's memory and with the host tier (`jaxpareto.physics.cache`),
+    pauses, ln(T_c / Z), in the GPU's memory and, with a host tier (static ``host_tier``: the
+    turn's ``tier_slots`` not None), in both (`jaxpareto.physics.cache`),
     and the shared engine's prefill load s = -ln(1 - ρ) (`jaxpareto.physics.engine`; closed
     loop, staggered turns). Exponential and deterministic pauses, the seed's prefill and the
     open loop have none."""
     names = ()
     if options.cache_model == "lru" and options.pause_distribution == "lognormal":
-        names += (("gpu_log_lifetime", -LOG_BRACKET, LOG_BRACKET), ("tier_log_lifetime", -LOG_BRACKET, LOG_BRACKET))
+        names += (("gpu_log_lifetime", -LOG_BRACKET, LOG_BRACKET),)
+        if host_tier:
+            names += (("tier_log_lifetime", -LOG_BRACKET, LOG_BRACKET),)
     if options.prefill_model == "shared" and options.arrivals == "staggered":
         names += (("prefill_load", 0.0, LOAD_BRACKET),)
     return names
@@ -253,9 +258,12 @@ def turn_state(turn: TurnLatency, batch: jax.Array, options: ModelOptions = Mode
         solved = options.pause_distribution == "lognormal"  # T_c is an inner root (else closed form)
         gpu = lru_survival(free, idle, turn.think_time_s, options.pause_distribution, turn.pause_sigma,
                            next(given) if solved else None, polish)
-        with_tier = lru_survival(free + turn.tier_slots, idle, turn.think_time_s, options.pause_distribution,
-                                 turn.pause_sigma, next(given) if solved else None, polish)
-        roots = () if gpu.root is None else (gpu.root, with_tier.root)
+        roots = () if gpu.root is None else (gpu.root,)
+        with_tier = gpu  # no tier: it adds no hits (and no second root)
+        if turn.tier_slots is not None:
+            with_tier = lru_survival(free + turn.tier_slots, idle, turn.think_time_s, options.pause_distribution,
+                                     turn.pause_sigma, next(given) if solved else None, polish)
+            roots += () if with_tier.root is None else (with_tier.root,)
         work = prefill_work(turn.context_tokens, turn.hit_tokens, turn.hit_rate * gpu.survival,
                             turn.hit_rate * (with_tier.survival - gpu.survival), turn.tier_load_ms,
                             prefix_saving_ms(turn))
@@ -422,17 +430,20 @@ def _turn_with_inner(turn: TurnLatency, batch: jax.Array, inner: jax.Array, opti
     return state.latency_ms, jnp.stack([root.residual for root in state.inner])
 
 
-def _inner_at(turn: TurnLatency, batch: jax.Array, options: ModelOptions) -> jax.Array:
-    """R(B)'s inner roots solved at B, shape (k,)."""
-    return jnp.stack([root.value for root in turn_state(turn, batch, options).inner])
+def _inner_at(turn: TurnLatency, batch: jax.Array, options: ModelOptions):
+    """R(B) [ms] with its inner roots solved at B, their residuals (k,; 0) and the roots (k,)."""
+    state = turn_state(turn, batch, options)
+    return (state.latency_ms, jnp.stack([root.residual for root in state.inner]),
+            jnp.stack([root.value for root in state.inner]))
 
 
 @functools.lru_cache(maxsize=None)
-def joint_system(options: ModelOptions) -> JointSystem | None:
+def joint_system(options: ModelOptions, host_tier: bool = True) -> JointSystem | None:
     """R(B) with its inner roots as unknowns, for the closed loop's joint solve
-    (`jaxpareto.physics.joint`); None where R(B) holds none (`inner_unknowns`). The same object
-    every time (the solver keys on it)."""
-    unknowns = inner_unknowns(options)
+    (`jaxpareto.physics.joint`); None where R(B) holds none (`inner_unknowns`; static
+    ``host_tier``: the turn has a host tier, ``tier_slots`` not None). The same object every
+    time (the solver keys on it)."""
+    unknowns = inner_unknowns(options, host_tier)
     if not unknowns or options.open_loop:
         return None
     return JointSystem(functools.partial(_turn_with_inner, options=options), functools.partial(_inner_at, options=options),
@@ -621,7 +632,8 @@ def evaluate_point(
         context_tokens=context_tokens + zero, hit_tokens=hit_tokens + zero, hit_rate=hit_rate + zero,
         prefill_tokens=tokens, concurrency=concurrency_eff + zero, slots=slots + zero, kv_slots=kv_slots + zero,
         think_time_s=think_time_s + zero,
-        pause_sigma=workload.pause_sigma + zero, tier_slots=workload.tier_capacity_gb / memory.kv_per_session_gb + zero,
+        pause_sigma=workload.pause_sigma + zero,
+        tier_slots=None if workload.tier_capacity_gb is None else workload.tier_capacity_gb / memory.kv_per_session_gb + zero,
         tier_load_ms=tier_load_ms + zero, chunk_tokens=chunk_tokens + zero,
         rate_per_ms=rate_per_ms + zero, paused_sessions=paused + zero, isl_cv=workload.isl_cv + zero,
         arrival_scv=workload.arrival_cv ** 2 + zero,
@@ -642,7 +654,7 @@ def evaluate_point(
     # the open loop's batch cannot pass the KV slots (the seed's memory holds the paused sessions
     # too) nor the engine's limit
     batch_cap = jnp.minimum(kv_slots - paused if options.memory_caps_concurrency else kv_slots, slots)
-    joint = joint_system(options)
+    joint = joint_system(options, turn.tier_slots is not None)
     solution, inner = solve_closed_loop(latency_function(options),
                                         LoopInputs(turn, concurrency_eff, think_ms, rate_per_ms, batch_cap),
                                         solver, _LATENCY_LINES[open_loop, measured, options.gemm_rate == "measured"],
