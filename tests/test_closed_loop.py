@@ -163,3 +163,18 @@ def test_an_undamped_step_past_a_fixed_point_is_taken_back():
     assert bool(found.converged) and bool(damped.converged)
     np.testing.assert_allclose(float(damped.batch), 1.0, rtol=1e-5)
     np.testing.assert_allclose(float(found.batch), float(damped.batch), rtol=1e-5)
+
+
+@pytest.mark.parametrize("open_loop", [False, True])
+def test_an_inactive_point_takes_no_step(open_loop):
+    """An infeasible point (``active`` False: its outputs are masked) is not iterated: it stays
+    at the solve's start, unconverged, after 0 steps, while the same point active converges."""
+    from jaxpareto.physics.closed_loop import LoopInputs, solve_closed_loop
+
+    inputs = LoopInputs((jnp.float32(0.2), jnp.float32(3.0)), jnp.float32(4.0), jnp.float32(10.0),
+                        rate_per_ms=jnp.float32(1.0), batch_cap=jnp.float32(100.0))
+    solve = lambda i: solve_closed_loop(_two_fixed_points, i, jp.Solver(), open_loop=open_loop).fixed_point  # noqa: E731
+    active, idle = solve(inputs), solve(inputs._replace(active=jnp.bool_(False)))
+    assert bool(active.converged) and int(active.iterations) > 5
+    assert not bool(idle.converged) and int(idle.iterations) == 0
+    assert float(idle.batch) == (0.0 if open_loop else 1.0)  # the start: B = 0 open, 1 closed

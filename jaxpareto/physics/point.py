@@ -656,7 +656,7 @@ def evaluate_point(
     batch_cap = jnp.minimum(kv_slots - paused if options.memory_caps_concurrency else kv_slots, slots)
     joint = joint_system(options, turn.tier_slots is not None)
     solution, inner = solve_closed_loop(latency_function(options),
-                                        LoopInputs(turn, concurrency_eff, think_ms, rate_per_ms, batch_cap),
+                                        LoopInputs(turn, concurrency_eff, think_ms, rate_per_ms, batch_cap, ok),
                                         solver, _LATENCY_LINES[open_loop, measured, options.gemm_rate == "measured"],
                                         open_loop, joint)
     if open_loop:  # the turn at B and with the M slots full (seen: M), whose holding time drains the slot queue
