@@ -239,14 +239,12 @@ def _gathered(going, stepped, batched, leaves, state, still, width: int, levels:
     batch of ``width``, stepped to their end by `_narrowed` (``levels`` and ``floor`` its own)
     and scattered back into ``state`` (the narrower batch's fill is neither stepped nor written
     back)."""
-    n = still.shape[0]
     index = jnp.nonzero(still, size=width, fill_value=0)[0]
     kept = jnp.arange(width) < still.sum()
     narrow = [leaf[index] if b else leaf for leaf, b in zip(leaves, batched)]
     inner = _narrowed(going, stepped, batched, narrow, jax.tree_util.tree_map(lambda a: a[index], state), width,
                       kept, levels, floor)
-    back = jnp.where(kept, index, n)  # the fill goes nowhere
-    return jax.tree_util.tree_map(lambda a, b: a.at[back].set(b, mode="drop"), state, inner)
+    return _put_back(state, index, kept, inner)  # the fill goes nowhere
 
 
 def _refilled_loop(going, stepped, batched, leaves, state, n: int, lanes: int, narrowings: int):
@@ -288,8 +286,7 @@ def _refilled_loop(going, stepped, batched, leaves, state, n: int, lanes: int, n
                                             lane_state)
         stopped = live & ~going(lane_leaves, lane_state)
         # a point stopped here goes back to its place, and its lane is free
-        state = jax.tree_util.tree_map(lambda a, b: a.at[jnp.where(stopped, index, n)].set(b, mode="drop"), state,
-                                       lane_state)
+        state = _put_back(state, index, stopped, lane_state)
         free = stopped | ~live
         # the free lanes take the next points waiting
         source = ptr + jnp.cumsum(free) - 1
@@ -303,7 +300,14 @@ def _refilled_loop(going, stepped, batched, leaves, state, n: int, lanes: int, n
     # no point waits and few lanes go: those alone, in a narrower batch, to their end
     live = index < n
     lane_state = _gathered(going, stepped, batched, lane_leaves, lane_state, live, width, narrowings, NARROWEST)
-    return jax.tree_util.tree_map(lambda a, b: a.at[jnp.where(live, index, n)].set(b, mode="drop"), state, lane_state)
+    return _put_back(state, index, live, lane_state)
+
+
+def _put_back(state, index, where, values):
+    """``state`` with each lane's ``values`` written back at its point's ``index`` where
+    ``where`` holds (the other lanes' dropped)."""
+    return jax.tree_util.tree_map(lambda a, b: a.at[jnp.where(where, index, a.shape[0])].set(b, mode="drop"),
+                                  state, values)
 
 
 def _select(mask, new, old):
