@@ -19,7 +19,7 @@ from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.definitions.settings import Efficiency, Solver, Workload
 from jaxpareto.mapper import shared_scalars
 from jaxpareto.physics.joint import MAX_ITERATIONS, _solve_small
-from jaxpareto.physics.point import inner_unknowns, joint_system
+from jaxpareto.physics.point import PREFILL_LOAD_FOLLOW, inner_unknowns, joint_system
 
 OUTPUTS = ("batch_eff", "ttft_ms", "tpot_ms", "turns_per_s", "hit_rate_eff", "memory_wait_ms")
 
@@ -101,6 +101,26 @@ def test_joint_solve_is_as_close_to_float64_as_the_nested_one():
     assert np.nanmax(_relative(joint64.batch_eff.values, reference.batch_eff.values)) < 2e-5
 
 
+def test_the_prefill_load_follows_a_long_step_of_b_by_a_limited_amount():
+    # from B = 1 the first step goes to the undamped 106 sessions; the prefill load's tangent
+    # there would put s = -ln(1 - ρ) at 25 where its root is 1.85, and Newton took 7 steps to
+    # come back. Following B by at most PREFILL_LOAD_FOLLOW it takes 5 to the nested solve's point.
+    kwargs = dict(gpu="h100-sxm", model="llama-3.1-70b", tp=4, concurrency=[256, 64], think_time_s=[10.0, 0.0],
+                  context_tokens=[32768, 8192], hit_rate=[0.9, 0.5], prefill_model="shared", cache_model="lru",
+                  variables=("batch_eff", "iterations"))
+    joint, nested = jp.sweep(**kwargs, solver="newton"), jp.sweep(**kwargs)
+    # the two points: (256 sessions, 10 s, 32K tokens, 90 % hits) and (64, 0 s, 8K, 50 %)
+    pick = lambda ds, i: ds.isel(concurrency=i, think_time_s=i, context_tokens=i, hit_rate=i).squeeze()  # noqa: E731
+    assert int(pick(joint, 0).iterations) <= 5 and int(pick(joint, 1).iterations) <= 3
+    for i in (0, 1):
+        assert bool(pick(joint, i).converged)
+        assert float(pick(joint, i).batch_eff) == pytest.approx(float(pick(nested, i).batch_eff), rel=1e-5)
+    # the limit belongs to the prefill load alone: the LRU lifetimes follow B unlimited
+    limits = {u.name: u.follow_limit for u in inner_unknowns(ModelOptions(
+        prefill_model="shared", cache_model="lru", pause_distribution="lognormal"))}
+    assert limits == {"gpu_log_lifetime": np.inf, "tier_log_lifetime": np.inf, "prefill_load": PREFILL_LOAD_FOLLOW}
+
+
 def test_the_collapse_stays_on_the_nested_branch():
     # past the knee the LRU map has a state with caches kept and one with caches lost; the
     # damped iteration from B = 1 stops at the first, and so must Newton's method
@@ -126,12 +146,12 @@ def test_a_small_downward_fixed_point_is_not_lost_at_zero():
 def test_inner_unknowns_follow_the_options():
     assert inner_unknowns(ModelOptions()) == ()
     assert joint_system(ModelOptions(cache_model="lru")) is None  # exponential pauses: closed form
-    assert [n for n, _, _ in inner_unknowns(ModelOptions(prefill_model="shared", cache_model="lru",
-                                                         pause_distribution="lognormal"))] == \
+    assert [n for n, *_ in inner_unknowns(ModelOptions(prefill_model="shared", cache_model="lru",
+                                                       pause_distribution="lognormal"))] == \
         ["gpu_log_lifetime", "tier_log_lifetime", "prefill_load"]
     # without a host tier (a turn's tier_slots None) the tier's LRU time is not an unknown
-    assert [n for n, _, _ in inner_unknowns(ModelOptions(cache_model="lru", pause_distribution="lognormal"),
-                                            host_tier=False)] == ["gpu_log_lifetime"]
+    assert [n for n, *_ in inner_unknowns(ModelOptions(cache_model="lru", pause_distribution="lognormal"),
+                                          host_tier=False)] == ["gpu_log_lifetime"]
     assert len(joint_system(ModelOptions(cache_model="lru", pause_distribution="lognormal"), False).lows) == 1
     assert joint_system(ModelOptions(prefill_model="shared", arrivals="poisson")) is None  # the open loop
     assert joint_system(ModelOptions(prefill_model="shared")) is joint_system(ModelOptions(prefill_model="shared"))

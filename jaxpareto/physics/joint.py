@@ -13,8 +13,10 @@ with the Jacobian from forward-mode differentiation (k + 1 columns). The inner r
 eliminated (their Newton step at a fixed B, and their change per unit B: a Schur complement
 of a lower-triangular block), and B takes a Newton step on the reduced equation, the inner
 roots following it to first order (Dennis and Schnabel, "Numerical Methods for Unconstrained
-Optimization and Nonlinear Equations", 1983, chapters 5 and 6). It starts from the inner
-roots solved at B = 1.
+Optimization and Nonlinear Equations", 1983, chapters 5 and 6), each by at most its
+``follow_limit`` (a trust region for a tangent taken far from where it is used: the shared
+engine's prefill load, whose growth slows as B grows). It starts from the inner roots solved
+at B = 1.
 
 Safeguards, so that the root is the damped iteration's:
 
@@ -77,12 +79,15 @@ class JointSystem(NamedTuple):
         start: (latency inputs, B) -> (R [ms], residuals (k,), the inner roots (k,)) with the
             inner roots solved at B.
         lows, highs: the inner unknowns' brackets (tuples of k floats).
+        follow_limits: the most each inner unknown follows a step of B to first order (tuple of
+            k floats, inf: no limit).
     """
 
     latency: Callable
     start: Callable
     lows: tuple
     highs: tuple
+    follow_limits: tuple
 
 
 def _solve_small(matrix: jax.Array, rhs: jax.Array) -> jax.Array:
@@ -135,7 +140,7 @@ def joint_loop(system: JointSystem, latency_inputs, concurrency_eff: jax.Array, 
     Returns:
         `LoopParts` whose ``finish`` gives the `JointSolution`.
     """
-    lows, highs = jnp.asarray(system.lows), jnp.asarray(system.highs)
+    lows, highs, follow = jnp.asarray(system.lows), jnp.asarray(system.highs), jnp.asarray(system.follow_limits)
     one = jnp.ones_like(concurrency_eff)
 
     def system_residuals(latency, inner, b):
@@ -223,7 +228,8 @@ def joint_loop(system: JointSystem, latency_inputs, concurrency_eff: jax.Array, 
         b_next = jnp.clip(b_next, lo, hi)
         b_next = jnp.where(b_next > 0, b_next, 0.5 * b)  # the bracket (0, 1] is open at 0
         b_next = jnp.where(settled, b_next, b)
-        inner = a + a_fixed + a_per_b * (b_next - b)  # the inner roots follow the B taken
+        # the inner roots follow the B taken, each by at most its limit (a tangent far from its point)
+        inner = a + a_fixed + jnp.clip(a_per_b * (b_next - b), -follow, follow)
         inner = jnp.where(jnp.isfinite(inner), jnp.clip(inner, lows, highs), a)
         # or B pinned by sure signs on both sides within tol (a kink in R(B), where G_0 jumps)
         pinned_b = (hi - lo <= solver.tol * b) & (jnp.abs(b_next - b) <= solver.tol * b)
