@@ -109,8 +109,10 @@ def test_the_prefill_load_follows_a_long_step_of_b_by_a_limited_amount():
                   context_tokens=[32768, 8192], hit_rate=[0.9, 0.5], prefill_model="shared", cache_model="lru",
                   variables=("batch_eff", "iterations"))
     joint, nested = jp.sweep(**kwargs, solver="newton"), jp.sweep(**kwargs)
-    # the two points: (256 sessions, 10 s, 32K tokens, 90 % hits) and (64, 0 s, 8K, 50 %)
-    pick = lambda ds, i: ds.isel(concurrency=i, think_time_s=i, context_tokens=i, hit_rate=i).squeeze()  # noqa: E731
+
+    def pick(ds, i):  # the two points: (256 sessions, 10 s, 32K tokens, 90 % hits) and (64, 0 s, 8K, 50 %)
+        return ds.isel(concurrency=i, think_time_s=i, context_tokens=i, hit_rate=i).squeeze()
+
     assert int(pick(joint, 0).iterations) <= 5 and int(pick(joint, 1).iterations) <= 3
     for i in (0, 1):
         assert bool(pick(joint, i).converged)
