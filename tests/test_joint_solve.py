@@ -154,7 +154,7 @@ def test_inner_unknowns_follow_the_options():
     # without a host tier (a turn's tier_slots None) the tier's LRU time is not an unknown
     assert [n for n, *_ in inner_unknowns(ModelOptions(cache_model="lru", pause_distribution="lognormal"),
                                           host_tier=False)] == ["gpu_log_lifetime"]
-    assert len(joint_system(ModelOptions(cache_model="lru", pause_distribution="lognormal"), False).lows) == 1
+    assert len(joint_system(ModelOptions(cache_model="lru", pause_distribution="lognormal"), False).unknowns) == 1
     assert joint_system(ModelOptions(prefill_model="shared", arrivals="poisson")) is None  # the open loop
     assert joint_system(ModelOptions(prefill_model="shared")) is joint_system(ModelOptions(prefill_model="shared"))
 

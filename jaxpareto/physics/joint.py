@@ -71,6 +71,17 @@ INNER_NOISE = 8.0
 EDGE = 1e-3  # a step past B's bracket by less than this share of it stops at its end
 
 
+class InnerUnknown(NamedTuple):
+    """One of R(B)'s inner roots as an unknown of the joint solve: its ``name``, the bracket
+    [``low``, ``high``] it lies in, and ``follow_limit``, the most it follows a step of B to first
+    order (a + da/dB ΔB; inf: no limit)."""
+
+    name: str
+    low: float
+    high: float
+    follow_limit: float = float("inf")
+
+
 class JointSystem(NamedTuple):
     """R(B) and its inner roots as functions of the loop's latency inputs (static, hashable).
 
@@ -78,16 +89,12 @@ class JointSystem(NamedTuple):
         latency: (latency inputs, B, a) -> (R [ms], residuals f_i (k,)).
         start: (latency inputs, B) -> (R [ms], residuals (k,), the inner roots (k,)) with the
             inner roots solved at B.
-        lows, highs: the inner unknowns' brackets (tuples of k floats).
-        follow_limits: the most each inner unknown follows a step of B to first order (tuple of
-            k floats, inf: no limit).
+        unknowns: the k `InnerUnknown`s, in the order ``latency`` and ``start`` take them.
     """
 
     latency: Callable
     start: Callable
-    lows: tuple
-    highs: tuple
-    follow_limits: tuple
+    unknowns: tuple
 
 
 def _solve_small(matrix: jax.Array, rhs: jax.Array) -> jax.Array:
@@ -140,7 +147,8 @@ def joint_loop(system: JointSystem, latency_inputs, concurrency_eff: jax.Array, 
     Returns:
         `LoopParts` whose ``finish`` gives the `JointSolution`.
     """
-    lows, highs, follow = jnp.asarray(system.lows), jnp.asarray(system.highs), jnp.asarray(system.follow_limits)
+    lows, highs, follow = (jnp.asarray([getattr(u, field) for u in system.unknowns])
+                           for field in ("low", "high", "follow_limit"))
     one = jnp.ones_like(concurrency_eff)
 
     def system_residuals(latency, inner, b):

@@ -30,7 +30,7 @@ from jaxpareto.physics.disaggregated_point import evaluate_disaggregated
 from jaxpareto.physics.engine import LOAD_BRACKET, fed_decode_batch, prefill_budget_tokens, shared_turn, \
     synchronised_turn, wave_turn
 from jaxpareto.physics.intensity import operational_intensity
-from jaxpareto.physics.joint import JointSystem
+from jaxpareto.physics.joint import InnerUnknown, JointSystem
 from jaxpareto.physics.layout import expert_exchange, fills_budget, layout_costs, layout_splits, pipeline_costs, \
     point_layout, rank_model
 from jaxpareto.physics.limits import LAYOUT_DOES_NOT_SPLIT, LOAD_BEYOND_CAPACITY, REPLICA_DOES_NOT_DIVIDE_BUDGET, \
@@ -197,17 +197,6 @@ class TurnState(NamedTuple):
     slot_busy: jax.Array | None = None
     slot_wait_ms: jax.Array | None = None
     memory_wait_chance: jax.Array = 0.0
-
-
-class InnerUnknown(NamedTuple):
-    """One of R(B)'s inner roots as an unknown of the joint solve: its ``name``, the bracket
-    [``low``, ``high``] it lies in, and ``follow_limit``, the most it follows a step of B to first
-    order (the joint solve's a + da/dB ΔB; inf: no limit)."""
-
-    name: str
-    low: float
-    high: float
-    follow_limit: float = float("inf")
 
 
 # s = -ln(1 - ρ) grows ever slower with B as the prefill steps fill (like ln B once they are
@@ -467,8 +456,7 @@ def joint_system(options: ModelOptions, host_tier: bool = True) -> JointSystem |
     if not unknowns or options.open_loop:
         return None
     return JointSystem(functools.partial(_turn_with_inner, options=options), functools.partial(_inner_at, options=options),
-                       tuple(u.low for u in unknowns), tuple(u.high for u in unknowns),
-                       tuple(u.follow_limit for u in unknowns))
+                       unknowns)
 
 
 @functools.lru_cache(maxsize=None)
