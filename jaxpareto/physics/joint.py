@@ -16,7 +16,10 @@ roots following it to first order (Dennis and Schnabel, "Numerical Methods for U
 Optimization and Nonlinear Equations", 1983, chapters 5 and 6), each by at most its
 ``follow_limit`` (a trust region for a tangent taken far from where it is used: the shared
 engine's prefill load, whose growth slows as B grows). It starts from the inner roots solved
-at B = 1.
+at B = 1, or, where an inner root has a follow limit, at the damped iteration's first step
+B_1 = B_target(1) taken undamped (between 1 and the damped iteration's fixed point, its map
+being increasing), with the inner roots solved again there: that start replaces the first
+step and the steps that solved the prefill load afresh after it.
 
 Safeguards, so that the root is the damped iteration's:
 
@@ -258,12 +261,22 @@ def joint_loop(system: JointSystem, latency_inputs, concurrency_eff: jax.Array, 
         return z_next, g, (lo, hi), (a_lo, a_hi, tried), (reach, heading), i + counted, finished
 
     def start():
-        # the turn that solves the inner roots at B = 1 gives G there too
-        latency, inner, a0 = system.start(latency_inputs, one)
-        z0, g0 = jnp.concatenate([jnp.stack([one]), a0]), system_residuals(latency, inner, one)
-        upward = g0[0] >= 0.0
-        bracket0 = (jnp.where(upward, one, 0.0 * one), jnp.where(upward, jnp.maximum(concurrency_eff, one), one))
-        return (z0, g0, bracket0, (lows + 0.0 * one, highs + 0.0 * one, lows < lows),
+        # where an inner root follows B by a limited amount (its tangent is no guide far from its
+        # point), the damped iteration's first step, undamped, with the inner roots solved at both
+        # ends: from B = 1 to B_1 = B_target(1), which lies between 1 and the fixed point the damped
+        # iteration finds (its map increases), or stays at 1 where B_target(1) < 1
+        latency, inner, a1 = system.start(latency_inputs, one)
+        gap = system_residuals(latency, inner, one)[0]
+        upward = gap >= 0.0
+        b1 = one
+        if any(u.follow_limit < float("inf") for u in system.unknowns):
+            b1 = jnp.where(upward, one + gap, one)
+            latency, inner, a1 = system.start(latency_inputs, b1)
+        bracket = (jnp.where(upward, one, 0.0 * one), jnp.where(upward, jnp.maximum(concurrency_eff, one), one))
+        # a root beyond its bracket (the inner solve's last Newton correction can pass the end
+        # by a little) starts at that end, where the step keeps it (its bracket then holds it)
+        z0 = jnp.concatenate([jnp.stack([b1]), jnp.clip(a1, lows, highs)])
+        return (z0, system_residuals(latency, inner, b1), bracket, (lows + 0.0 * one, highs + 0.0 * one, lows < lows),
                 (STEP_LIMIT + 0.0 * one, 0.0 * one), jnp.zeros((), jnp.int32), jnp.zeros((), bool))
 
     def finish(state):
