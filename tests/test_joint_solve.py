@@ -161,12 +161,12 @@ def test_a_small_downward_fixed_point_is_not_lost_at_zero():
 def test_inner_unknowns_follow_the_options():
     assert inner_unknowns(ModelOptions()) == ()
     assert joint_system(ModelOptions(cache_model="lru")) is None  # exponential pauses: closed form
-    assert [n for n, *_ in inner_unknowns(ModelOptions(prefill_model="shared", cache_model="lru",
-                                                       pause_distribution="lognormal"))] == \
+    assert [u.name for u in inner_unknowns(ModelOptions(prefill_model="shared", cache_model="lru",
+                                                        pause_distribution="lognormal"))] == \
         ["gpu_log_lifetime", "tier_log_lifetime", "prefill_load"]
     # without a host tier (a turn's tier_slots None) the tier's LRU time is not an unknown
-    assert [n for n, *_ in inner_unknowns(ModelOptions(cache_model="lru", pause_distribution="lognormal"),
-                                          host_tier=False)] == ["gpu_log_lifetime"]
+    assert [u.name for u in inner_unknowns(ModelOptions(cache_model="lru", pause_distribution="lognormal"),
+                                           host_tier=False)] == ["gpu_log_lifetime"]
     assert len(joint_system(ModelOptions(cache_model="lru", pause_distribution="lognormal"), False).unknowns) == 1
     assert joint_system(ModelOptions(prefill_model="shared", arrivals="poisson")) is None  # the open loop
     assert joint_system(ModelOptions(prefill_model="shared")) is joint_system(ModelOptions(prefill_model="shared"))

@@ -152,6 +152,9 @@ def joint_loop(system: JointSystem, latency_inputs, concurrency_eff: jax.Array, 
     """
     lows, highs, follow = (jnp.asarray([getattr(u, field) for u in system.unknowns])
                            for field in ("low", "high", "follow_limit"))
+    # an inner root with a follow limit (its tangent no guide far from its point) is solved again
+    # at the first step's B (`start`)
+    restart = any(u.follow_limit < float("inf") for u in system.unknowns)
     one = jnp.ones_like(concurrency_eff)
 
     def system_residuals(latency, inner, b):
@@ -266,17 +269,17 @@ def joint_loop(system: JointSystem, latency_inputs, concurrency_eff: jax.Array, 
         # ends: from B = 1 to B_1 = B_target(1), which lies between 1 and the fixed point the damped
         # iteration finds (its map increases), or stays at 1 where B_target(1) < 1
         latency, inner, a1 = system.start(latency_inputs, one)
-        gap = system_residuals(latency, inner, one)[0]
-        upward = gap >= 0.0
-        b1 = one
-        if any(u.follow_limit < float("inf") for u in system.unknowns):
-            b1 = jnp.where(upward, one + gap, one)
+        b1, g1 = one, system_residuals(latency, inner, one)
+        upward = g1[0] >= 0.0
+        if restart:
+            b1 = jnp.where(upward, one + g1[0], one)
             latency, inner, a1 = system.start(latency_inputs, b1)
+            g1 = system_residuals(latency, inner, b1)
         bracket = (jnp.where(upward, one, 0.0 * one), jnp.where(upward, jnp.maximum(concurrency_eff, one), one))
         # a root beyond its bracket (the inner solve's last Newton correction can pass the end
         # by a little) starts at that end, where the step keeps it (its bracket then holds it)
         z0 = jnp.concatenate([jnp.stack([b1]), jnp.clip(a1, lows, highs)])
-        return (z0, system_residuals(latency, inner, b1), bracket, (lows + 0.0 * one, highs + 0.0 * one, lows < lows),
+        return (z0, g1, bracket, (lows + 0.0 * one, highs + 0.0 * one, lows < lows),
                 (STEP_LIMIT + 0.0 * one, 0.0 * one), jnp.zeros((), jnp.int32), jnp.zeros((), bool))
 
     def finish(state):
