@@ -81,6 +81,29 @@ def test_a_range_of_one_value_is_refused_with_the_fix(capsys, spec, value, messa
     assert code == 2 and message in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize(("line", "message"), [
+    ("concurrency = [1, -2]", "grid.concurrency: out of range: -2 (allowed: [1, 16777216])"),  # had read -2.0
+    ("tp = [1, 3.5]", "grid.tp: must be a whole number, got 3.5"),
+    ("hit_rate = [0.0, 1.5]", "grid.hit_rate: out of range: 1.5 (allowed: [0, 1])"),
+])
+def test_a_bad_grid_value_is_named_by_its_spec_field(capsys, spec, line, message):
+    axis = line.split(" =")[0]
+    text = "\n".join(line if row.startswith(axis + " =") else row for row in SMALL.splitlines())
+    code, _, err = run(capsys, "sweep", spec(text))
+    assert code == 2 and message in err and "Traceback" not in err, err
+
+
+def test_optimize_names_the_flag_of_a_bad_max_concurrency(capsys):
+    code, _, err = run(capsys, "optimize", "--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--max-concurrency", "-3")
+    assert code == 2 and "--max-concurrency: out of range: -3" in err, err
+
+
+def test_a_missing_store_is_said_to_be_missing(capsys, tmp_path):
+    for argv in (["pareto", tmp_path / "nosuch.zarr"], ["plot", tmp_path / "nosuch.zarr", "--out", tmp_path / "p"]):
+        code, _, err = run(capsys, *argv)
+        assert code == 2 and "does not exist" in err and "not a zarr store" not in err, err
+
+
 def test_bad_range_is_a_spec_error(capsys, spec):
     text = SMALL.replace("concurrency = [1, 8, 64]", 'concurrency = { start = 0, stop = 64, num = 8, scale = "log" }')
     code, _, err = run(capsys, "sweep", spec(text))

@@ -16,13 +16,13 @@ from jaxpareto.dataset.pareto import TABLE_METRICS, frontier_table, pareto_front
 from jaxpareto.dataset.selection import headline_cell
 from jaxpareto.dataset.store import check_new_output, open_sweep
 from jaxpareto.definitions.calibration_file import calibration_options
-from jaxpareto.definitions.checks import check_output_folder
+from jaxpareto.definitions.checks import check_number, check_output_folder
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.options import ATTENTION, CACHE_MODELS, GEMM_RATES, PAUSE_DISTRIBUTIONS, PREFILL_MODELS, \
     PROFILES, ROOFLINES, SEARCH_METHODS, SEEN_BATCHES
 from jaxpareto.definitions.schema import default_maximize
 from jaxpareto.definitions.settings import SOLVERS
-from jaxpareto.definitions.axes import AXES
+from jaxpareto.definitions.axes import AXES, AXIS_BY_NAME
 from jaxpareto.search.problem import OPTIMUM_TITLE
 
 FLOAT_FORMAT = "{:,.4g}".format
@@ -139,6 +139,8 @@ def scenario_kwargs(args: argparse.Namespace) -> dict:
         tp = tuple(int(t) for t in args.tp.split(","))
     except ValueError:
         raise JaxparetoError("--tp", f"expected comma-separated integers, got {args.tp!r}") from None
+    axis = AXIS_BY_NAME["concurrency"]
+    check_number("--max-concurrency", args.max_concurrency, low=axis.low, high=axis.high, integer=True)
     kwargs = dict(gpu=args.gpu, model=args.model, think_time_s=args.think_time_s, context_tokens=args.context_tokens,
                   hit_rate=args.hit_rate, constraints=parse_slos(args.slo), tp=tp,
                   concurrency=(1, args.max_concurrency), osl=args.osl, delta_tokens=args.delta_tokens,

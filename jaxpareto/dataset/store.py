@@ -348,7 +348,8 @@ def sweep_to_zarr(
     problem = plan.problem()
     key = fingerprint(plan, problem.block)
     with _ctrl_c_never_lost() as interrupted:
-        group = _open_existing(path, key, overwrite, plan, problem.block)
+        with _quiet():  # reading an existing store's string coordinates warns as writing them does
+            group = _open_existing(path, key, overwrite, plan, problem.block)
         if group is None:
             _create_template(path, plan, problem, key)
             group = zarr.open_group(path, mode="r+", zarr_format=3)
@@ -400,6 +401,8 @@ def open_sweep(path: str | Path, *, incomplete: str = "refuse") -> xr.Dataset:
     if incomplete not in ("refuse", "mark"):
         raise JaxparetoError("incomplete", f"unknown {incomplete!r}", ("refuse", "mark"))
     path = Path(path)
+    if not path.exists():
+        raise JaxparetoError("store", f"{path} does not exist")
     if not (path / "zarr.json").is_file():
         raise JaxparetoError("store", f"{path} is not a zarr store (written by `jaxpareto sweep --out`)")
     try:

@@ -51,7 +51,8 @@ def check_number(
             allowed = f"{'>=' if low_inclusive else '>'} {_fmt(low)}"
         else:
             allowed = f"{'[' if low_inclusive else '('}{_fmt(low)}, {_fmt(high)}{']' if high_inclusive else ')'}"
-        raise JaxparetoError(field, f"out of range: {value!r}", allowed)
+        shown = int(number) if integer else value  # a whole number read as a float reads as one
+        raise JaxparetoError(field, f"out of range: {shown!r}", allowed)
     return int(number) if integer else number
 
 

@@ -55,7 +55,9 @@ OUTPUTS: dict[str, VariableInfo] = {
                                                                 "over the replica's P G_p + D G GPUs)"),
     "kv_per_session_gb": VariableInfo("GB", "KV cache held per session, seed eq. 5"),
     "concurrency_max": VariableInfo("sessions", "sessions that fit in KV memory, seed eq. 5"),
-    "concurrency_eff": VariableInfo("sessions", "sessions admitted min(C, concurrency_max) (LRU: all C)"),
+    "concurrency_eff": VariableInfo("sessions", "sessions admitted min(C, concurrency_max) (LRU: all C); "
+                                                "open loop: requests in their turn plus paused sessions, "
+                                                "lambda R + P, rounded"),
     "prefill_tokens": VariableInfo("tokens", "tokens prefilled per turn h min(dL, L) + (1 - h) L"),
     "t_weight_ms": VariableInfo("ms", "weight loading per decode step, seed eq. 3a"),
     "t_kv_ms": VariableInfo("ms", "KV-cache loading per decode step, seed eq. 3b"),

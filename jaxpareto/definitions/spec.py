@@ -228,7 +228,12 @@ class SweepSpec(_Table):
         if value is None:
             return AXIS_BY_NAME[axis].default
         if isinstance(value, AxisRange):
-            return value.values(integer=AXIS_BY_NAME[axis].integer)
+            value = value.values(integer=AXIS_BY_NAME[axis].integer)
+        if not AXIS_BY_NAME[axis].categorical:  # checked here, the error names the spec's field
+            try:
+                AXIS_BY_NAME[axis].numbers(value)
+            except JaxparetoError as error:
+                raise JaxparetoError(f"grid.{axis}", error.problem, error.allowed) from None
         return value
 
     def optimize_kwargs(self) -> dict:

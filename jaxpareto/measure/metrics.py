@@ -10,9 +10,9 @@ as in vLLM's ``vllm bench serve`` results, ``vllm/benchmarks/serve.py``, ``calcu
   them it is not reported (NaN), never filled in with TPOT: a mean per-token time hides exactly
   the single stalls that ITL's P95/P99 exist to show (seed 002 section 3).
 * Latency statistics (mean, median, population std, percentiles, in ms) cover successful requests
-  only. Counts, ``success_rate``, ``timeout_rate``, throughput and goodput cover every request, and
-  ``duration_s`` = last end - first start over all requests (seed 002 section 14.3 item 3: failures
-  and timeouts are never dropped from a denominator).
+  only. Counts, ``success_rate`` and ``timeout_rate`` cover every request, and throughputs and
+  goodput divide what succeeded by ``duration_s`` = last end - first start over all requests (seed
+  002 section 14.3 item 3: failures and timeouts are never dropped from a denominator).
 * ``request_throughput`` = completed / duration; ``output_throughput`` and
   ``total_token_throughput`` count the tokens of successful requests (vLLM counts 0 for a
   failure). ``goodput`` = ``request_goodput`` (vLLM's name) = successful requests meeting every

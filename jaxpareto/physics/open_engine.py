@@ -62,7 +62,12 @@ from it directly:
   half the step's change over ±σ_j of its tokens, σ_j² = s_j Var(L) (a secant, continuous in B
   where a tangent would jump at the step's compute-bound kink).
   The chain stops at 15 waiting prompts, so near capacity with one or two prompts a chunk
-  this wait is short of the simulated one (docs/model.md, "Open-loop load"). The percentiles
+  this wait is short of the simulated one (docs/model.md, "Open-loop load"). With prefix-cache
+  hits the chain runs on the mean prompt; the spread of sizes between hits and misses (the
+  mix's c_S² less the prompts' own ``isl_cv``², which the chain takes) adds its share of the
+  M/G/1 wait, λ Var(S) / (2 (1 - ρ)) with S a prompt's time at full steps (Pollaczek-Khinchine's
+  mean wait is linear in E[S²]): a hit that finds a miss's prefill under way waits for its
+  chunks, not for an average prompt's. The chance of waiting stays the chain's. The percentiles
   take the step in progress and the serving step as a service of the chain's variance (the
   prompt lengths' share included), and the full steps more as the queueing wait, with
   P(wait > 0) the chance of being carried; both split by whether a prompt arrives in a step that
@@ -451,7 +456,12 @@ def poisson_turn(step: DecodeStep, rate_per_ms: jax.Array, prefill_tokens: jax.A
     busy = jnp.where(stable, jnp.clip(steps.load, 0.0, 1.0), 0.5)
     whole = tokens >= chunk_tokens
     alone = jnp.where(whole, whole_steps_ms(t, tokens, chunk_tokens, prompt_scv, busy), steps.own_step_ms)
-    queued = jnp.where(whole, pollaczek_khinchine_ms(busy, service, service_scv), steps.overflow_ms)
+    # under one chunk the chain runs on the mean prompt: the spread of sizes between the hit and
+    # miss kinds, beyond the prompts' own that the chain takes, adds its share of the M/G/1 wait,
+    # λ Var(S) / (2 (1 - ρ)) at full steps (Pollaczek-Khinchine's wait is linear in E[S²])
+    between = jnp.where(whole, 0.0, jnp.maximum(service_scv - prompt_scv, 0.0))
+    spread_wait = busy * tokens / chunk_tokens * t(chunk_tokens) * 0.5 * between / (1.0 - busy)
+    queued = jnp.where(whole, pollaczek_khinchine_ms(busy, service, service_scv), steps.overflow_ms + spread_wait)
     queued = queued * renewal_wait_factor(arrival_scv, service_scv, busy)
     ttft = alone + steps.step_wait_ms + queued
     # beyond the prefill capacity the queue grows without bound: no finite latency (the batch's

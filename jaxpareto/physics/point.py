@@ -700,7 +700,11 @@ def evaluate_point(
                                       workload.osl_cv, hold_slope, turn.arrival_scv)
     step, latency = state.step, state.latency_ms
     if open_loop:  # beyond capacity: no fixed point below the cap, or a queue's ρ >= 1
-        stable = solution.converged & jnp.isfinite(latency) & (state.queue_busy < 1.0)
+        # an iteration that ran out of updates below the cap, at a finite target, is unconverged
+        # (flagged so, as in the closed loop), not beyond capacity
+        exhausted = (~solution.converged & (solution.iterations >= solver.max_iter)
+                     & (solution.batch <= batch_cap) & jnp.isfinite(solution.residual))
+        stable = (solution.converged | exhausted) & jnp.isfinite(latency) & (state.queue_busy < 1.0)
         reason = jnp.where(ok & ~stable, LOAD_BEYOND_CAPACITY, reason).astype(jnp.int8)
         ok = reason == 0
         turns_per_s = rate_per_ms * MS_PER_S
