@@ -296,6 +296,9 @@ def test_cli_bad_arguments_exit_2_before_plotting(store, tmp_path, capsys, args,
 
 def test_cli_refuses_a_path_that_is_not_a_store(tmp_path, capsys):
     assert main(["plot", str(tmp_path / "missing.zarr"), "--out", str(tmp_path / "p")]) == 2
+    assert "missing.zarr does not exist" in capsys.readouterr().err
+    (tmp_path / "folder").mkdir()
+    assert main(["plot", str(tmp_path / "folder"), "--out", str(tmp_path / "p")]) == 2
     assert "is not a zarr store" in capsys.readouterr().err
 
 
