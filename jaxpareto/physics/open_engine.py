@@ -58,9 +58,12 @@ from it directly:
   full steps more (chunks fill token by token; L_own lognormal of the prompts' spread); a step
   that its own length carries it past costs T(B, P) less what taking a chunk's tokens out of
   the serving step saves (that step holds the whole mean length; at least T_0). The
-  prompt lengths' spread enters the steps' second moments to first order, as the square of
-  half the step's change over ±σ_j of its tokens, σ_j² = s_j Var(L) (a secant, continuous in B
-  where a tangent would jump at the step's compute-bound kink).
+  prompt lengths' spread enters the steps' second moments as the variance of T(B, p) over a
+  lognormal p of the step's tokens and standard deviation σ_j, σ_j² = s_j Var(L), by 8-point
+  Gauss-Hermite quadrature: T is flat while the decode batch's weight reads hide a prefill and
+  rises past that kink, so a symmetric secant over ±σ_j (the earlier form) saw the flat part and
+  missed the long prompts' tail, more so as the batch grew (a mixture of experts' P99 TTFT fell
+  with the rate).
   The chain stops at 15 waiting prompts, so near capacity with one or two prompts a chunk
   this wait is short of the simulated one (docs/model.md, "Open-loop load"). With prefix-cache
   hits the chain runs on the mean prompt; the spread of sizes between hits and misses (the
@@ -92,6 +95,10 @@ from jaxpareto.physics.numerics import sqrt_or_zero
 from jaxpareto.physics.queueing import pollaczek_khinchine_ms, renewal_wait_factor
 
 _CHAIN_STATES = 16  # prompts waiting at a step: 0 .. 15 (the last: 15 or more)
+# 8-point Gauss-Hermite nodes (scaled to a standard normal) and weights: a step's spread over
+# its tokens (`_step_variance`)
+_SPREAD_NODES = np.sqrt(2.0) * np.polynomial.hermite.hermgauss(8)[0]
+_SPREAD_WEIGHTS = np.polynomial.hermite.hermgauss(8)[1] / np.sqrt(np.pi)
 _CARRY_STEPS = 4  # full steps a prompt's own length can carry it past (beyond those ahead of it)
 _CHAIN_SQUARINGS = 7  # the chain's law 1 + 2^7 steps after an empty queue
 _WAIT_CEILING = 1.0 - 1e-6  # P(wait) of a stable queue stays below 1, which flags instability
@@ -313,6 +320,18 @@ def _chain_waits(law, durations, relief, spread, arrivals, chain_time, counts, s
                        jnp.clip(carried, 0.0, _WAIT_CEILING), split)
 
 
+def _step_variance(t, step_tokens: jax.Array, sigma: jax.Array) -> jax.Array:
+    """Var T(B, p) [ms²] over a lognormal p of mean ``step_tokens`` and standard deviation
+    ``sigma`` (shape (states,) both), by Gauss-Hermite quadrature in log p (module docstring)."""
+    dtype = jnp.result_type(step_tokens, float)
+    nodes, weights = jnp.asarray(_SPREAD_NODES, dtype)[None, :], jnp.asarray(_SPREAD_WEIGHTS, dtype)[None, :]
+    log_sd = sqrt_or_zero(jnp.log1p((sigma / jnp.maximum(step_tokens, 1e-30)) ** 2))[:, None]
+    tokens = step_tokens[:, None] * jnp.exp(log_sd * nodes - 0.5 * log_sd ** 2)  # (states, nodes)
+    times = jax.vmap(jax.vmap(t))(tokens)
+    mean = jnp.sum(weights * times, axis=1)
+    return jnp.where(sigma > 0.0, jnp.maximum(jnp.sum(weights * times ** 2, axis=1) - mean ** 2, 0.0), 0.0)
+
+
 def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: jax.Array,
                   prompt_scv: jax.Array = 0.0, running: jax.Array = 1.0) -> PrefillSteps:
     """The bulk-service chain of the module docstring at arrival rate λ.
@@ -344,12 +363,12 @@ def prefill_steps(t, rate_per_ms: jax.Array, tokens: jax.Array, chunk_tokens: ja
     step_tokens = jnp.minimum(served * tokens, chunk_tokens)
     steps_of = jax.vmap(t)
     durations = steps_of(step_tokens)
-    # a step's spread from its prompts' lengths, to first order: the step's change over one
-    # standard deviation of its tokens, σ = sqrt(served x Var(L)), squared (a secant: T(p) has
-    # kinks where the step turns compute-bound, and a tangent would jump there with B)
+    # a step's spread from its prompts' lengths: T's variance over its tokens, of standard
+    # deviation σ = sqrt(served x Var(L)) (quadrature: T(p) has a kink where the step turns
+    # compute-bound, which a tangent or a symmetric secant misjudges)
     variance = served * prompt_scv
     sigma = sqrt_or_zero(variance) * tokens
-    spread = (0.5 * (steps_of(step_tokens + sigma) - steps_of(jnp.maximum(step_tokens - sigma, 0.0)))) ** 2
+    spread = _step_variance(t, step_tokens, sigma)
     # what taking a chunk's tokens out of a step saves it (the carried prompt's own tokens)
     relief = durations - steps_of(jnp.maximum(step_tokens - chunk_tokens, 0.0))
     arrivals = jnp.maximum(rate_per_ms * durations, 1e-30)  # λT_j, kept off 0 for the logs
