@@ -97,8 +97,8 @@ from jaxpareto.physics.queueing import pollaczek_khinchine_ms, renewal_wait_fact
 _CHAIN_STATES = 16  # prompts waiting at a step: 0 .. 15 (the last: 15 or more)
 # 8-point Gauss-Hermite nodes (scaled to a standard normal) and weights: a step's spread over
 # its tokens (`_step_variance`)
-_SPREAD_NODES = np.sqrt(2.0) * np.polynomial.hermite.hermgauss(8)[0]
-_SPREAD_WEIGHTS = np.polynomial.hermite.hermgauss(8)[1] / np.sqrt(np.pi)
+_HERMITE_8 = np.polynomial.hermite.hermgauss(8)
+_SPREAD_NODES, _SPREAD_WEIGHTS = np.sqrt(2.0) * _HERMITE_8[0], _HERMITE_8[1] / np.sqrt(np.pi)
 _CARRY_STEPS = 4  # full steps a prompt's own length can carry it past (beyond those ahead of it)
 _CHAIN_SQUARINGS = 7  # the chain's law 1 + 2^7 steps after an empty queue
 _WAIT_CEILING = 1.0 - 1e-6  # P(wait) of a stable queue stays below 1, which flags instability
