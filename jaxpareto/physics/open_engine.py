@@ -13,7 +13,7 @@ from it directly:
   T_j = T(B, P): ⌊s⌋ of them, or ⌈s⌉ as often as the fraction of s (the chunk's end moves
   across the prompts), so the chain drifts as the queue of tokens does. Then
   j' = j - s_j + Poisson(λ T_j): long steps beget long steps. With spread prompt lengths T_j is
-  random (squared CV k_j, to first order) and the arrivals in it are Poisson of a random mean,
+  random (squared CV k_j, from its variance over the lengths, below) and the arrivals in it are Poisson of a random mean,
   taken as negative binomial of mean λ T_j and variance λ T_j (1 + λ T_j k_j) (a gamma-mixed
   Poisson; Greenwood and Yule, J. R. Stat. Soc. 83, 1920). Its law π 129 steps after an empty
   queue (stationary well before capacity) gives the mean step T̄ = Σ π_j T_j, the share of time
@@ -478,7 +478,7 @@ def poisson_turn(step: DecodeStep, rate_per_ms: jax.Array, prefill_tokens: jax.A
     # under one chunk the chain runs on the mean prompt: the spread of sizes between the hit and
     # miss kinds, beyond the prompts' own that the chain takes, adds its share of the M/G/1 wait,
     # λ Var(S) / (2 (1 - ρ)) at full steps (Pollaczek-Khinchine's wait is linear in E[S²])
-    between = jnp.where(whole, 0.0, jnp.maximum(service_scv - prompt_scv, 0.0))
+    between = jnp.maximum(service_scv - prompt_scv, 0.0)
     spread_wait = busy * tokens / chunk_tokens * t(chunk_tokens) * 0.5 * between / (1.0 - busy)
     queued = jnp.where(whole, pollaczek_khinchine_ms(busy, service, service_scv), steps.overflow_ms + spread_wait)
     queued = queued * renewal_wait_factor(arrival_scv, service_scv, busy)
