@@ -323,15 +323,48 @@ def test_spread_outputs_hold_the_longer_in_flight_context():
 
 def test_the_optimiser_memory_term_sizes_sessions_as_the_point_does():
     """`evaluate_with_memory` (the optimiser's memory penalty) holds the same context per session
-    as `evaluate_point`: under the measured profile, the in-flight L + OSL (1 + cv^2) / 2."""
+    as `evaluate_point`: under the measured profile, the in-flight L + OSL (1 + cv^2) / 2, or the
+    turn's final L + OSL for an engine that reserves its requests' output KV."""
     from jaxpareto.search.penalty import evaluate_with_memory
 
     efficiency, solver = _shared()[1:]
     for options in (ModelOptions(), MEASURED):
         for workload in (_shared(osl=2048.0)[0], _shared(osl=2048.0, osl_cv=1.2)[0]):
-            out, memory = evaluate_with_memory(_point(concurrency=64, context=4096), workload, efficiency, solver,
-                                               options, names=["concurrency_max"])
-            assert int(memory.concurrency_max) == int(out.concurrency_max)
+            for engine in ("seed", "trtllm"):
+                out, memory = evaluate_with_memory(_point(engine=engine, concurrency=64, context=4096), workload,
+                                                   efficiency, solver, options, names=["concurrency_max"])
+                assert int(memory.concurrency_max) == int(out.concurrency_max)
+
+
+def test_an_engine_that_reserves_the_output_kv_holds_the_turns_final_context():
+    """TensorRT-LLM's default capacity scheduler (GUARANTEED_NO_EVICT) starts a request only once
+    KV for its prompt and its whole output is free: under the measured profile its sessions each
+    hold L + OSL, where an engine whose KV grows with the context holds the in-flight
+    L + OSL / 2 (fixed lengths). So the reserving engine at a prompt L runs as many sessions as
+    the same engine without the reservation at L + OSL / 2, fewer than it at L, and more
+    sessions than those wait longer; the seed profile's KV holds L under both."""
+    reserving = engines()["trtllm"]
+    assert reserving.reserve_output_kv
+    paged = reserving.model_copy(update={"name": "paged", "reserve_output_kv": False})
+    workload, efficiency, solver = _shared(osl=8192.0)
+
+    def run(engine, context, concurrency=64, options=MEASURED):
+        return evaluate_point(_point(gpu="h200-sxm", tp=2, engine=engine, concurrency=concurrency, context=context),
+                              workload, efficiency, solver, options, percentiles=False)
+
+    held = run(reserving, 1024.0)
+    assert float(held.kv_per_session_gb) == pytest.approx(float(run(paged, 1024.0 + 4096.0).kv_per_session_gb),
+                                                          rel=1e-12)
+    assert int(held.concurrency_max) == int(run(paged, 1024.0 + 4096.0).concurrency_max)
+    grown = run(paged, 1024.0)
+    assert float(held.kv_per_session_gb) / float(grown.kv_per_session_gb) == pytest.approx(9216 / 5120, rel=1e-12)
+    assert int(held.concurrency_max) < 64 < int(grown.concurrency_max)
+    # Llama-3.1-70B at 1,024 + 8,192 tokens on two H200s: 64 sessions fit as they grow, not reserved
+    assert float(grown.memory_wait_ms) == 0.0 < float(held.memory_wait_ms)
+    assert float(held.ttft_ms) > 100 * float(grown.ttft_ms)
+    for engine in (reserving, paged):  # the seed profile: L per session whatever the engine
+        assert float(run(engine, 1024.0, options=ModelOptions()).kv_per_session_gb) == \
+            pytest.approx(float(run(reserving, 1024.0, options=ModelOptions()).kv_per_session_gb), rel=1e-12)
 
 
 def test_the_engine_runs_at_most_its_request_limit_and_the_rest_wait():

@@ -101,6 +101,13 @@ class Engine(Definition):
             is no longer piecewise linear in B: the damped solver runs where the exact one was
             asked for by the gradient searches and the validation, and a sweep refuses "exact"
             and disaggregated serving (not modelled) with it.
+        reserve_output_kv: whether a request starts only once KV memory for its whole turn, its
+            prompt and its output to come, is free and holds it until done (TensorRT-LLM's default
+            capacity scheduler, GUARANTEED_NO_EVICT: "a started request is never paused"), so that
+            KV memory runs as many requests as hold the turn's final context, L + OSL, under the
+            measured profile (`jaxpareto.physics.memory.session_contexts`); False (default): its
+            KV grows with its context (vLLM's and SGLang's paged KV, pre-empting when it runs out),
+            and memory holds the in-flight mean. The seed profile's KV holds the point's L alike.
         efficiency: `Efficiency` fields this engine sets (calibrated factors); the others come
             from the shared `Efficiency` of the run.
         sources: field name -> where its value comes from.
@@ -122,6 +129,7 @@ class Engine(Definition):
     scheduler_delay_steps: float = pydantic.Field(default=0.0, ge=0, le=1000, allow_inf_nan=False)
     gemm_kernels: GemmKernels | None = None
     cuda_graph_batch_step: int = pydantic.Field(default=0, ge=0)
+    reserve_output_kv: bool = False
     efficiency: dict[str, float] = pydantic.Field(default_factory=dict)
     sources: dict[str, str] = pydantic.Field(default_factory=dict)
 
@@ -158,6 +166,8 @@ class Engine(Definition):
             gemm_kernels=None if self.gemm_kernels is None else float(GEMM_KERNELS.index(self.gemm_kernels) + 1),
             # none: no padding term in the program (a mixed table takes 0: no padding)
             cuda_graph_batch_step=float(self.cuda_graph_batch_step) if self.cuda_graph_batch_step > 0 else None,
+            # none: memory holds the in-flight context, no term in the program (a mixed table takes 0)
+            reserve_output_kv=1.0 if self.reserve_output_kv else None,
             efficiency=Efficiency(**own),
             efficiency_mask=Efficiency(**mask),
         )
@@ -182,7 +192,9 @@ class EngineParams:
     ``gemm_kernels`` is 1 + the index of the engine's kernels in
     `jaxpareto.definitions.hardware.GEMM_KERNELS`, None for an engine that names none (0 where a
     table mixes the two: the GPU's own measurements); ``cuda_graph_batch_step`` is None for an
-    engine that pads to no CUDA graph (0 where a table mixes the two).
+    engine that pads to no CUDA graph (0 where a table mixes the two); ``reserve_output_kv`` is
+    1.0 where the engine reserves a request's output KV at its start, None where it does not (0
+    where a table mixes the two).
     """
 
     gpu_memory_utilization: jax.Array | float
@@ -198,6 +210,7 @@ class EngineParams:
     decode_tokens_in_budget: jax.Array | float | None = None
     prefill_first: jax.Array | float | None = None
     cuda_graph_batch_step: jax.Array | float | None = None
+    reserve_output_kv: jax.Array | float | None = None
 
 
 def seed_engine() -> Engine:

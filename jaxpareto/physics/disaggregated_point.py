@@ -70,7 +70,7 @@ def evaluate_disaggregated(point: GridPoint, workload: Workload, efficiency: Eff
     replica_gpus = prefill_workers * prefill_tp + decode_workers * tp
     context_tokens, hit_rate = point.context_tokens, point.hit_rate
     think_ms = point.think_time_s * MS_PER_S
-    decode_context, kv_context = session_contexts(context_tokens, workload, measured)
+    decode_context, kv_context = session_contexts(context_tokens, workload, measured, engine)
 
     memory = memory_budget(hw, model, tp, point.concurrency / decode_workers, kv_context, engine)
     prefill_memory = memory_budget(hw, model, prefill_tp, 1.0, kv_context, engine)

@@ -57,14 +57,26 @@ def in_flight_context(prompt_tokens: jax.Array, osl: jax.Array, osl_cv: jax.Arra
     return prompt_tokens + 0.5 * osl * (1.0 + osl_cv * osl_cv)
 
 
-def session_contexts(context_tokens: jax.Array, workload, measured: bool) -> tuple[jax.Array, jax.Array]:
+def session_contexts(context_tokens: jax.Array, workload, measured: bool,
+                     engine=None) -> tuple[jax.Array, jax.Array]:
     """(the context decode attends to, the context KV memory holds) per session [tokens]: the
     point's L under the seed, the in-flight context under the measured profile (static
     ``measured``), or ``workload.decode_context_tokens`` where that is set (> 0); KV holds
-    ``workload.kv_context_tokens`` instead where that is set (> 0)."""
+    ``workload.kv_context_tokens`` instead where that is set (> 0).
+
+    Under the measured profile an ``engine`` (`jaxpareto.definitions.engine.EngineParams`) that
+    reserves a request's output KV when it starts (``reserve_output_kv``: TensorRT-LLM's
+    GUARANTEED_NO_EVICT capacity scheduler, its default) holds the turn's final context,
+    L + OSL, for each running session: the mean output, where the engine reserves the
+    request's ``max_tokens`` (the same with fixed lengths, a lower bound where clients ask for
+    more than they get)."""
     decode = in_flight_context(context_tokens, workload.osl, workload.osl_cv) if measured else context_tokens
     decode = jnp.where(workload.decode_context_tokens > 0, workload.decode_context_tokens, decode)
-    return decode, jnp.where(workload.kv_context_tokens > 0, workload.kv_context_tokens, decode)
+    held = decode
+    reserve = None if engine is None else engine.reserve_output_kv  # None: no engine reserves, no term
+    if measured and reserve is not None:
+        held = jnp.where(reserve > 0, context_tokens + workload.osl, decode)
+    return decode, jnp.where(workload.kv_context_tokens > 0, workload.kv_context_tokens, held)
 
 
 def running_limit(engine) -> jax.Array:

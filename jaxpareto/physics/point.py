@@ -580,7 +580,7 @@ def evaluate_point(
     lru = options.cache_model == "lru"
     # the measured profile: decode attends, and KV holds, the turn's mean in-flight context
     # L + OSL (1 + cv_OSL^2) / 2 (L + OSL / 2 with fixed lengths)
-    decode_context, kv_context = session_contexts(context_tokens, workload, measured)
+    decode_context, kv_context = session_contexts(context_tokens, workload, measured, engine)
     memory = memory_budget(hw, model, tp, concurrency, kv_context, engine, None if layout is None else layout.stages)
     heads_ok, context_ok = heads_split(model, tp), context_fits(model, context_tokens + workload.osl)
     if not options.memory_caps_concurrency or open_loop:  # all admitted; memory bounds how many run

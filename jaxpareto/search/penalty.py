@@ -35,7 +35,8 @@ def evaluate_with_memory(point: GridPoint, workload: Workload, efficiency: Effic
     needed = names is None or bool({*PERCENTILE_VARIABLES} & {*names})
     out = evaluate_point(point, workload, efficiency, solver, options=options, percentiles=needed)
     # the context each session holds, as `evaluate_point` sizes it
-    _, kv_context = session_contexts(point.context_tokens, workload, options.profile == "measured")
+    _, kv_context = session_contexts(point.context_tokens, workload, options.profile == "measured",
+                                    point.get("engine"))
     return out, memory_budget(point.gpu, point.model, point.tp, point.concurrency, kv_context, point.get("engine"))
 
 
