@@ -30,6 +30,7 @@ from jaxpareto.dataset.store import to_zarr
 from jaxpareto.dataset.sweep import sweep
 from jaxpareto.definitions import catalog
 from jaxpareto.definitions.axes import GridPoint
+from jaxpareto.definitions.engine import Engine
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.hardware import Hardware
 from jaxpareto.definitions.model import Model
@@ -57,6 +58,7 @@ from jaxpareto.search.sizing import size_deployment
 __all__ = [
     "CalibrationResult",
     "Efficiency",
+    "Engine",
     "GridPoint",
     "Hardware",
     "JaxparetoError",

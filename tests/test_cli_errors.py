@@ -51,6 +51,8 @@ def spec(tmp_path):
     # a definition named like a catalog GPU had replaced it silently, under its name
     ('[[hardware]]\nname = "h100-sxm"\nmemory_gb = 10\nbandwidth_gbs = 1\ntflops_fp16 = 1\n',
      "[[hardware]] 'h100-sxm' is the catalog's name for one"),
+    ('[[engine]]\nname = "vllm"\ngpu_memory_utilization = 0.5\n', "[[engine]] 'vllm' is the catalog's name for one"),
+    ('[[engine]]\nname = "e"\nreserve_output_kv = "sometimes"\n', "engine.0: Engine.reserve_output_kv: Input should be a valid boolean"),
 ])
 def test_report_and_definitions_checked_before_compute(capsys, spec, tmp_path, extra, message):
     before = evaluate_block._cache_size()

@@ -135,6 +135,36 @@ def test_a_definition_named_like_a_catalog_entry_must_be_that_entry():
     assert jp.plan_sweep(gpu=renamed, model="llama-3.1-8b", tp=1, concurrency=1).gpus[0].memory_gb == 96.0
 
 
+def test_an_engine_named_like_a_shipped_one_must_be_that_engine_and_takes_its_calibration():
+    """`jp.Engine` under a shipped name is that engine (its results labelled so): with other
+    settings it is refused; with the same ones it stands for the name, a calibration's factors
+    for that engine included. A definition of its own name, given in ``engines=``, is named in
+    the grid like a shipped one."""
+    from jaxpareto.definitions.engine import engines
+
+    base = dict(gpu="h200-sxm", model="llama-3.1-70b", tp=2, concurrency=16, context_tokens=1024)
+    looser = jp.Engine(name="trtllm", reserve_output_kv=False)
+    for kwargs in (dict(engine=looser), dict(engine="trtllm", engines=[looser])):
+        with pytest.raises(jp.JaxparetoError, match="shipped engine's name") as error:
+            jp.plan_sweep(**base, **kwargs)
+        assert error.value.field in ("engine", "engines")
+    by_name, by_object = (jp.plan_sweep(**base, engine=item, calibration="hopper-measured").definitions["engine"][0]
+                          for item in ("vllm", engines()["vllm"]))
+    assert by_object.efficiency == by_name.efficiency and by_name.efficiency["eta_decode"] > 0.8
+    mine = looser.model_copy(update={"name": "trt-paged"})
+    plan = jp.plan_sweep(**{**base, "engine": ["trt-paged", "trtllm"]}, engines=[mine])
+    assert [e.reserve_output_kv for e in plan.definitions["engine"]] == [False, True]
+
+
+def test_a_spec_defines_engines_of_its_own_for_its_grid():
+    spec = parse_spec({"grid": {"gpu": ["h200-sxm"], "model": ["llama-3.1-70b"], "tp": [2], "concurrency": [16],
+                                "engine": ["vllm", "my-trt"]},
+                       "engine": [{"name": "my-trt", "memory_basis": "after_weights", "reserve_output_kv": True}]})
+    plan = jp.plan_sweep(**spec.sweep_kwargs())
+    assert [e.name for e in plan.definitions["engine"]] == ["vllm", "my-trt"]
+    assert plan.definitions["engine"][1].reserve_output_kv and plan.definitions["engine"][1].memory_basis == "after_weights"
+
+
 def test_a_session_spec_sweeps_its_layout_axes():
     """A [session] spec's layout axes reach the session sweep (they had been dropped)."""
     spec = parse_spec({"grid": {"gpu": ["h100-sxm"], "model": ["llama-3.1-70b"], "tp": [4], "pp": [1, 2],

@@ -32,7 +32,7 @@ from jaxpareto.definitions.settings import DEFAULT_CHUNK_POINTS
 from jaxpareto.mapper import GridProblem
 from jaxpareto.definitions.calibration_file import MODEL_FIELDS, calibration_engines, calibration_options, \
     load_calibration
-from jaxpareto.definitions.engine import resolve_engine
+from jaxpareto.definitions.engine import Engine, resolve_engine
 
 # The flat keywords of `plan_sweep`: every settings field, and every option.
 _SETTINGS = {cls: {f.name: f for f in numeric_fields(cls)} for cls in (Workload, Efficiency, Solver)}
@@ -176,6 +176,7 @@ def plan_sweep(
     chunk_points: int = DEFAULT_CHUNK_POINTS,
     hardware: Sequence[Hardware] = (),
     models: Sequence[Model] = (),
+    engines: Sequence[Engine] = (),
     attrs: dict | None = None,
     calibration=None,
     slo=None,
@@ -214,7 +215,9 @@ def plan_sweep(
         variables: outputs to compute and keep (default all; ``feasible``,
             ``infeasible_reason`` and ``converged`` are always kept).
         chunk_points: points per compiled block (memory/compile-size trade-off).
-        hardware, models: custom definitions that the name lists may refer to.
+        hardware, models, engines: custom definitions (`Hardware`, `Model`, `Engine`) that the
+            name lists (``gpu``, ``model``, the ``engine`` axis) may refer to; none may take a
+            catalog or shipped engine's name with other numbers.
         attrs: extra JSON-serialisable dataset attributes (e.g. the spec that produced it).
         calibration: a calibration TOML path (``jaxpareto calibrate``), or a mapping, whose
             ``[efficiency]`` values replace the efficiency factors they name; its ``[model]``
@@ -315,11 +318,12 @@ def plan_sweep(
         efficiency = dataclasses.replace(efficiency, **fitted)
     efficiency = efficiency.validate()
     chunk_points = check_number("chunk_points", chunk_points, low=1, integer=True)
-    calibrated_engines = {name: resolve_engine(name).with_efficiency(factors)
+    own_engines = _by_name("engines", engines, Engine)
+    calibrated_engines = {name: resolve_engine(name, own_engines).with_efficiency(factors)
                           for name, factors in calibration_engines(calibration).items()} if calibration else {}
     definitions, axes = grid_axes(
         values, custom={"gpu": _by_name("hardware", hardware, Hardware), "model": _by_name("models", models, Model),
-                        "engine": calibrated_engines},
+                        "engine": {**own_engines, **calibrated_engines}},
         table=axis_table(options.open_loop, options.disaggregated, layout),
     )
     if options.open_loop and workload.turns_per_session == 1 and np.any(np.asarray(axes["think_time_s"]) > 0):
@@ -522,7 +526,10 @@ def _by_name(field: str, items: Sequence, kind) -> dict:
             raise JaxparetoError(field, f"expected jaxpareto.{kind.__name__} definitions, got {type(item).__name__}")
         if item.name in out:
             raise JaxparetoError(field, f"two definitions named {item.name!r}; names must be unique")
-        check_own_name(field, item)
+        if isinstance(item, Engine):  # a shipped engine's name only on that engine's settings
+            resolve_engine(item)
+        else:
+            check_own_name(field, item)
         out[item.name] = item
     return out
 

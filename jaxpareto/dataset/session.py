@@ -17,6 +17,11 @@ sessions of a steady-state population are at different turns.
   KV per session is that of L(j): the memory wall of the seed's step 4, where the sessions that
   fit fall turn after turn.
 
+Either way the KV a session holds is that context, under every profile and engine: the measured
+profile's in-flight output (L + OSL (1 + cv²) / 2) and TensorRT-LLM's output reservation
+(``Engine.reserve_output_kv``, L + OSL) that a plain sweep's sessions hold are not added to it, so a
+session sweep under the measured profile admits more sessions than a sweep of the same turn.
+
 Task level: ``task_time_s = sum_j (R(j) + Z)`` and ``tasks_per_s = C_eff / task_time_s`` (Little's
 law on tasks; equal to the session-average turn throughput over N), with C_eff the sessions the
 KV memory holds through the whole task. Under "staggered" the per-turn variables and the task

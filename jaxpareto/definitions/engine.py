@@ -117,10 +117,10 @@ class Engine(Definition):
     """
 
     name: str = pydantic.Field(min_length=1)
-    gpu_memory_utilization: float = pydantic.Field(default=1.0, gt=0, le=1)
+    gpu_memory_utilization: float = pydantic.Field(default=1.0, gt=0, le=1, allow_inf_nan=False)
     memory_basis: Literal["total", "after_weights"] = "total"
     memory_total: Literal["reported", "datasheet"] = "reported"
-    activation_reserve_gb: float = pydantic.Field(default=0.0, ge=0)
+    activation_reserve_gb: float = pydantic.Field(default=0.0, ge=0, allow_inf_nan=False)
     prefill_chunk_tokens: int = pydantic.Field(default=0, ge=0)
     decode_tokens_in_budget: bool = False
     prefill_first: bool = False
@@ -230,12 +230,24 @@ def engines() -> dict[str, Engine]:
 def resolve_engine(item: str | Engine, custom: Mapping[str, Engine] | None = None) -> Engine:
     """An `Engine` from a shipped name, a custom name, or a definition.
 
+    A definition named like a shipped engine must be that engine (its sources aside): it then
+    stands for the name, so that it takes what the name would (a calibration's factors for it,
+    in ``custom``); with other settings under a shipped name, the dataset's ``engine`` label
+    would say one engine and hold another's numbers.
+
     Raises:
-        JaxparetoError: unknown name (the message lists the known names) or wrong type.
+        JaxparetoError: unknown name (the message lists the known names), a shipped engine's
+        name on other settings, or wrong type.
     """
     custom = custom or {}
     if isinstance(item, Engine):
-        return item
+        shipped = engines().get(item.name)
+        if shipped is None:
+            return item
+        if item.model_dump(exclude={"sources"}) != shipped.model_dump(exclude={"sources"}):
+            raise JaxparetoError("engine", f"{item.name!r} is a shipped engine's name, with other settings; give "
+                                           f"the definition a name of its own (e.g. {item.name + '-custom'!r})")
+        item = item.name
     if isinstance(item, str):
         if item in custom:
             return custom[item]

@@ -2,7 +2,7 @@
 
 A spec has a ``[grid]`` (every axis as a list, a scalar, or a range table), optional
 ``[workload]``, ``[efficiency]``, ``[solver]`` and ``[report]`` tables, and optional
-``[[hardware]]`` / ``[[model]]`` definitions that the grid may name. Unknown keys and wrong
+``[[hardware]]`` / ``[[model]]`` / ``[[engine]]`` definitions that the grid may name. Unknown keys and wrong
 types are errors that name the key and list what is allowed.
 """
 
@@ -23,6 +23,7 @@ from jaxpareto.definitions.options import CACHE_MODELS, SEEN_BATCHES, EXPERT_ROU
     ModelOptions
 from jaxpareto.definitions.settings import DEFAULT_CHUNK_POINTS, DTYPES, SOLVERS, Efficiency, Solver, Workload, numeric_fields
 from jaxpareto.definitions.catalog import gpus, models
+from jaxpareto.definitions.engine import Engine, engines
 from jaxpareto.definitions.hardware import Hardware
 from jaxpareto.definitions.model import Model
 from jaxpareto.definitions.axes import AXIS_BY_NAME, AXIS_TABLE, CONCURRENCY_RANGE, DISAGGREGATION_AXES, \
@@ -210,12 +211,13 @@ class SweepSpec(_Table):
     slo: dict[str, float] = pydantic.Field(default_factory=dict)
     hardware: list[Hardware] = pydantic.Field(default_factory=list)
     model: list[Model] = pydantic.Field(default_factory=list)
+    engine: list[Engine] = pydantic.Field(default_factory=list)
 
-    @pydantic.field_validator("hardware", "model")
+    @pydantic.field_validator("hardware", "model", "engine")
     @classmethod
     def _definitions_do_not_shadow_the_catalog(cls, defined: list, info: pydantic.ValidationInfo) -> list:
         # a definition named like a catalog entry would replace it silently, under its name
-        catalog = gpus() if info.field_name == "hardware" else models()
+        catalog = {"hardware": gpus, "model": models, "engine": engines}[info.field_name]()
         for item in defined:
             if item.name in catalog:
                 raise ValueError(f"[[{info.field_name}]] {item.name!r} is the catalog's name for one; give the "
@@ -263,7 +265,7 @@ class SweepSpec(_Table):
         scenario = {axis: self._axis_values(axis) for axis in SCENARIO_AXES}
         scenario = {k: v if isinstance(v, list) else [v] for k, v in scenario.items()}  # always a Dataset
         return {
-            **scenario, **self._settings(),  "hardware": self.hardware, "models": self.model,
+            **scenario, **self._settings(),  "hardware": self.hardware, "models": self.model, "engines": self.engine,
             "objective": opt.objective, "sense": opt.sense,
             "constraints": {k: tuple(v) for k, v in opt.constraints.items()}, "tp": tp,
             "concurrency": tuple(concurrency), "method": opt.method,
@@ -323,6 +325,7 @@ class SweepSpec(_Table):
             "slo": self.slo or None,
             "hardware": self.hardware,
             "models": self.model,
+            "engines": self.engine,
         }
 
 
