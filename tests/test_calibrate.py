@@ -1,6 +1,7 @@
 """Calibration (optax) and the opt-in terms it fits: per-step and per-request overheads and the
 tensor-parallel all-reduce."""
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -9,8 +10,9 @@ import pytest
 
 import jaxpareto as jp
 from jaxpareto.cli import main
+from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.options import ModelOptions
-from jaxpareto.measure.calibrate import DEFAULT_FIELDS, calibrate, split_rows
+from jaxpareto.measure.calibrate import DEFAULT_FIELDS, calibrate, split_rows, train_mask
 from jaxpareto.measure.validation_set import load_validation_set
 
 CELL = dict(gpu="h100-sxm", model="llama-3.1-70b", tp=8, concurrency=[1, 16], think_time_s=0.0,
@@ -199,3 +201,24 @@ def test_a_bound_is_hit_only_where_the_fit_pushed_against_it():
     kept = CalibrationResult(jp.Efficiency(eta_prefill=0.9999995), jp.Efficiency(eta_prefill=1.0),
                              ("eta_prefill",), *([None] * 6))
     assert at_bounds(kept) == ["eta_prefill = 1 is at its upper bound 1"]
+
+
+@pytest.mark.parametrize("train, says", [
+    ("gpu=h100-sxm,tp=1", "separate filters with ';'"),  # a comma where ';' joins two filters
+    ("gpu=h100-sxm;gpu=h200-sxm", "gpu is given twice"),
+    ("gpu=h100-sxm,h200sxm", "no row has gpu = 'h200sxm'"),  # a typo had dropped the rows meant silently
+    ("gpu", "is not COLUMN=V1,V2"),
+    (";", "names no filter"),
+])
+def test_a_malformed_or_mistyped_train_filter_is_refused(train, says):
+    rows = load_validation_set()
+    with pytest.raises(JaxparetoError, match=re.escape(says)) as error:
+        train_mask(rows, train)
+    assert error.value.field == "train"
+
+
+def test_an_empty_train_option_is_refused_not_taken_for_a_random_split(tmp_path, capsys):
+    code = main(["calibrate", "--train", " ", "--steps", "1", "--out", str(tmp_path / "c.toml")])
+    assert code == 2 and "--train: is empty" in capsys.readouterr().err
+    assert not (tmp_path / "c.toml").exists()
+

@@ -54,8 +54,13 @@ def test_train_filter_selects_and_names_bad_columns(small):
             (rows["gpu"].eq("h100-sxm") & rows["engine"].eq("vllm")).to_numpy()).all()
     with pytest.raises(JaxparetoError, match="gpus"):
         train_mask(rows, "gpus=h100-sxm")
-    with pytest.raises(JaxparetoError, match="no row matches"):
+    with pytest.raises(JaxparetoError, match="no row has gpu = 'mi300x'"):  # a value no row has
         train_mask(rows, "gpu=mi300x")
+    pair = rows[["gpu", "engine"]].drop_duplicates()
+    absent = next((g, e) for g in rows["gpu"].unique() for e in rows["engine"].unique()
+                  if not ((pair["gpu"] == g) & (pair["engine"] == e)).any())
+    with pytest.raises(JaxparetoError, match="no row matches"):  # values each some row has, never together
+        train_mask(rows, {"gpu": [absent[0]], "engine": [absent[1]]})
 
 
 def test_a_poisoned_test_row_cannot_change_the_fit(small, fitted):

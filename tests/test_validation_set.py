@@ -106,9 +106,17 @@ def _matched_loads(rows) -> pd.Series:
     of the system's offline capacity, times the model's offline throughput of that system under
     the server row's own settings (its scheduler delay may differ from the offline row's)."""
     server = rows[rows["load"].eq("server")]
-    as_offline = server.assign(load="offline", metric="output_tokens_per_s_total", unit="tokens/s")
+    as_offline = server.assign(load="offline", metric="output_tokens_per_s_total", unit="tokens/s",
+                               load_tokens_per_s=np.nan, capacity_tokens_per_s=np.nan, arrival_cv=np.nan)
     share = server["load_tokens_per_s"] / server["capacity_tokens_per_s"]
     return pd.Series(share.to_numpy() * predict(as_offline), index=server["id"].to_numpy())
+
+
+def _at_continuous_concurrency(frame):
+    """Predictions of rows at a concurrency a file could not give (the matched C, not a whole
+    number): the `Predictor` without the rows' checks."""
+    with jax.enable_x64(True):
+        return np.asarray(predict_module.Predictor(frame.reset_index(drop=True))(Efficiency()))
 
 
 def test_server_rows_match_their_share_of_capacity_by_littles_law(rows, table):
@@ -131,7 +139,8 @@ def test_server_rows_match_their_share_of_capacity_by_littles_law(rows, table):
     at_c.loc[server, "concurrency"] = table.loc[server, "concurrency"].to_numpy()
     at_c.loc[server, "metric"] = "output_tokens_per_s_total"
     at_c.loc[server, "unit"] = "tokens/s"
-    served = predict(at_c)[server]
+    at_c.loc[server, ["load_tokens_per_s", "capacity_tokens_per_s", "arrival_cv"]] = np.nan  # a server row's
+    served = _at_continuous_concurrency(at_c)[server]
     np.testing.assert_allclose(served, matched_loads[rows.loc[server, "id"]].to_numpy(), rtol=1e-9)
     # without a measured capacity, a row is matched to its absolute load where the model reaches it
     # (a load beyond the model's capacity is flagged, not matched)
@@ -142,7 +151,8 @@ def test_server_rows_match_their_share_of_capacity_by_littles_law(rows, table):
     reached = server & matched["flag"].eq("").to_numpy()
     assert reached.any()
     assert matched.loc[server & ~reached, "flag"].str.startswith("unreachable").all()
-    np.testing.assert_allclose(predict(at_c)[reached], rows.loc[reached, "load_tokens_per_s"], rtol=1e-9)
+    np.testing.assert_allclose(_at_continuous_concurrency(at_c)[reached], rows.loc[reached, "load_tokens_per_s"],
+                               rtol=1e-9)
 
 
 def test_a_load_beyond_the_model_is_flagged_not_scored(rows):
@@ -152,6 +162,7 @@ def test_a_load_beyond_the_model_is_flagged_not_scored(rows):
     heavy.loc[index, "capacity_tokens_per_s"] = np.nan  # matched to the absolute load
     light = heavy.copy()
     light.loc[index, "load_tokens_per_s"] = 10.0  # below one session's: not "at most" the capacity
+    light.loc[index, "id"] = "light"
     result = validate(pd.concat([heavy, light.loc[[index]]], ignore_index=True))
     assert result.loc[index, "flag"].startswith("unreachable: model serves at most")
     assert result.iloc[-1]["flag"] == "unreachable: below what one session per replica serves"
@@ -183,6 +194,41 @@ def test_gradient_wrt_eta_decode_matches_central_difference(rows):
         fd = (np.asarray(f(dataclasses.replace(Efficiency(), eta_decode=0.4 + h)))
               - np.asarray(f(dataclasses.replace(Efficiency(), eta_decode=0.4 - h)))) / (2 * h)
     np.testing.assert_allclose(jac[server_tpot], fd[server_tpot], rtol=1e-6)
+
+
+def test_a_rows_gradient_stays_finite_where_its_capacity_evaluation_does_not_settle():
+    """A concurrency row's factors carry no derivative into the model's capacity, which only the
+    server rows use: Llama-3.1-8B (FP8) on four H200s, 128 sessions of 2,000 + 100 tokens
+    (AIConfigurator's vLLM run), whose capacity at the 3,996 sessions KV memory holds had put NaN
+    in every factor's gradient under the shared prefill engine (and the fit's factors with it)."""
+    silicon = load_validation_set(default_path().with_name("aiconfigurator_silicon.csv"))
+    run = silicon[silicon["id"].str.contains("h200_sxm_vllm_agg_2000x100_c128_tp4_epnone_4")].reset_index(drop=True)
+    assert len(run) == 2
+    f = prediction_fn(run, options=ModelOptions(prefill_model="shared"))
+    with jax.enable_x64(True):
+        def total(eta_prefill):
+            return jnp.sum(f(dataclasses.replace(Efficiency(), eta_prefill=eta_prefill)))
+
+        grad = float(jax.grad(total)(0.65))
+        h = 1e-4
+        central = float((total(0.65 + h) - total(0.65 - h)) / (2 * h))
+    assert np.isfinite(grad) and grad == pytest.approx(central, rel=1e-2)
+
+
+def test_a_dataframe_is_checked_as_a_file_is(rows):
+    """`validate` and `prediction_fn` check a DataFrame's rows as `load_validation_set` checks a
+    file's: an edited row is refused by name, not scored against a negative measurement."""
+    from jaxpareto.measure.validation_set import check_validation_set
+
+    pd.testing.assert_frame_equal(check_validation_set(rows), rows)  # as loaded, unchanged
+    edited = rows.copy()
+    edited.loc[0, "value"] = -5.0
+    with pytest.raises(JaxparetoError, match=r"'mlperf51-llama2-b200-nvidia-offline' \(line 2\)\.value"):
+        validate(edited)
+    edited = rows.copy()
+    edited.loc[3, "gpu"] = "h100"
+    with pytest.raises(JaxparetoError, match="unknown GPU 'h100'"):
+        prediction_fn(edited)
 
 
 def test_float32_agrees_with_float64_and_does_not_recompile(rows, table, monkeypatch):

@@ -19,6 +19,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     if fields == ():  # an empty list is no choice of fields: the default set would be fitted silently
         raise JaxparetoError("--fit", "names no field: give comma-separated Efficiency fields, or leave --fit out "
                                       "for the profile's set")
+    if args.train is not None and not args.train.strip():  # else taken as no --train: a random split
+        raise JaxparetoError("--train", "is empty: give COLUMN=V1,V2[;COLUMN=...], or leave it out for a random split")
     if args.train and args.test_fraction is not None:  # --train chooses the rows itself
         raise JaxparetoError("--test-fraction", "applies without --train only: --train holds out every other row")
     options = ModelOptions(prefill_model=args.prefill_model, profile=args.profile, arrivals=args.arrivals,

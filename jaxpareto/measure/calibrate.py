@@ -111,7 +111,8 @@ def train_mask(rows: pd.DataFrame, train: str | Mapping[str, Sequence[str]]) -> 
             filters separated by ``;``).
 
     Raises:
-        JaxparetoError: an unknown column, a filter with no value, or a filter no row matches.
+        JaxparetoError: an unknown column, a filter with no value, a value no row of its column
+        has, a malformed filter (`_parsed_filter`), or filters no row matches together.
     """
     if isinstance(train, str):
         train = _parsed_filter(train)
@@ -129,9 +130,15 @@ def train_mask(rows: pd.DataFrame, train: str | Mapping[str, Sequence[str]]) -> 
                 wanted = [float(v) for v in values]
             except ValueError:
                 raise JaxparetoError("train", f"{column} holds numbers, got {list(values)}") from None
-            mask &= column_values.isin(wanted).to_numpy()
         else:
-            mask &= column_values.astype(str).isin([str(v) for v in values]).to_numpy()
+            column_values, wanted = column_values.astype(str), [str(v) for v in values]
+        # a value no row has is a typo, which would drop the rows meant silently
+        missing = [given for given, value in zip(values, wanted) if not column_values.eq(value).any()]
+        if missing:
+            present = pd.unique(column_values)
+            allowed = sorted(map(str, present))[:40] if len(present) <= 40 else None
+            raise JaxparetoError("train", f"no row has {column} = {missing[0]!r}", allowed)
+        mask &= column_values.isin(wanted).to_numpy()
     if not mask.any():
         raise JaxparetoError("train", f"no row matches {dict(train)}")
     return mask
@@ -358,11 +365,28 @@ def calibrate(rows=None, *, fields=None, start: Efficiency = Efficiency(), test_
 
 
 def _parsed_filter(text: str) -> dict:
-    """``"gpu=a,b; engine=c"`` -> {"gpu": ["a", "b"], "engine": ["c"]}."""
+    """``"gpu=a,b; engine=c"`` -> {"gpu": ["a", "b"], "engine": ["c"]}.
+
+    Raises:
+        JaxparetoError: no filter at all, a filter without ``=``, a column given twice, or a
+        value holding ``=`` (two filters joined by a comma where ``;`` separates them).
+    """
     parsed = {}
     for part in filter(None, (p.strip() for p in text.split(";"))):
-        column, _, values = part.partition("=")
-        parsed[column.strip()] = [v.strip() for v in values.split(",") if v.strip()]
+        column, equals, values = part.partition("=")
+        column = column.strip()
+        if not equals:
+            raise JaxparetoError("train", f"{part!r} is not COLUMN=V1,V2 (filters are separated by ';')")
+        if column in parsed:
+            raise JaxparetoError("train", f"{column} is given twice; list its values in one filter: "
+                                          f"{column}=V1,V2")
+        parsed[column] = [v.strip() for v in values.split(",") if v.strip()]
+        joined = [v for v in parsed[column] if "=" in v]
+        if joined:
+            raise JaxparetoError("train", f"{column}= holds {joined[0]!r}: separate filters with ';' "
+                                          f"(e.g. {column}={parsed[column][0]};{joined[0]})")
+    if not parsed:
+        raise JaxparetoError("train", "names no filter: give COLUMN=V1,V2[;COLUMN=...]")
     return parsed
 
 

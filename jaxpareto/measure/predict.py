@@ -60,7 +60,7 @@ from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.definitions.program_memory import release_programs_near_map_limit
 from jaxpareto.definitions.settings import Efficiency, Solver, solver_of
 from jaxpareto.measure.row_inputs import RowInputs, engine_names, row_inputs
-from jaxpareto.measure.validation_set import load_validation_set
+from jaxpareto.measure.validation_set import check_validation_set, load_validation_set
 from jaxpareto.mapper import map_points
 from jaxpareto.physics.numerics import bisect_bracket
 from jaxpareto.physics.point import evaluate_point
@@ -137,7 +137,12 @@ def _predict(inputs: RowInputs, table, solver, *, options, steps):
     def x_of(eff, c):
         return _group_throughput(_outputs(inputs, eff, solver, c, options), inputs)
 
-    capacity = x_of(efficiency, jnp.maximum(cmax, 1.0))
+    # the model's capacity serves the server rows only: the others' factors carry no derivative
+    # into it, whose evaluation at their KV memory's whole concurrency may not settle (infinite
+    # partial derivatives there, which reverse mode's zero cotangent would turn into NaN for every
+    # factor)
+    held = jax.tree_util.tree_map(lambda e: jnp.where(inputs.server, e, jax.lax.stop_gradient(e)), efficiency)
+    capacity = x_of(held, jnp.maximum(cmax, 1.0))
     if open_loop:  # nor a Newton step: the layout's feasibility at one session
         concurrency = jnp.where(inputs.server, jnp.ones_like(c0), inputs.concurrency)
     else:  # Newton step with a held slope: value C0, derivative -(dX/dθ) / (dX/dC) (implicit function)
@@ -151,11 +156,9 @@ def _predict(inputs: RowInputs, table, solver, *, options, steps):
     out = _outputs(inputs, efficiency, solver, concurrency, options)
     if open_loop:  # MLPerf's server scenario, `vllm bench serve --request-rate`: Poisson arrivals
         rate = _target(inputs, capacity) / inputs.workload.osl
-        # the other rows' open-loop outputs are discarded, and their factors carry no derivative
-        # into them: at the stand-in rate (1 request/s) their queues may be unstable (inf, with
-        # infinite partial derivatives), whose zero cotangent reverse mode would turn into NaN for
-        # every factor
-        held = jax.tree_util.tree_map(lambda e: jnp.where(inputs.server, e, jax.lax.stop_gradient(e)), efficiency)
+        # the other rows' open-loop outputs are discarded, and their factors (``held``) carry no
+        # derivative into them: at the stand-in rate (1 request/s) their queues may be unstable
+        # (inf, with infinite partial derivatives), as above
         arrived = _outputs(inputs, held, solver, jnp.where(inputs.server, rate, 1.0),
                            options._replace(arrivals="poisson"))
         reachable = jnp.where(inputs.server, arrived.feasible, reachable)  # unreachable: beyond capacity
@@ -322,18 +325,20 @@ def default_prefill(options: ModelOptions) -> str:
 
 
 def validation_rows(rows) -> pd.DataFrame:
-    """The rows to predict: a `load_validation_set` DataFrame as given, else the set read from a
-    CSV path (None: the shipped set).
+    """The rows to predict: a DataFrame of validation rows checked as a file is
+    (`jaxpareto.measure.validation_set.check_validation_set`), else the set read from a CSV path
+    (None: the shipped set).
 
     Raises:
-        JaxparetoError: ``rows`` is none of these, or the file is refused by `load_validation_set`.
+        JaxparetoError: ``rows`` is none of these, or its rows are refused as `load_validation_set`
+        refuses a file's.
     """
     if rows is None or isinstance(rows, (str, Path)):
         return load_validation_set(rows)
     if not isinstance(rows, pd.DataFrame):
         raise JaxparetoError("rows", "expected a DataFrame from load_validation_set or a CSV path, "
                                      f"got {type(rows).__name__}")
-    return rows
+    return check_validation_set(rows)
 
 
 def prediction_fn(rows=None, *, solver: Solver = Solver(), dtype: str = "float64", prefill: str | None = None,

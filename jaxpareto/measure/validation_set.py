@@ -382,6 +382,34 @@ def load_validation_set(path: str | Path | None = None) -> pd.DataFrame:
         raise JaxparetoError("validation set", f"{path}: not a readable CSV ({error})") from None
     except OSError as error:  # missing file, a folder, no permission
         raise JaxparetoError("validation set", f"cannot read {path}: {error.strerror or error}") from None
+    return _checked(raw, path)
+
+
+def check_validation_set(rows: pd.DataFrame) -> pd.DataFrame:
+    """A DataFrame of validation rows (one from `load_validation_set`, edited or not, or built by
+    hand with the columns of `COLUMNS`) checked as `load_validation_set` checks a file: the same
+    table back, or the same errors (rows are named by id and by their position, line 2 being the
+    first).
+
+    Raises:
+        JaxparetoError: as `load_validation_set`.
+    """
+    raw = rows.drop(columns=["unsupported"], errors="ignore").reset_index(drop=True)
+    raw = raw.apply(lambda column: column.map(_as_text))
+    return _checked(raw, "rows")
+
+
+def _as_text(value) -> str:
+    """A cell as the CSV would hold it: blank for a missing value, integral floats without a point."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _checked(raw: pd.DataFrame, path) -> pd.DataFrame:
+    """`load_validation_set`'s checks of ``raw`` (every cell a string), read from ``path``."""
     for name in DISAGGREGATION_COLUMNS + SPREAD_COLUMNS + ARRIVAL_COLUMNS + SETTING_COLUMNS + IMBALANCE_COLUMNS:
         if name not in raw.columns:
             raw[name] = ""
