@@ -222,3 +222,19 @@ def test_an_empty_train_option_is_refused_not_taken_for_a_random_split(tmp_path,
     assert code == 2 and "--train: is empty" in capsys.readouterr().err
     assert not (tmp_path / "c.toml").exists()
 
+
+
+def test_a_factor_no_training_row_moves_keeps_its_start_and_is_named():
+    """A run on one GPU has no all-reduce: the fit cannot inform `allreduce_scale`, which keeps
+    its start (0), not the nudge a term at 0 starts the fit from, and is reported, not written as
+    a fitted value nor flagged as a bound hit."""
+    from jaxpareto.measure.calibrate import at_bounds
+    from jaxpareto.measure.validation_set import default_path
+
+    rows = load_validation_set(default_path().with_name("aiconfigurator_silicon.csv"))
+    one_gpu = rows[rows["engine"].eq("vllm") & rows["tp"].eq(1) & rows["model"].eq("llama-3.1-8b")]
+    result = calibrate(one_gpu.head(2), fields=("eta_decode", "allreduce_scale"), options=ModelOptions(),
+                       train={"gpu": ["h200-sxm"]}, steps=2)
+    assert result.uninformed == ("allreduce_scale",)
+    assert result.efficiency.allreduce_scale == 0.0 and result.efficiency.eta_decode != 0.4  # the other moved
+    assert "allreduce_scale = 0\n" in result.to_toml() and not at_bounds(result)

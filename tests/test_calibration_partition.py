@@ -131,3 +131,13 @@ def test_validate_out_writes_every_row_with_its_prediction(small, fitted, tmp_pa
     assert out.read_text() == before
     assert main(["validate", "--data", str(small), "--csv", str(out)]) == 2  # --csv is the same option
     assert "--csv" in capsys.readouterr().err
+
+
+def test_validate_says_which_engines_a_per_engine_calibration_has_no_factors_for(tmp_path, capsys):
+    """A per-engine fit's [efficiency] is only where it started: rows of an engine it has no
+    table for take it, and `validate` says so rather than scoring them silently."""
+    rows = pd.read_csv(default_path(), dtype=str, keep_default_na=False)
+    path = tmp_path / "one.csv"
+    rows[rows["id"].eq("vllm-fp8kv-itl-c1-bf16-256") | rows["engine"].eq("")].head(2).to_csv(path, index=False)
+    assert main(["validate", "--data", str(path), "--calibration", "hopper-measured"]) == 0
+    assert "has no factors of its own for engines ['seed']" in capsys.readouterr().out

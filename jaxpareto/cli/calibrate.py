@@ -40,6 +40,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                                         f"{float(getattr(efficiency, f)):.4g}" for f in result.fields))
     for hit in at_bounds(result):
         print(f"  {hit}")
+    if result.uninformed:
+        print(f"  not informed by any training row, kept at their start: {', '.join(result.uninformed)}")
     with pd.option_context("display.width", 200, "display.float_format", "{:,.1f}".format):
         print("\nMAPE (%) before and after:")
         print(result.summary().to_string(index=False))

@@ -7,7 +7,8 @@ import argparse
 import pandas as pd
 
 from jaxpareto.cli._common import check_file_out
-from jaxpareto.definitions.calibration_file import calibration_arrivals, calibration_factors, calibration_options
+from jaxpareto.definitions.calibration_file import calibration_arrivals, calibration_engines, calibration_factors, \
+    calibration_options
 from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.options import ARRIVALS, ATTENTION, GEMM_RATES, PREFILL_MODELS, PROFILES, ROOFLINES, \
     ModelOptions
@@ -47,6 +48,11 @@ def _cmd_validate(args: argparse.Namespace) -> int:
           f"roofline: {options.roofline}; "
           f"arrivals: {options.arrivals}, "
           f"server rows: {'Poisson arrivals' if options.open_loop else 'closed-loop matching'}")
+    own = calibration_engines(args.calibration) if args.calibration else {}
+    shared = sorted(set(engine_names(rows)) - set(own)) if own else []
+    if shared:  # a per-engine fit's [efficiency] is where its fit started: say which rows take it
+        print(f"note: {args.calibration} has no factors of its own for engines {shared}; their rows take its "
+              "shared [efficiency]")
     if out is not None:
         prediction_rows(rows, table).to_csv(out, index=False)
         print(f"wrote {len(table):,} rows with their predictions to {out}")

@@ -159,6 +159,10 @@ class CalibrationResult:
         loss: training loss before each step and after the last (steps + 1,).
         options: the model options the fit used (the same must be used with the factors).
         train: the training filter (column -> values), or None for a random split.
+        uninformed: fitted fields no training row moves (their loss gradient exactly 0 where the
+            fit started and where it ended, e.g. the all-reduce terms of an engine whose
+            training rows all run on one GPU), as "<field>" or "<engine>: <field>": they keep
+            their starting values, not the nudge a term at 0 starts the fit from.
     """
 
     efficiency: object
@@ -170,6 +174,7 @@ class CalibrationResult:
     loss: np.ndarray
     options: ModelOptions
     train: dict | None = None
+    uninformed: tuple[str, ...] = ()
 
     def summary(self) -> pd.DataFrame:
         """MAPE [%] per split and metric, before and after (rows scored in each)."""
@@ -334,17 +339,31 @@ def calibrate(rows=None, *, fields=None, start: Efficiency = Efficiency(), test_
         else:
             value, grad = jax.value_and_grad(loss)(u)
         updates, state = optimizer.update(grad, state, u)
-        return optax.apply_updates(u, updates), state, value
+        return optax.apply_updates(u, updates), state, value, grad
 
     history = []
     with jax.enable_x64(True):
         u = jnp.asarray(u0)
         state = optimizer.init(u)
+        still = None  # factors no training row moves: their gradient 0 where the fit starts and ends
         for _ in range(steps):
-            u, state, value = step(u, state)
+            u, state, value, grad = step(u, state)
+            still = np.asarray(grad) == 0.0 if still is None else still
             history.append(float(value))
-        history.append(float(step(u, state)[2]))  # after the last update (its value: no second compile)
+        _, _, value, grad = step(u, state)  # after the last update (its value: no second compile)
+        history.append(float(value))
+        still &= np.asarray(grad) == 0.0
         fitted_efficiency = jax.tree_util.tree_map(float, efficiency_of(u))
+    uninformed = []  # they keep their starting values, not the nudge a term at 0 starts from
+    for k, group in enumerate(groups):
+        if per_engine and group not in informed:  # dropped below: its factors are not written
+            continue
+        kept = {field: float(getattr(start, field)) for j, field in enumerate(fields) if still[k, j]}
+        if kept and per_engine:
+            fitted_efficiency[group] = dataclasses.replace(fitted_efficiency[group], **kept)
+        elif kept:
+            fitted_efficiency = dataclasses.replace(fitted_efficiency, **kept)
+        uninformed += [f"{group}: {field}" if per_engine else field for field in kept]
     if per_engine:  # an engine no fitted row informs keeps no factors of its own (they would be the start's)
         fitted_efficiency = {name: eff.validate() for name, eff in fitted_efficiency.items() if name in informed}
         # rows the model cannot express are never predicted: their engines need no fitted factors
@@ -361,7 +380,7 @@ def calibrate(rows=None, *, fields=None, start: Efficiency = Efficiency(), test_
         return out
 
     return CalibrationResult(fitted_efficiency, start, fields, test, table(start_factors), table(table_factors),
-                             np.asarray(history), options, train)
+                             np.asarray(history), options, train, tuple(uninformed))
 
 
 def _parsed_filter(text: str) -> dict:
@@ -399,6 +418,8 @@ def at_bounds(result: CalibrationResult, tolerance: float = 0.05) -> list[str]:
     near a bound it started near (a 19 ms TTFT overhead in a range of 0-500 ms that started at
     25 ms) is a fitted value, not a bound hit.
 
+    Fields no training row informs (``result.uninformed``) are not hits.
+
     Returns:
         One sentence per hit, "<engine>: <field> = <value> is at its upper/lower bound <bound>".
     """
@@ -407,6 +428,8 @@ def at_bounds(result: CalibrationResult, tolerance: float = 0.05) -> list[str]:
     for engine, efficiency in fitted.items():
         where = f"{engine}: " if engine else ""
         for field in result.fields:
+            if f"{where}{field}" in result.uninformed:  # kept at its start: no row moved it
+                continue
             low, high = BOUNDS[field]
             value = float(getattr(efficiency, field))
             share = (value - low) / (high - low)
