@@ -136,7 +136,7 @@ def train_mask(rows: pd.DataFrame, train: str | Mapping[str, Sequence[str]]) -> 
         missing = [given for given, value in zip(values, wanted) if not column_values.eq(value).any()]
         if missing:
             present = pd.unique(column_values)
-            allowed = sorted(map(str, present))[:40] if len(present) <= 40 else None
+            allowed = sorted(map(str, present)) if len(present) <= 40 else None
             raise JaxparetoError("train", f"no row has {column} = {missing[0]!r}", allowed)
         mask &= column_values.isin(wanted).to_numpy()
     if not mask.any():
