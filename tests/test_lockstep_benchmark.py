@@ -108,10 +108,10 @@ def test_the_wave_grows_with_the_burst_where_the_groups_do_not():
     assert float(groups.ttft_ms[1] / groups.ttft_ms[0]) < 1.5
     both = jp.sweep(GPU, MODEL, tp=1, concurrency=concurrency, think_time_s=0.0, context_tokens=512, osl=512,
                     hit_rate=0.0, prefill_model="shared", arrivals="synchronised", dtype="float64",
-                    engine=[engines()[name].model_copy(update={"name": name, "prefill_chunk_tokens": 8192,
+                    engine=[engines()[name].model_copy(update={"name": f"{name}-8k", "prefill_chunk_tokens": 8192,
                                                                 "decode_tokens_in_budget": False})
                             for name in ("sglang", "vllm")])
-    for name, alone in (("sglang", wave), ("vllm", groups)):
+    for name, alone in (("sglang-8k", wave), ("vllm-8k", groups)):
         np.testing.assert_allclose(both.sel(engine=name).squeeze().ttft_ms, alone.ttft_ms, rtol=1e-9)
         np.testing.assert_allclose(both.sel(engine=name).squeeze().tpot_ms, alone.tpot_ms, rtol=1e-9)
 
