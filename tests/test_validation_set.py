@@ -329,3 +329,11 @@ def test_missing_column_is_refused(tmp_path):
     raw.to_csv(path, index=False)
     with pytest.raises(JaxparetoError, match="missing \\['reference'\\]"):
         load_validation_set(path)
+    # a file separated by semicolons, or names padded with spaces, is told so
+    raw = pd.read_csv(default_path(), dtype=str, keep_default_na=False)
+    raw.to_csv(path, index=False, sep=";")
+    with pytest.raises(JaxparetoError, match="its header holds ';': the file must be comma-separated"):
+        load_validation_set(path)
+    raw.rename(columns={"source": " source"}).to_csv(path, index=False)
+    with pytest.raises(JaxparetoError, match=r"names with spaces around them: \[' source'\]"):
+        load_validation_set(path)

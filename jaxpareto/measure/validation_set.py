@@ -379,7 +379,8 @@ def load_validation_set(path: str | Path | None = None) -> pd.DataFrame:
     try:
         raw = pd.read_csv(path, dtype=str, keep_default_na=False)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
-        raise JaxparetoError("validation set", f"{path}: not a readable CSV ({error})") from None
+        raise JaxparetoError("validation set", f"{path}: not a readable CSV ({str(error).strip()})"
+                                               f"{_separator_hint(path)}") from None
     except OSError as error:  # missing file, a folder, no permission
         raise JaxparetoError("validation set", f"cannot read {path}: {error.strerror or error}") from None
     return _checked(raw, path)
@@ -399,6 +400,21 @@ def check_validation_set(rows: pd.DataFrame) -> pd.DataFrame:
     return _checked(raw, "rows")
 
 
+def _separator_hint(source, header: bool = False) -> str:
+    """" (its header holds ';': ...)" where the header line (``source``: a path, or the header
+    itself) holds ';', a tab or '|' (a file separated by them reads as one column), else ""."""
+    if header:
+        line = source
+    else:
+        try:
+            with Path(source).open(encoding="utf-8", errors="replace") as file:
+                line = file.readline()
+        except OSError:
+            return ""
+    other = next((sep for sep in (";", "\t", "|") if sep in line), None)
+    return f" (its header holds {other!r}: the file must be comma-separated)" if other else ""
+
+
 def _as_text(value) -> str:
     """A cell as the CSV would hold it: blank for a missing value, integral floats without a point."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -415,7 +431,11 @@ def _checked(raw: pd.DataFrame, path) -> pd.DataFrame:
             raw[name] = ""
     missing = [c for c in COLUMNS if c not in raw.columns]
     if missing:
-        raise JaxparetoError("validation set columns", f"{path}: missing {missing}", list(COLUMNS))
+        # a file separated by other than commas reads as one column holding every name
+        hint = _separator_hint(",".join(map(str, raw.columns)), header=True)
+        spaced = [c for c in raw.columns if str(c) != str(c).strip() and str(c).strip() in COLUMNS]
+        hint += f" (names with spaces around them: {spaced[:3]})" if spaced else ""
+        raise JaxparetoError("validation set columns", f"{path}: missing {missing}{hint}", list(COLUMNS))
     unknown = [c for c in raw.columns if c not in COLUMNS]
     if unknown:
         raise JaxparetoError("validation set columns", f"{path}: unknown {unknown}", list(COLUMNS))
