@@ -341,8 +341,8 @@ def test_an_engine_that_reserves_the_output_kv_holds_the_turns_final_context():
     KV for its prompt and its whole output is free: under the measured profile its sessions each
     hold L + OSL, where an engine whose KV grows with the context holds the in-flight
     L + OSL / 2 (fixed lengths). So the reserving engine at a prompt L runs as many sessions as
-    the same engine without the reservation at L + OSL / 2, fewer than it at L, and more
-    sessions than those wait longer; the seed profile's KV holds L under both."""
+    the same engine without the reservation at L + OSL / 2, fewer than it at L, and the sessions
+    beyond them wait for memory; the seed profile's KV holds L under both."""
     reserving = engines()["trtllm"]
     assert reserving.reserve_output_kv
     paged = reserving.model_copy(update={"name": "paged", "reserve_output_kv": False})
