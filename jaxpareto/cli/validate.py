@@ -13,9 +13,9 @@ from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.options import ARRIVALS, ATTENTION, GEMM_RATES, PREFILL_MODELS, PROFILES, ROOFLINES, \
     ModelOptions
 from jaxpareto.definitions.settings import DTYPES, Efficiency
-from jaxpareto.measure.predict import validation_rows
+from jaxpareto.measure.predict import Predictor, validation_rows
 from jaxpareto.measure.row_inputs import PREFILL, engine_names
-from jaxpareto.measure.validate import prediction_rows, validate
+from jaxpareto.measure.validate import comparison_table, prediction_rows
 
 
 def _adopted(args: argparse.Namespace, field: str, default: str) -> str:
@@ -40,7 +40,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                            roofline=_adopted(args, "roofline", "step"))
     rows = validation_rows(args.data)
     efficiency = calibration_factors(args.calibration, engine_names(rows)) if args.calibration else Efficiency()
-    table = validate(rows, efficiency=efficiency, dtype=args.dtype, prefill=args.prefill, options=options)
+    # the rows are checked once, above: the predictor takes them as they are
+    table = comparison_table(Predictor(rows, dtype=args.dtype, prefill=args.prefill, options=options), efficiency)
     summary = table.attrs["mape"]
     print(f"validation set: {args.data or 'shipped jaxpareto/data/validation.csv'} ({len(table)} rows); "
           f"efficiency: {args.calibration or 'seed defaults'}; profile: {options.profile}, "

@@ -41,7 +41,7 @@ from jaxpareto.definitions.errors import JaxparetoError
 from jaxpareto.definitions.options import ModelOptions
 from jaxpareto.definitions.settings import Efficiency
 from jaxpareto.definitions.version import __version__
-from jaxpareto.measure.predict import prediction_fn, validation_rows
+from jaxpareto.measure.predict import Predictor, validation_rows
 from jaxpareto.measure.row_inputs import engine_names
 from jaxpareto.measure.validate import comparison_table, mape_summary
 
@@ -282,7 +282,7 @@ def calibrate(rows=None, *, fields=None, start: Efficiency = Efficiency(), test_
 
     # the fit sees the training rows only: a held-out row cannot change it, whatever it holds
     fit_rows = rows[~test].reset_index(drop=True)
-    predictor = prediction_fn(fit_rows, options=options)
+    predictor = Predictor(fit_rows, options=options)  # rows checked once, above
     engines = predictor.engines
     measured = fit_rows["value"].to_numpy(np.float64)
     supported = fit_rows["unsupported"].eq("") if "unsupported" in fit_rows else True
@@ -372,7 +372,7 @@ def calibrate(rows=None, *, fields=None, start: Efficiency = Efficiency(), test_
     else:
         fitted_efficiency = fitted_efficiency.validate()
         start_factors, table_factors = start, fitted_efficiency
-    every = prediction_fn(rows, options=options)
+    every = Predictor(rows, options=options)
 
     def table(efficiency):
         out = comparison_table(every, efficiency)
